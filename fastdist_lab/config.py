@@ -34,6 +34,9 @@ DEFAULT_SEED_SHIFTS: dict[str, int] = {
 }
 """The big primes the original framework shifts its seeds by, keyed by field name."""
 
+MAX_LISTED_MEMBERS = 2**24
+"""A group that is not a ``range`` is listed as a tuple; beyond this many members that is refused."""
+
 SEED_SHIFT_FIELDS: tuple[str, ...] = tuple(DEFAULT_SEED_SHIFTS)
 """Names of the seed-shift fields, in the spec's order."""
 
@@ -163,6 +166,11 @@ class DistributedDim:
             elif isinstance(members, range) and stride == members.stop - members.start:
                 members = range(start, start + size * stride, members.step)
             else:
+                if len(members) * size > MAX_LISTED_MEMBERS:
+                    raise LayoutError(
+                        f"dim {name}: a group of {len(members) * size} non-contiguous ranks is too large to list "
+                        f"(at most {MAX_LISTED_MEMBERS})"
+                    )
                 members = tuple(first + offset for offset in range(0, size * stride, stride) for first in members)
         return cls(name, size_so_far, rank, members)
 

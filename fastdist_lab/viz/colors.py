@@ -1,0 +1,40 @@
+"""Colours for group ids: a light qualitative palette, extended by golden-ratio hues for many groups."""
+
+from __future__ import annotations
+
+import colorsys
+
+import numpy as np
+
+_PALETTE_HEX: tuple[str, ...] = (
+    "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#dbdb8d",
+    "#9edae5", "#d9d9d9", "#8dd3c7", "#ffffb3", "#bebada", "#fdb462", "#b3de69", "#fccde5",
+    "#ccebc5", "#ffed6f", "#80b1d3", "#fb8072",
+)  # fmt: skip
+
+
+def _hex_to_rgb(code: str) -> tuple[float, float, float]:
+    return tuple(int(code[i : i + 2], 16) / 255 for i in (1, 3, 5))  # type: ignore[return-value]
+
+
+PALETTE: np.ndarray = np.array([_hex_to_rgb(c) for c in _PALETTE_HEX])
+"""The 20 light colours used first (text in black stays readable on each)."""
+
+
+def group_colors(count: int) -> np.ndarray:
+    """``count`` RGB colours (float array ``(count, 3)``), neighbours in index order clearly distinct."""
+    if count <= len(PALETTE):
+        return PALETTE[:count].copy()
+    golden = 0.6180339887498949
+    index = np.arange(count)
+    hues = (index * golden) % 1.0
+    saturation = 0.35 + 0.2 * ((index // 7) % 3) / 2
+    value = 0.98 - 0.12 * ((index // 3) % 2)
+    return np.array([colorsys.hsv_to_rgb(h, s, v) for h, s, v in zip(hues, saturation, value)])
+
+
+def fade(rgb: np.ndarray, mask: np.ndarray, amount: float = 0.65) -> np.ndarray:
+    """Blend the colours where ``mask`` is True towards white by ``amount`` (0 keeps, 1 gives white)."""
+    out = rgb.copy()
+    out[mask] = out[mask] * (1 - amount) + amount
+    return out
