@@ -22,7 +22,7 @@ def whole_world(world_size: int) -> float:
     """Seconds to build a Layout and materialise .ranks and every dim's groups."""
     start = time.perf_counter()
     layout = Layout(world_size=world_size, **FACTORS)
-    layout.ranks
+    _ = layout.ranks
     for name in DIM_NAMES:
         layout.groups(name)
     return time.perf_counter() - start
@@ -34,7 +34,7 @@ def per_rank_loop(world_size: int) -> float:
     for rank in range(world_size):
         config = DistributedConfig(world_size=world_size, rank=rank, **FACTORS)
         for dim in config.distributed_dims.values():
-            dim.global_ranks
+            _ = dim.global_ranks
     return time.perf_counter() - start
 
 
@@ -55,14 +55,17 @@ def main() -> None:
     med_base = statistics.median(baseline_small)
     per_rank_layout = med_big / big
     per_rank_base = med_base / small
-    print(f"Layout, {big} ranks, .ranks + 9 dims' groups: median {med_big * 1e3:.1f} ms "
-          f"(min {min(layout_big) * 1e3:.1f}, max {max(layout_big) * 1e3:.1f}); target < 500 ms: "
-          f"{'OK' if med_big < 0.5 else 'MISSED'}")
+    print(
+        f"Layout, {big} ranks, .ranks + 9 dims' groups: median {med_big * 1e3:.1f} ms "
+        f"(min {min(layout_big) * 1e3:.1f}, max {max(layout_big) * 1e3:.1f}); target < 500 ms: "
+        f"{'OK' if med_big < 0.5 else 'MISSED'}"
+    )
     print(f"Layout, {small} ranks: median {med_small * 1e3:.2f} ms")
-    print(f"baseline: one DistributedConfig per rank, {small} ranks: median {med_base * 1e3:.0f} ms "
-          f"({per_rank_base * 1e6:.1f} us per rank; {big} ranks would take ~{per_rank_base * big:.1f} s)")
-    print(f"ratio per rank (baseline / Layout at {big}): {per_rank_base / per_rank_layout:.0f}x "
-          f"(target >= 100x)")
+    print(
+        f"baseline: one DistributedConfig per rank, {small} ranks: median {med_base * 1e3:.0f} ms "
+        f"({per_rank_base * 1e6:.1f} us per rank; {big} ranks would take ~{per_rank_base * big:.1f} s)"
+    )
+    print(f"ratio per rank (baseline / Layout at {big}): {per_rank_base / per_rank_layout:.0f}x (target >= 100x)")
     print(f"ratio at equal size ({small} ranks, baseline / Layout): {med_base / med_small:.0f}x")
 
 

@@ -12,7 +12,8 @@ import math
 import numbers
 import operator
 import os
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -213,7 +214,10 @@ class DistributedDim:
         return hash((self.name, self.size, self.rank, tuple(self.global_ranks)))
 
     def __repr__(self) -> str:
-        return f"DistributedDim(name={self.name!r}, size={self.size}, rank={self.rank}, global_ranks={self.global_ranks!r})"
+        return (
+            f"DistributedDim(name={self.name!r}, size={self.size}, rank={self.rank}, "
+            f"global_ranks={self.global_ranks!r})"
+        )
 
 
 def _env_int(name: str, default: int) -> int:
@@ -436,7 +440,13 @@ INPUT_FIELDS: tuple[str, ...] = (
 )
 """Every input field of ``DistributedConfig``, in declaration order."""
 
-_POSITIVE_INT_FIELDS = ("world_size", "local_world_size", "tensor_parallel", "pipeline_parallel", "sequence_data_parallel")
+_POSITIVE_INT_FIELDS = (
+    "world_size",
+    "local_world_size",
+    "tensor_parallel",
+    "pipeline_parallel",
+    "sequence_data_parallel",
+)
 
 
 def validate_fields(fields: dict[str, Any], *, with_rank: bool) -> dict[str, Any]:
@@ -481,9 +491,7 @@ def validate_fields(fields: dict[str, Any], *, with_rank: bool) -> dict[str, Any
         errors.append(f"tensor_parallel={tp} must divide local_world_size={local}")
     if world is not None and tp is not None and pp is not None:
         if world % (tp * pp):
-            errors.append(
-                f"tensor_parallel={tp} * pipeline_parallel={pp} = {tp * pp} must divide world_size={world}"
-            )
+            errors.append(f"tensor_parallel={tp} * pipeline_parallel={pp} = {tp * pp} must divide world_size={world}")
         elif sdp is not None and (world // (tp * pp)) % sdp:
             errors.append(
                 f"sequence_data_parallel={sdp} must divide data_parallel={world // (tp * pp)} "

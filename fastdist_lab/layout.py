@@ -158,7 +158,9 @@ class Layout:
     @cached_property
     def grid(self) -> np.ndarray:
         """All global ranks as a 4-d array, slowest axis first (see ``grid_axes``)."""
-        return np.arange(self.world_size, dtype=np.int64).reshape(self._axes[1])
+        grid = np.arange(self.world_size, dtype=np.int64).reshape(self._axes[1])
+        grid.setflags(write=False)  # groups() may return views of it
+        return grid
 
     @property
     def grid_axes(self) -> tuple[str, ...]:
@@ -298,6 +300,5 @@ class Layout:
         )
         topology = self.topology().to_html()
         return (
-            "<div class='fastdist-layout'><b>Layout</b>"
-            f"<table>{summary}</table><b>Groups per dim</b>{topology}</div>"
+            f"<div class='fastdist-layout'><b>Layout</b><table>{summary}</table><b>Groups per dim</b>{topology}</div>"
         )

@@ -10,8 +10,18 @@ import pytest
 
 from fastdist_lab.cli import main
 
-FLAGS = ["--world-size", "16", "--local-world-size", "8", "--tensor-parallel", "2", "--pipeline-parallel", "2",
-         "--sequence-data-parallel", "2"]
+FLAGS = [
+    "--world-size",
+    "16",
+    "--local-world-size",
+    "8",
+    "--tensor-parallel",
+    "2",
+    "--pipeline-parallel",
+    "2",
+    "--sequence-data-parallel",
+    "2",
+]
 
 
 def test_layout_table(capsys):
@@ -76,13 +86,19 @@ def test_console_script_is_installed():
     import shutil
 
     exe = shutil.which("fastdist-lab") or str(__import__("pathlib").Path(sys.executable).with_name("fastdist-lab"))
-    proc = subprocess.run([exe, "layout", "--world-size", "4", "--tp", "2", "--pp", "1", "--sdp", "1"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [exe, "layout", "--world-size", "4", "--tp", "2", "--pp", "1", "--sdp", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "tensor (size 2, 2 groups): [0 1] [2 3]" in proc.stdout
 
 
 def test_import_is_light():
-    code = "import sys, fastdist_lab; print(sorted(m for m in ('torch', 'matplotlib', 'ipywidgets') if m in sys.modules))"
+    code = (
+        "import sys, fastdist_lab; print(sorted(m for m in ('torch', 'matplotlib', 'ipywidgets') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout.strip()
     assert out == "[]"

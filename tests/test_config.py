@@ -97,15 +97,23 @@ def test_defaults_from_environment(monkeypatch):
 
 
 def test_sequence_tensor_parallel_forced_off_without_tensor_parallel():
-    assert DistributedConfig(world_size=2, local_world_size=2, sequence_tensor_parallel=True).sequence_tensor_parallel is False
+    assert (
+        DistributedConfig(world_size=2, local_world_size=2, sequence_tensor_parallel=True).sequence_tensor_parallel
+        is False
+    )
     c = DistributedConfig(world_size=2, local_world_size=2, tensor_parallel=2, sequence_tensor_parallel=True)
     assert c.sequence_tensor_parallel is True
 
 
 def test_pipeline_first_coordinates():
     c = DistributedConfig(
-        world_size=16, local_world_size=8, tensor_parallel=2, pipeline_parallel=2, sequence_data_parallel=2,
-        pipeline_first=True, rank=5,
+        world_size=16,
+        local_world_size=8,
+        tensor_parallel=2,
+        pipeline_parallel=2,
+        sequence_data_parallel=2,
+        pipeline_first=True,
+        rank=5,
     )
     # rank 5: tensor 1, (5 // 2) = 2 -> data 1, pipeline 0
     assert (c.tensor_rank, c.data_rank, c.pipeline_rank, c.sequence_data_rank, c.batch_data_rank) == (1, 1, 0, 1, 0)
@@ -146,7 +154,10 @@ def test_config_is_read_only_and_comparable():
         (dict(world_size=8, local_world_size=8, pipeline_parallel=3), ["pipeline_parallel=3", "world_size=8"]),
         (dict(world_size=12, local_world_size=12, tensor_parallel=2, pipeline_parallel=4), ["world_size=12"]),
         (dict(world_size=8, local_world_size=8, sequence_data_parallel=0), ["sequence_data_parallel=0"]),
-        (dict(world_size=8, local_world_size=8, sequence_data_parallel=3), ["sequence_data_parallel=3", "data_parallel=8"]),
+        (
+            dict(world_size=8, local_world_size=8, sequence_data_parallel=3),
+            ["sequence_data_parallel=3", "data_parallel=8"],
+        ),
         (dict(world_size=8, local_world_size=8, backend="mpi"), ["backend='mpi'"]),
         (dict(world_size=8, local_world_size=8, timeout=0), ["timeout=0"]),
         (dict(world_size=8, local_world_size=8, timeout=math.nan), ["timeout=nan"]),
@@ -174,7 +185,9 @@ def test_several_violations_are_all_named():
 
 def test_numpy_integers_are_accepted():
     np = pytest.importorskip("numpy")
-    c = DistributedConfig(world_size=np.int64(8), local_world_size=np.int32(8), tensor_parallel=np.int64(2), rank=np.int64(3))
+    c = DistributedConfig(
+        world_size=np.int64(8), local_world_size=np.int32(8), tensor_parallel=np.int64(2), rank=np.int64(3)
+    )
     assert c.tensor_rank == 1 and type(c.world_size) is int
 
 
@@ -224,8 +237,12 @@ def test_garbage_never_raises_anything_but_layout_error(**fields):
 def test_small_integers_either_build_or_raise_layout_error(world, local, tp, pp, sdp, rank):
     try:
         c = DistributedConfig(
-            world_size=world, local_world_size=local, tensor_parallel=tp, pipeline_parallel=pp,
-            sequence_data_parallel=sdp, rank=rank,
+            world_size=world,
+            local_world_size=local,
+            tensor_parallel=tp,
+            pipeline_parallel=pp,
+            sequence_data_parallel=sdp,
+            rank=rank,
         )
     except LayoutError:
         return

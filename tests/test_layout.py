@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fastdist_lab import DistributedConfig, Layout, LayoutError
+from fastdist_lab import Layout, LayoutError
 from fastdist_lab.config import DIM_NAMES
 from fastdist_lab.layout import RANK_COLUMNS
 

@@ -19,9 +19,7 @@ def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--tensor-parallel", "--tp", type=int, default=DEFAULT_LAYOUT["tensor_parallel"])
     group.add_argument("--pipeline-parallel", "--pp", type=int, default=DEFAULT_LAYOUT["pipeline_parallel"])
-    group.add_argument(
-        "--sequence-data-parallel", "--sdp", type=int, default=DEFAULT_LAYOUT["sequence_data_parallel"]
-    )
+    group.add_argument("--sequence-data-parallel", "--sdp", type=int, default=DEFAULT_LAYOUT["sequence_data_parallel"])
     group.add_argument("--pipeline-first", action="store_true", help="pipeline ranks vary before data ranks")
     group.add_argument("--seed", type=int, default=1234)
     group.add_argument("--reproducible-init", action="store_true")
