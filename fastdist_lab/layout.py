@@ -302,3 +302,15 @@ class Layout:
         return (
             f"<div class='fastdist-layout'><b>Layout</b><table>{summary}</table><b>Groups per dim</b>{topology}</div>"
         )
+
+    def as_convention(self) -> Any:
+        """This layout as a ``fastdist_lab.conventions.Convention`` (axes fastest first; dims as aliases)."""
+        from .conventions import layout_convention
+
+        return layout_convention(self)
+
+    def device_mesh_spec(self) -> tuple[tuple[int, ...], tuple[str, ...], np.ndarray]:
+        """``(mesh_shape, mesh_dim_names, mesh)`` whose row-major ``init_device_mesh`` numbering is this layout's."""
+        from .conventions import device_mesh_spec
+
+        return device_mesh_spec(self)

@@ -1,0 +1,54 @@
+"""Other frameworks' rank conventions side by side with this project's layout.
+
+A ``Convention`` is a list of named axes with sizes, fastest-varying first; from it follow every rank's
+coordinates and the groups of any set of axes. ``Megatron`` reproduces Megatron-Core's ``RankGenerator``;
+``DeviceMesh`` torch's row-major ``init_device_mesh`` numbering, with ``torchtitan``, ``picotron`` and
+``DeepSpeed`` presets; ``Layout.as_convention()`` this project's layout. ``equivalent(a, b, mapping)`` says
+whether the mapped axes give the same groups and shows the first group that differs. ``seeds`` compares
+which ranks share random streams under each framework's seeding rules. Pure numpy; torch only in
+``device_mesh_check``.
+"""
+
+from __future__ import annotations
+
+from .base import Convention, ConventionError, as_convention
+from .device_mesh import (
+    DeepSpeed,
+    DeviceMesh,
+    deepspeed_topology,
+    device_mesh_spec,
+    layout_device_mesh,
+    layout_mesh_dims,
+    picotron,
+    torchtitan,
+)
+from .equivalence import Equivalence, GroupDifference, SubsetResult, compare_groups, equivalent
+from .megatron import LAYOUT_DIM_TOKENS, LAYOUT_TO_MEGATRON, MEGATRON_GROUPS, Megatron, megatron_dim_table
+from .project import LAYOUT_DIM_AXES, LayoutConvention, layout_convention
+
+__all__ = [
+    "Convention",
+    "ConventionError",
+    "DeepSpeed",
+    "DeviceMesh",
+    "Equivalence",
+    "GroupDifference",
+    "LAYOUT_DIM_AXES",
+    "LAYOUT_DIM_TOKENS",
+    "LAYOUT_TO_MEGATRON",
+    "LayoutConvention",
+    "MEGATRON_GROUPS",
+    "Megatron",
+    "SubsetResult",
+    "as_convention",
+    "compare_groups",
+    "deepspeed_topology",
+    "device_mesh_spec",
+    "equivalent",
+    "layout_convention",
+    "layout_device_mesh",
+    "layout_mesh_dims",
+    "megatron_dim_table",
+    "picotron",
+    "torchtitan",
+]

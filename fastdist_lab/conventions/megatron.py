@@ -1,0 +1,202 @@
+"""Megatron-Core's rank numbering: ``RankGenerator(tp, ep, dp, pp, cp, order)`` and its masked groups.
+
+Facts implemented (read from ``megatron/core/parallel_state.py``, rewritten here):
+
+* ``order`` is a "-"-separated list of the tokens ``tp``, ``cp``, ``ep``, ``dp``, ``pp``; the FIRST token varies
+  fastest: global rank = sum(coordinate_i * stride_i), stride_i = product of the sizes of the earlier tokens.
+  A token missing from ``order`` must have size 1 and is appended at the end (Megatron raises otherwise).
+* ``get_ranks(token)`` (here ``groups(token)``) masks the axes named in ``token`` (e.g. ``"dp-cp"``); the token's
+  own order does not matter. Inside a group the members run over the masked axes in ORDER-STRING order, first
+  fastest; the groups are enumerated over the unmasked axes, first fastest.
+* Expert parallelism: Megatron-Core (since the MoE refactor, core 0.10 era) never puts ``ep`` and ``cp`` > 1 in one
+  generator. ``initialize_model_parallel`` builds a decoder generator with ``ep=1`` (tp, cp, dp, pp) and an expert
+  generator with ``cp=1``, ``tp=expert_tensor_parallel_size``, ``ep=expert_model_parallel_size`` and
+  ``dp=world/(etp*ep*pp)`` over the same order string. ``Megatron(...)`` is one generator (it refuses ep > 1 with
+  cp > 1 exactly like Megatron); ``Megatron.expert(...)`` builds the expert one. Older releases that folded ep
+  into dp inside one generator are not modelled.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .base import Convention, ConventionError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+MEGATRON_TOKENS: tuple[str, ...] = ("tp", "pp", "dp", "ep", "cp")
+"""Megatron's parallelism tokens, in the order its RankGenerator appends the missing ones."""
+
+DEFAULT_ORDER = "tp-cp-ep-dp-pp"
+"""Megatron-Core's default ``order``."""
+
+MEGATRON_GROUPS: dict[str, str] = {
+    "TENSOR_MODEL_PARALLEL_GROUP": "tp",
+    "PIPELINE_MODEL_PARALLEL_GROUP": "pp",
+    "DATA_PARALLEL_GROUP": "dp",
+    "CONTEXT_PARALLEL_GROUP": "cp",
+    "DATA_PARALLEL_GROUP_WITH_CP": "dp-cp",
+    "MODEL_PARALLEL_GROUP": "tp-pp",
+    "TENSOR_AND_CONTEXT_PARALLEL_GROUP": "tp-cp",
+    "TENSOR_AND_DATA_PARALLEL_GROUP": "tp-dp",
+    "TENSOR_AND_DATA_PARALLEL_GROUP_WITH_CP": "tp-dp-cp",
+}
+"""The decoder groups ``initialize_model_parallel`` builds, by Megatron's name, with their token."""
+
+LAYOUT_DIM_TOKENS: dict[str, str] = {
+    "world": "tp-cp-dp-pp",
+    "data": "dp-cp",
+    "pipeline": "pp",
+    "tensor": "tp",
+    "sequence_data": "cp",
+    "batch_data": "dp",
+    "tensor_and_sequence_data": "tp-cp",
+    "tensor_and_data": "tp-dp-cp",
+    "model_and_sequence_data": "tp-cp-pp",
+}
+"""This project's nine dims as Megatron tokens (sequence-data = cp, batch-data = dp)."""
+
+LAYOUT_TO_MEGATRON: dict[str, str] = {"tensor": "tp", "sequence_data": "cp", "batch_data": "dp", "pipeline": "pp"}
+"""Axis mapping this project -> Megatron: cp stands for sequence-data, dp for batch-data."""
+
+
+def _check_size(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ConventionError(f"{name}={value!r} must be an integer >= 1")
+    return int(value)
+
+
+class Megatron(Convention):
+    """Megatron-Core's ``RankGenerator``: ``Megatron(tp, pp, dp, cp=1, ep=1, order="tp-cp-ep-dp-pp")``.
+
+    ``groups("dp-cp")`` returns the groups ``RankGenerator.get_ranks("dp-cp")`` returns, in the same order and
+    with each group's members in the same order (one row per group).
+    """
+
+    kind = "megatron"
+
+    def __init__(self, tp: int = 1, pp: int = 1, dp: int = 1, cp: int = 1, ep: int = 1, order: str = DEFAULT_ORDER):
+        sizes = {
+            "tp": _check_size("tp", tp),
+            "pp": _check_size("pp", pp),
+            "dp": _check_size("dp", dp),
+            "ep": _check_size("ep", ep),
+            "cp": _check_size("cp", cp),
+        }
+        if sizes["ep"] > 1 and sizes["cp"] > 1:
+            raise ConventionError(
+                f"ep={ep} and cp={cp}: Megatron-Core's RankGenerator does not allow both > 1 in one generator "
+                "(cp lives in the decoder generator, ep in the expert one; see Megatron.expert)"
+            )
+        if not isinstance(order, str):
+            raise ConventionError(f"order={order!r} must be a string such as 'tp-cp-ep-dp-pp'")
+        tokens = [t for t in order.lower().split("-")]
+        bad = [t for t in tokens if t not in MEGATRON_TOKENS]
+        if bad:
+            raise ConventionError(f"order={order!r}: unknown token(s) {bad}; use {'-'.join(MEGATRON_TOKENS)}")
+        if len(set(tokens)) != len(tokens):
+            raise ConventionError(f"order={order!r} names a token twice")
+        for token in MEGATRON_TOKENS:
+            if token not in tokens:
+                if sizes[token] != 1:
+                    raise ConventionError(f"{token}={sizes[token]} but order={order!r} does not name {token}")
+                tokens.append(token)
+        self.tp, self.pp, self.dp, self.cp, self.ep = (sizes[t] for t in ("tp", "pp", "dp", "cp", "ep"))
+        self.order = "-".join(tokens)
+        super().__init__(tokens, [sizes[t] for t in tokens], name=f"Megatron {order.lower()}")
+
+    # ------------------------------------------------------------------ Megatron's API
+    def member_axes(self, spec: str | Any) -> tuple[str, ...]:
+        """The masked axes of ``spec`` (a token like ``"dp-cp"`` or a sequence of tokens), in order-string order."""
+        if isinstance(spec, str):
+            spec = spec.lower().split("-")
+        return super().member_axes(spec)
+
+    def get_ranks(self, token: str) -> list[list[int]]:
+        """``groups(token)`` as nested lists, exactly what Megatron's ``RankGenerator.get_ranks`` returns."""
+        return self.groups(token).tolist()
+
+    def rank_coordinates(self, rank: int) -> dict[str, int]:
+        """The tp/cp/ep/dp/pp rank of global ``rank`` (Megatron's ``get_*_rank`` for that rank)."""
+        return self.coordinates(rank)
+
+    def named_groups(self) -> dict[str, np.ndarray]:
+        """The decoder groups ``initialize_model_parallel`` builds, keyed by Megatron's group name."""
+        return {name: self.groups(token) for name, token in MEGATRON_GROUPS.items()}
+
+    @classmethod
+    def expert(
+        cls,
+        world_size: int,
+        tp: int = 1,
+        pp: int = 1,
+        ep: int = 1,
+        expert_tp: int | None = None,
+        order: str = DEFAULT_ORDER,
+    ) -> Megatron:
+        """The expert generator ``initialize_model_parallel`` builds: tp=expert_tp (default tp), ep, cp=1,
+        dp = world_size / (expert_tp * ep * pp)."""
+        etp = tp if expert_tp is None else _check_size("expert_tp", expert_tp)
+        denominator = etp * _check_size("ep", ep) * _check_size("pp", pp)
+        if world_size % denominator:
+            raise ConventionError(
+                f"world_size={world_size} is not divisible by expert_tp={etp} * ep={ep} * pp={pp} = {denominator}"
+            )
+        generator = cls(tp=etp, pp=pp, dp=world_size // denominator, cp=1, ep=ep, order=order)
+        generator.name = f"Megatron expert {order.lower()}"
+        return generator
+
+    @classmethod
+    def from_layout(cls, layout: Any) -> Megatron:
+        """The Megatron generator that numbers GPUs like ``layout``: cp = sequence-data, dp = batch-data, and
+        order ``tp-cp-dp-pp`` (data-first) or ``tp-pp-cp-dp`` (pipeline-first)."""
+        order = "tp-pp-cp-dp" if layout.pipeline_first else "tp-cp-dp-pp"
+        return cls(
+            tp=layout.tensor_parallel,
+            pp=layout.pipeline_parallel,
+            dp=layout.batch_data_parallel,
+            cp=layout.sequence_data_parallel,
+            order=order,
+        )
+
+    def default_mapping_from(self, other: Convention) -> dict[str, str] | None:
+        """The axis mapping from this project's layout convention to Megatron (else ``None``)."""
+        if getattr(other, "kind", "") == "fastdist":
+            return dict(LAYOUT_TO_MEGATRON)
+        return None
+
+    def __repr__(self) -> str:
+        return (
+            f"Megatron(tp={self.tp}, pp={self.pp}, dp={self.dp}, cp={self.cp}, ep={self.ep}, "
+            f"order={self.order!r}; world {self.world_size})"
+        )
+
+
+def megatron_dim_table(layout: Any, megatron: Megatron | None = None) -> pd.DataFrame:
+    """For each of this project's nine dims: the Megatron token, Megatron's group name, and whether the
+    groups (members in order) are the same as under ``megatron`` (default ``Megatron.from_layout(layout)``)."""
+    import pandas as pd
+
+    from .equivalence import compare_groups
+    from .project import LAYOUT_DIM_AXES, layout_convention
+
+    ours = layout_convention(layout)
+    theirs = megatron if megatron is not None else Megatron.from_layout(layout)
+    token_names = {token: name for name, token in MEGATRON_GROUPS.items()}
+    rows = []
+    for dim, token in LAYOUT_DIM_TOKENS.items():
+        result = compare_groups(ours, LAYOUT_DIM_AXES[dim], theirs, token.split("-"))
+        rows.append(
+            {
+                "dim": dim,
+                "megatron_token": token,
+                "megatron_group": token_names.get(token, ""),
+                "group_size": ours.groups(dim).shape[1],
+                "same": result.same,
+                "first_difference": "" if result.difference is None else result.difference.describe(),
+            }
+        )
+    return pd.DataFrame(rows).set_index("dim")
