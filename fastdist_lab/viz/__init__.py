@@ -1,0 +1,8 @@
+"""Pictures of layouts (matplotlib ``Figure``s, never pyplot): rank grids and per-dim small multiples."""
+
+from __future__ import annotations
+
+from .grid import plot_dims, plot_layout
+from .render import to_pixels, to_png
+
+__all__ = ["plot_layout", "plot_dims", "to_png", "to_pixels"]
