@@ -294,14 +294,32 @@ class Layout:
         )
 
     def _repr_html_(self) -> str:
+        """Summary table, groups per dim and (up to 4,096 ranks) the rank grid as an inline PNG."""
         summary = "".join(
             f"<tr><th style='text-align:left'>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>"
             for k, v in self.summary().items()
         )
         topology = self.topology().to_html()
+        picture = ""
+        if self.world_size <= 4096:
+            import base64
+
+            png = self._repr_png_()
+            if png:
+                data = base64.b64encode(png).decode("ascii")
+                picture = f"<div><img alt='rank grid' src='data:image/png;base64,{data}'/></div>"
         return (
-            f"<div class='fastdist-layout'><b>Layout</b><table>{summary}</table><b>Groups per dim</b>{topology}</div>"
+            "<div class='fastdist-layout' style='display:flex;flex-wrap:wrap;gap:1.5em;align-items:flex-start'>"
+            f"<div><b>Layout</b><table>{summary}</table><b>Groups per dim</b>{topology}</div>{picture}</div>"
         )
+
+    def _repr_png_(self) -> bytes | None:
+        """The rank grid coloured by tensor groups, as PNG bytes (None when matplotlib is missing)."""
+        try:
+            from .viz import plot_layout, to_png
+        except ImportError:
+            return None
+        return to_png(plot_layout(self))
 
     def as_convention(self) -> Any:
         """This layout as a ``fastdist_lab.conventions.Convention`` (axes fastest first; dims as aliases)."""
