@@ -1,0 +1,19 @@
+"""Generator streams: predict, draw and compare every rank's random streams, and say which ranks share them.
+
+``predict(layout, step, phase)`` computes, for every rank and every generator of ``Distributed``
+(``default_cpu``, ``pp_init``, ``tp_init``, ``pp``, ``tp``), the seed and the first draws of a torch generator
+so seeded; ``draw(cluster, step, phase)`` draws the same numbers from the workers' real generators.
+Both return a ``StreamReport`` (sharing, invariant checks, real-vs-predicted comparison, pictures).
+
+This package imports numpy and pandas; torch is imported inside the functions that draw, and the runtime
+and matplotlib only inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+from .draws import DRAW_FUNCTION, draw_values
+from .predict import predict
+from .real import compare_on_cluster, draw
+from .report import StreamReport
+
+__all__ = ["DRAW_FUNCTION", "StreamReport", "compare_on_cluster", "draw", "draw_values", "predict"]

@@ -1,0 +1,323 @@
+"""The invariants a ``StreamReport`` is checked against, vectorised over the whole world.
+
+Each check returns one row ``{"check", "ok", "detail"}``; a failing detail names the ranks, the generators
+and the seed. What "should" share a stream is the seed's design (see ``shared/spec/layout-and-seeds.md``):
+pp streams are shared by the ranks of a tensor group, every tp stream is its rank's own, and the init
+generators (and torch's default CPU generator, seeded like ``pp_init``) are shared across data and pipeline
+ranks exactly when ``reproducible_init`` is set.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..config import PhaseType
+
+if TYPE_CHECKING:
+    from .report import StreamReport
+
+Row = dict[str, Any]
+
+_INIT_GENERATORS = ("default_cpu", "pp_init", "tp_init")
+_STEP_GENERATORS = ("pp", "tp")
+
+
+def _row(check: str, ok: bool, detail: str) -> Row:
+    return {"check": check, "ok": bool(ok), "detail": detail}
+
+
+def _members(group: np.ndarray) -> str:
+    values = group.tolist()
+    if len(values) > 8:
+        return "[" + ", ".join(map(str, values[:8])) + f", ... ({len(values)} ranks)]"
+    return "[" + ", ".join(map(str, values)) + "]"
+
+
+def _cell(report: StreamReport, rank: int, generator: str) -> str:
+    index = report.generator_index(generator)
+    return f"seed {int(report.seeds[rank, index])} on {report.devices[index]}"
+
+
+def _duplicate_in_rows(ids: np.ndarray) -> tuple[int, int, int] | None:
+    """The first (row, column, column) whose ids are equal inside one row, or ``None``."""
+    if ids.shape[1] < 2:
+        return None
+    order = np.argsort(ids, axis=1, kind="stable")
+    ordered = np.take_along_axis(ids, order, axis=1)
+    same = ordered[:, 1:] == ordered[:, :-1]
+    rows = np.flatnonzero(same.any(axis=1))
+    if rows.size == 0:
+        return None
+    row = int(rows[0])
+    col = int(np.flatnonzero(same[row])[0])
+    a, b = sorted((int(order[row, col]), int(order[row, col + 1])))
+    return row, a, b
+
+
+def _distinct_within(report: StreamReport, generators: tuple[str, ...], dim: str, what: str) -> str | None:
+    """Failure text when some ``generators`` stream is shared by two ranks of one group of ``dim``."""
+    groups = report.layout.groups(dim)
+    for generator in generators:
+        ids = report.stream_ids[:, report.generator_index(generator)][groups]
+        found = _duplicate_in_rows(ids)
+        if found is not None:
+            row, a, b = found
+            ra, rb = int(groups[row, a]), int(groups[row, b])
+            return (
+                f"{generator} streams shared {what} {dim} group {_members(groups[row])}: "
+                f"ranks {ra} and {rb} both have {_cell(report, ra, generator)}"
+            )
+    return None
+
+
+def check_pp_shared_in_tensor_groups(report: StreamReport) -> Row:
+    """pp streams are shared by every rank of a tensor group and by no rank outside it."""
+    name = "pp streams shared exactly within each tensor group"
+    groups = report.layout.groups("tensor")
+    ids = report.stream_ids[:, report.generator_index("pp")][groups]
+    differ = np.flatnonzero((ids != ids[:, :1]).any(axis=1))
+    if differ.size:
+        row = int(differ[0])
+        col = int(np.flatnonzero(ids[row] != ids[row, 0])[0])
+        ra, rb = int(groups[row, 0]), int(groups[row, col])
+        return _row(
+            name,
+            False,
+            f"pp streams differ inside tensor group {_members(groups[row])}: rank {ra} has {_cell(report, ra, 'pp')}, "
+            f"rank {rb} has {_cell(report, rb, 'pp')}",
+        )
+    found = _duplicate_in_rows(ids[:, :1].T)
+    if found is not None:
+        _, a, b = found
+        ra = int(groups[a, 0])
+        return _row(
+            name,
+            False,
+            f"tensor groups {_members(groups[a])} and {_members(groups[b])} share one pp stream "
+            f"({_cell(report, ra, 'pp')})",
+        )
+    return _row(
+        name,
+        True,
+        f"each of the {groups.shape[0]} tensor groups has its own pp stream, shared by its {groups.shape[1]} rank(s)",
+    )
+
+
+def check_tp_distinct_in_tensor_groups(report: StreamReport) -> Row:
+    """tp streams (and tp_init streams, unless ``reproducible_init``) differ between the ranks of a tensor group."""
+    name = "tp streams distinct inside every tensor group"
+    tp = report.layout.tensor_parallel
+    if tp == 1:
+        return _row(name, True, "tensor_parallel=1: every tensor group has a single rank")
+    generators = ("tp",) if report.layout.reproducible_init else ("tp", "tp_init")
+    failure = _distinct_within(report, generators, "tensor", "inside")
+    if failure is not None:
+        return _row(name, False, failure)
+    return _row(name, True, f"the {tp} ranks of every tensor group draw different {' and '.join(generators)} streams")
+
+
+def check_distinct_across(report: StreamReport, dim: str) -> Row:
+    """pp and tp streams differ between the ranks of every ``dim`` group (``data`` or ``pipeline``)."""
+    name = f"pp and tp streams distinct across {dim} ranks"
+    size = report.layout.groups(dim).shape[1]
+    if size == 1:
+        return _row(name, True, f"{dim} parallelism is 1: nothing to compare")
+    failure = _distinct_within(report, _STEP_GENERATORS, dim, f"across {dim} ranks in")
+    if failure is not None:
+        return _row(name, False, failure)
+    return _row(name, True, f"in every {dim} group the {size} ranks draw different pp and tp streams")
+
+
+def check_init_generators(report: StreamReport) -> Row:
+    """Init generators equal across data and pipeline ranks exactly when ``reproducible_init``."""
+    name = "init generators equal across data and pipeline ranks exactly when reproducible_init"
+    layout = report.layout
+    if layout.reproducible_init:
+        # The ranks of tensor rank t are t, t + tp, t + 2 tp, ...: rank t is the first of its class.
+        tensor_rank = layout.ranks["tensor_rank"].to_numpy()
+        for generator in _INIT_GENERATORS:
+            ids = report.stream_ids[:, report.generator_index(generator)]
+            bad = np.flatnonzero(ids != ids[tensor_rank])
+            if bad.size:
+                other = int(bad[0])
+                first = int(tensor_rank[other])
+                return _row(
+                    name,
+                    False,
+                    f"reproducible_init=True but {generator} differs across data/pipeline ranks: rank {first} has "
+                    f"{_cell(report, first, generator)}, rank {other} has {_cell(report, other, generator)}",
+                )
+        shared = "tp_init is also one stream on every rank (the seed ignores tensor_rank then)"
+        return _row(
+            name,
+            True,
+            "reproducible_init=True: default_cpu, pp_init and tp_init are shared across data and pipeline ranks; "
+            + shared,
+        )
+    for dim in ("data", "pipeline"):
+        if layout.groups(dim).shape[1] > 1:
+            failure = _distinct_within(report, _INIT_GENERATORS, dim, f"across {dim} ranks in")
+            if failure is not None:
+                return _row(name, False, f"reproducible_init=False but {failure}")
+    return _row(name, True, "reproducible_init=False: every init stream differs across data and pipeline ranks")
+
+
+def _other_moments(report: StreamReport) -> list[tuple[str, int, PhaseType]]:
+    moments = [(f"step {report.step + 1}", report.step + 1, report.phase)]
+    test_like = {PhaseType.test, PhaseType.inference}
+    for phase in (PhaseType.training, PhaseType.validation, PhaseType.test):
+        if phase is report.phase or (phase in test_like and report.phase in test_like):
+            continue
+        moments.append((f"phase {phase.name}", report.step, phase))
+    return moments
+
+
+def check_streams_change(report: StreamReport) -> Row:
+    """Every rank's pp and tp streams change at the next step and in every other phase, and never reappear."""
+    name = "streams change with step and with phase"
+    columns = [report.generator_index(g) for g in _STEP_GENERATORS]
+    current = report.seeds[:, columns]
+    here = f"step {report.step} {report.phase.name}"
+    for label, step, phase in _other_moments(report):
+        table = report.layout.seed_table(step, phase)
+        other = table[list(_STEP_GENERATORS)].to_numpy(dtype=np.uint64)
+        same = np.argwhere(current == other)
+        if same.size:
+            rank, col = (int(v) for v in same[0])
+            generator = _STEP_GENERATORS[col]
+            return _row(
+                name,
+                False,
+                f"rank {rank}'s {generator} stream is the same at {here} and at {label} "
+                f"(seed {int(current[rank, col])})",
+            )
+        _, i, j = np.intersect1d(current.ravel(), other.ravel(), assume_unique=False, return_indices=True)
+        if i.size:
+            (ra, ga), (rb, gb) = divmod(int(i[0]), 2), divmod(int(j[0]), 2)
+            return _row(
+                name,
+                False,
+                f"rank {rb}'s {_STEP_GENERATORS[gb]} stream at {label} is rank {ra}'s {_STEP_GENERATORS[ga]} stream "
+                f"at {here} (seed {int(current[ra, ga])})",
+            )
+    labels = ", ".join(label for label, _, _ in _other_moments(report))
+    return _row(
+        name, True, f"at {labels} every rank's pp and tp streams are new, and none is another rank's stream at {here}"
+    )
+
+
+def _expected_classes(report: StreamReport) -> np.ndarray:
+    """For every cell, the class of cells that are meant to share its stream (same class = may share)."""
+    layout = report.layout
+    world = layout.world_size
+    ranks = np.arange(world, dtype=np.int64)
+    coords = layout.ranks
+    model = coords["data_rank"].to_numpy() * layout.pipeline_parallel + coords["pipeline_rank"].to_numpy()
+    everyone = np.zeros(world, dtype=np.int64)
+    reproducible = layout.reproducible_init
+    per_generator = {
+        "default_cpu": (0, everyone if reproducible else model),
+        "pp_init": (0, everyone if reproducible else model),
+        "tp_init": (1, everyone if reproducible else ranks),
+        "pp": (2, model),
+        "tp": (3, ranks),
+    }
+    classes = np.empty(report.seeds.shape, dtype=np.int64)
+    for index, generator in enumerate(report.generators):
+        kind, within = per_generator[generator]
+        classes[:, index] = kind * world + within
+    return classes
+
+
+def check_no_collisions(report: StreamReport) -> Row:
+    """No two cells that are meant to have different streams share one, across all ranks and generators."""
+    name = "no two streams that should differ collide anywhere in the world"
+    ids = report.stream_ids.ravel()
+    classes = _expected_classes(report).ravel()
+    width = int(classes.max()) + 1
+    pairs = np.unique(ids * width + classes)
+    per_stream = np.bincount(pairs // width, minlength=report.num_streams)
+    colliding = np.flatnonzero(per_stream > 1)
+    if colliding.size:
+        stream = int(colliding[0])
+        cells = np.flatnonzero(ids == stream)
+        a = int(cells[0])
+        b = int(cells[np.flatnonzero(classes[cells] != classes[a])[0]])
+        count = len(report.generators)
+        (ra, ga), (rb, gb) = divmod(a, count), divmod(b, count)
+        return _row(
+            name,
+            False,
+            f"{colliding.size} stream(s) shared by cells meant to differ; first: rank {ra}'s "
+            f"{report.generators[ga]} and rank {rb}'s {report.generators[gb]} "
+            f"({_cell(report, ra, report.generators[ga])})",
+        )
+    return _row(name, True, f"{report.num_streams} distinct streams; every shared one is shared by design")
+
+
+def check_draws_agree(report: StreamReport) -> Row:
+    """Cells with one stream id drew the same values; cells with different ids drew different values."""
+    name = "draws agree with stream ids"
+    count = len(report.generators)
+    values = report.values.reshape(-1, report.draws)
+    ids, first = report.stream_ids.ravel(), report._ids[1]
+    bad = np.flatnonzero((values != values[first[ids]]).any(axis=1))
+    if bad.size:
+        b = int(bad[0])
+        a = int(first[ids[b]])
+        (ra, ga), (rb, gb) = divmod(a, count), divmod(b, count)
+        return _row(
+            name,
+            False,
+            f"rank {ra}'s {report.generators[ga]} and rank {rb}'s {report.generators[gb]} have "
+            f"{_cell(report, ra, report.generators[ga])} but drew different values",
+        )
+    distinct = np.unique(values[first], axis=0).shape[0]
+    if distinct != first.size:
+        _, index, inverse = np.unique(values[first], axis=0, return_index=True, return_inverse=True)
+        inverse = np.asarray(inverse).ravel()
+        b = int(np.flatnonzero(np.arange(first.size) != index[inverse])[0])
+        a = int(index[inverse[b]])
+        (ra, ga), (rb, gb) = divmod(int(first[a]), count), divmod(int(first[b]), count)
+        return _row(
+            name,
+            False,
+            f"rank {ra}'s {report.generators[ga]} ({_cell(report, ra, report.generators[ga])}) and rank {rb}'s "
+            f"{report.generators[gb]} ({_cell(report, rb, report.generators[gb])}) drew the same values",
+        )
+    return _row(name, True, f"{first.size} streams, each with its own {report.draws} draw(s), equal wherever shared")
+
+
+def note_inference_reuses_test(report: StreamReport) -> Row:
+    """A note (always ok): the inference phase reuses the test phase's seed shift, hence its streams."""
+    layout = report.layout
+    test = layout.seed_table(report.step, PhaseType.test).iloc[0]
+    inference = layout.seed_table(report.step, PhaseType.inference).iloc[0]
+    same = int(test["pp"]) == int(inference["pp"]) and int(test["tp"]) == int(inference["tp"])
+    detail = (
+        "the seed reuses test_seed_shift for the inference phase, so at any step inference draws exactly the test "
+        f"phase's pp and tp streams (rank 0 at step {report.step}: pp seed {int(inference['pp'])} in both"
+        f"{'' if same else ' -- NOT equal here'}); use a different step if they must differ"
+    )
+    return _row("note: inference reuses the test phase's streams", True, detail)
+
+
+CHECKS = (
+    check_pp_shared_in_tensor_groups,
+    check_tp_distinct_in_tensor_groups,
+    lambda report: check_distinct_across(report, "data"),
+    lambda report: check_distinct_across(report, "pipeline"),
+    check_init_generators,
+    check_streams_change,
+    check_no_collisions,
+    check_draws_agree,
+    note_inference_reuses_test,
+)
+"""Every check, in the order of the table."""
+
+
+def run_checks(report: StreamReport) -> list[Row]:
+    """Every check's row for ``report``."""
+    return [check(report) for check in CHECKS]

@@ -1,0 +1,85 @@
+"""The one draw both predictions and real workers make, and the stream identity of a (seed, device) pair.
+
+A stream is what a torch generator produces after ``manual_seed(seed)`` on one device type: the same seed on
+the same device type gives the same numbers (CPU and CUDA generators differ), so ``(device type, seed)`` is
+the stream's identity. The draws are ``torch.rand(draws, dtype=torch.float64)``: doubles, compared exactly.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+DRAW_FUNCTION = "torch.rand(draws, dtype=torch.float64, generator=g)"
+"""The draw every prediction and every real worker makes, as text (shown in reports)."""
+
+
+def device_type(device: Any) -> str:
+    """The device type (``"cpu"``, ``"cuda"``, ...) of a ``torch.device``, a device string or a generator."""
+    device = getattr(device, "device", device)
+    device = getattr(device, "type", device)
+    text = str(device)
+    return text.split(":", 1)[0]
+
+
+def draw_values(generator: torch.Generator, draws: int) -> np.ndarray:
+    """The next ``draws`` values of ``generator`` (advancing it), as a float64 numpy array on the CPU."""
+    import torch
+
+    values = torch.rand(draws, dtype=torch.float64, generator=generator, device=generator.device)
+    return values.cpu().numpy()
+
+
+def check_draws(draws: object) -> int:
+    """``draws`` as a positive int, else ``ValueError``."""
+    if isinstance(draws, bool) or not hasattr(draws, "__index__"):
+        raise ValueError(f"draws={draws!r} must be a positive integer")
+    count = draws.__index__()  # type: ignore[union-attr]
+    if count < 1:
+        raise ValueError(f"draws={count} must be a positive integer")
+    return count
+
+
+def draw_seeds(seeds: np.ndarray, device: str, draws: int) -> np.ndarray:
+    """The first ``draws`` values of a generator on ``device`` seeded with each of ``seeds``: shape (len, draws).
+
+    One generator is re-seeded for every seed (``manual_seed`` resets it completely, so this equals a fresh
+    generator per seed) and written straight into one output tensor.
+    """
+    import torch
+
+    out = torch.empty((len(seeds), draws), dtype=torch.float64, device=device)
+    generator = torch.Generator(device=device)
+    for row, seed in enumerate(seeds.tolist()):
+        generator.manual_seed(seed)
+        torch.rand(draws, dtype=torch.float64, generator=generator, device=device, out=out[row])
+    return out.cpu().numpy()
+
+
+def stream_ids(seeds: np.ndarray, devices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Number the distinct ``(device, seed)`` pairs of two equal-shape arrays in order of first appearance.
+
+    ``seeds`` is uint64, ``devices`` small integer codes. Returns ``(ids, first, count)``: ``ids`` has the
+    input's shape (equal ids = same pair), ``first[i]`` is the flat index where stream ``i`` first appears.
+    """
+    flat_seeds = seeds.ravel()
+    flat_devices = devices.ravel()
+    if flat_seeds.size == 0:
+        return np.zeros(seeds.shape, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    order = np.lexsort((flat_seeds, flat_devices))
+    sorted_seeds, sorted_devices = flat_seeds[order], flat_devices[order]
+    new = np.ones(order.size, dtype=bool)
+    new[1:] = (sorted_seeds[1:] != sorted_seeds[:-1]) | (sorted_devices[1:] != sorted_devices[:-1])
+    provisional = np.cumsum(new) - 1
+    # lexsort is stable: the first element of each run of equal keys is its smallest flat index.
+    first = order[new]
+    renumber = np.empty(first.size, dtype=np.int64)
+    by_first = np.argsort(first, kind="stable")
+    renumber[by_first] = np.arange(first.size, dtype=np.int64)
+    ids = np.empty(order.size, dtype=np.int64)
+    ids[order] = renumber[provisional]
+    return ids.reshape(seeds.shape), first[by_first], np.bincount(ids, minlength=first.size)

@@ -1,0 +1,228 @@
+"""``StreamReport``: every rank's generator streams at one step and phase, predicted or drawn for real."""
+
+from __future__ import annotations
+
+import html
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..config import PhaseType
+from ..layout import RANK_COLUMNS, Layout
+from ..seeds import GENERATORS
+from .draws import DRAW_FUNCTION, stream_ids
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+
+class StreamReport:
+    """The seed, device and first draws of every generator of every rank, with their stream ids.
+
+    ``seeds`` is a ``uint64`` array (rank, generator), ``devices`` one device type per generator and
+    ``values`` a float64 array (rank, generator, draw). ``source`` says where the numbers come from
+    (``"predicted"`` or ``"real"``). Two (rank, generator) cells share a stream id exactly when they have
+    the same seed on the same device type, i.e. when their generators produce identical numbers.
+    """
+
+    def __init__(
+        self,
+        layout: Layout,
+        step: int,
+        phase: PhaseType | str,
+        seeds: np.ndarray,
+        devices: tuple[str, ...],
+        values: np.ndarray,
+        source: str = "predicted",
+        generators: tuple[str, ...] = GENERATORS,
+    ):
+        self.layout = layout
+        self.step = int(step)
+        self.phase = PhaseType.parse(phase)
+        self.generators = tuple(generators)
+        self.seeds = np.asarray(seeds, dtype=np.uint64)
+        self.devices = tuple(devices)
+        self.values = np.asarray(values, dtype=np.float64)
+        self.source = source
+        world, count = layout.world_size, len(self.generators)
+        if self.seeds.shape != (world, count) or len(self.devices) != count:
+            raise ValueError(
+                f"seeds of shape {self.seeds.shape} and {len(self.devices)} devices do not fit "
+                f"{world} ranks x {count} generators"
+            )
+        if self.values.ndim != 3 or self.values.shape[:2] != (world, count):
+            raise ValueError(f"values of shape {self.values.shape} do not fit {world} ranks x {count} generators")
+
+    # ------------------------------------------------------------------ identity
+    @property
+    def draws(self) -> int:
+        """How many values were drawn from each generator."""
+        return self.values.shape[2]
+
+    @cached_property
+    def _device_codes(self) -> tuple[list[str], np.ndarray]:
+        names = sorted(set(self.devices))
+        per_generator = np.array([names.index(d) for d in self.devices], dtype=np.int64)
+        return names, np.broadcast_to(per_generator, self.seeds.shape)
+
+    @cached_property
+    def _ids(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return stream_ids(self.seeds, self._device_codes[1])
+
+    @property
+    def stream_ids(self) -> np.ndarray:
+        """The stream id of every (rank, generator) cell, numbered by first appearance (rank-major)."""
+        return self._ids[0]
+
+    @property
+    def num_streams(self) -> int:
+        """How many distinct streams the world holds."""
+        return int(self._ids[1].size)
+
+    def generator_index(self, generator: str) -> int:
+        """The column of ``generator`` (one of ``GENERATORS``); ``ValueError`` naming the choices otherwise."""
+        try:
+            return self.generators.index(generator)
+        except ValueError:
+            raise ValueError(f"generator={generator!r} is not one of {', '.join(self.generators)}") from None
+
+    def sharing(self, generator: str) -> list[tuple[int, ...]]:
+        """The groups of ranks that share one stream of ``generator``, each sorted, sorted by first rank."""
+        ids = self.stream_ids[:, self.generator_index(generator)]
+        order = np.argsort(ids, kind="stable")
+        cuts = np.flatnonzero(np.diff(ids[order])) + 1
+        groups = [tuple(part.tolist()) for part in np.split(order, cuts)] if order.size else []
+        groups.sort()
+        return groups
+
+    # ------------------------------------------------------------------ tables
+    def to_frame(self) -> pd.DataFrame:
+        """One row per (rank, generator): ``rank``, coordinates, ``generator``, ``seed``, ``device``, ``draws``,
+        ``stream_id``."""
+        import pandas as pd
+
+        world, count = self.seeds.shape
+        coords = self.layout.ranks
+        frame = pd.DataFrame({"rank": np.repeat(np.arange(world, dtype=np.int64), count)})
+        for column in RANK_COLUMNS:
+            frame[column] = np.repeat(coords[column].to_numpy(), count)
+        frame["generator"] = pd.Categorical(np.tile(np.array(self.generators), world), categories=self.generators)
+        frame["seed"] = self.seeds.ravel()
+        frame["device"] = np.tile(np.array(self.devices, dtype=object), world)
+        frame["draws"] = list(map(tuple, self.values.reshape(world * count, self.draws).tolist()))
+        frame["stream_id"] = self.stream_ids.ravel()
+        return frame
+
+    def check(self) -> pd.DataFrame:
+        """The stream invariants as a table with columns ``check``, ``ok`` and ``detail`` (see ``checks``)."""
+        import pandas as pd
+
+        from .checks import run_checks
+
+        return pd.DataFrame(run_checks(self), columns=["check", "ok", "detail"])
+
+    @property
+    def ok(self) -> bool:
+        """Whether every check passes."""
+        return bool(self.check()["ok"].all())
+
+    # ------------------------------------------------------------------ real against predicted
+    def _mismatch(self, other: StreamReport) -> dict[str, np.ndarray]:
+        if not isinstance(other, StreamReport):
+            raise TypeError(f"can only compare with another StreamReport, not {type(other).__name__}")
+        if self.seeds.shape != other.seeds.shape or self.generators != other.generators:
+            raise ValueError(
+                f"reports differ in shape: {self.seeds.shape[0]} ranks x {self.generators} against "
+                f"{other.seeds.shape[0]} ranks x {other.generators}"
+            )
+        if self.draws != other.draws:
+            raise ValueError(f"reports drew {self.draws} and {other.draws} values; draw as many to compare")
+        device = np.broadcast_to(np.array(self.devices) != np.array(other.devices), self.seeds.shape)
+        seed = self.seeds != other.seeds
+        values = (self.values != other.values).any(axis=2)
+        return {"device": device, "seed": seed, "draws": values}
+
+    def matches(self, other: StreamReport) -> bool:
+        """Whether ``other`` has the same seeds, devices and draws (exactly) in every cell, at the same step."""
+        if (self.step, self.phase) != (other.step, other.phase):
+            return False
+        return not any(part.any() for part in self._mismatch(other).values())
+
+    def _suffixes(self, other: StreamReport) -> tuple[str, str]:
+        if self.source != other.source:
+            return self.source, other.source
+        return "self", "other"
+
+    def compare(self, other: StreamReport) -> pd.DataFrame:
+        """Every (rank, generator) side by side with ``other``: device, seed and draws of both, ``ok``, ``differs``."""
+        import pandas as pd
+
+        mismatch = self._mismatch(other)
+        world, count = self.seeds.shape
+        a, b = self._suffixes(other)
+        differs = np.full(self.seeds.shape, "", dtype=object)
+        for name in ("draws", "seed", "device"):
+            part = mismatch[name]
+            differs[part] = [f"{name}, {text}" if text else name for text in differs[part]]
+        return pd.DataFrame(
+            {
+                "rank": np.repeat(np.arange(world, dtype=np.int64), count),
+                "generator": np.tile(np.array(self.generators), world),
+                f"device_{a}": np.tile(np.array(self.devices, dtype=object), world),
+                f"device_{b}": np.tile(np.array(other.devices, dtype=object), world),
+                f"seed_{a}": self.seeds.ravel(),
+                f"seed_{b}": other.seeds.ravel(),
+                f"draws_{a}": list(map(tuple, self.values.reshape(-1, self.draws).tolist())),
+                f"draws_{b}": list(map(tuple, other.values.reshape(-1, other.draws).tolist())),
+                "ok": ~(mismatch["device"] | mismatch["seed"] | mismatch["draws"]).ravel(),
+                "differs": differs.ravel(),
+            }
+        )
+
+    def diff(self, other: StreamReport) -> pd.DataFrame:
+        """The rows of ``compare(other)`` that differ (empty when ``matches(other)`` at the same step/phase)."""
+        frame = self.compare(other)
+        return frame[~frame["ok"]].reset_index(drop=True)
+
+    # ------------------------------------------------------------------ pictures
+    def plot_streams(self, **kwargs: Any) -> Figure:
+        """Rank x generator, each cell coloured by its stream id (see ``fastdist_lab.viz.streams.plot_streams``)."""
+        from ..viz.streams import plot_streams
+
+        return plot_streams(self, **kwargs)
+
+    def plot_sharing(self, generator: str = "tp", **kwargs: Any) -> Figure:
+        """Rank x rank: which ranks share ``generator``'s stream (see ``fastdist_lab.viz.streams.plot_sharing``)."""
+        from ..viz.streams import plot_sharing
+
+        return plot_sharing(self, generator, **kwargs)
+
+    # ------------------------------------------------------------------ display
+    def summary(self) -> dict[str, Any]:
+        """Source, world size, step, phase, draws, devices and the number of distinct streams per generator."""
+        ids = self.stream_ids
+        return {
+            "source": self.source,
+            "world_size": self.seeds.shape[0],
+            "step": self.step,
+            "phase": self.phase.name,
+            "draws": self.draws,
+            "draw": DRAW_FUNCTION,
+            "devices": dict(zip(self.generators, self.devices)),
+            "streams": {g: int(np.unique(ids[:, i]).size) for i, g in enumerate(self.generators)},
+            "distinct_streams": self.num_streams,
+        }
+
+    def __repr__(self) -> str:
+        s = self.summary()
+        streams = ", ".join(f"{g}={n}" for g, n in s["streams"].items())
+        return (
+            f"StreamReport({s['source']}, world_size={s['world_size']}, step={s['step']}, phase={s['phase']}, "
+            f"draws={s['draws']}; streams per generator: {streams}; {s['distinct_streams']} distinct)"
+        )
+
+    def _repr_html_(self) -> str:
+        checks = self.check().to_html(index=False)
+        return f"<div class='fastdist-streams'><b>{html.escape(repr(self))}</b><br><b>Checks</b>{checks}</div>"
