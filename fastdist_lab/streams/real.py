@@ -1,19 +1,156 @@
-"""``draw``: every rank's generator streams drawn for real by the workers of a ``LocalCluster``."""
+"""``draw``: every rank's generator streams drawn for real by the workers of a ``LocalCluster``.
+
+On each worker the rank's own ``Distributed`` (built by ``cluster.apply(layout)``) provides the generators.
+Nothing the user holds is disturbed: every draw is made from a *copy* of a generator's state (a fresh
+generator on the same device with ``set_state``), and the pp/tp generators get their state back after
+``set_step``. What is drawn:
+
+- ``pp`` / ``tp``: the first values after ``distributed.set_step(step, phase)``;
+- ``pp_init`` / ``tp_init`` / ``default_cpu``: the first values after ``Distributed`` construction seeded them.
+  Taken from ``distributed.initial_states[name]`` when the runtime keeps the states captured right after
+  seeding; else from the generator's current state when it is still untouched since its last
+  ``manual_seed`` (its state equals that of a generator freshly seeded with its ``initial_seed()``); else,
+  when something already drew from it (typically torch's global default generator), from a fresh generator
+  seeded with the generator's own ``initial_seed()``. ``StreamReport.origins`` says which, per cell
+  (``"set_step"``, ``"initial_state"``, ``"untouched"``, ``"initial_seed"``).
+
+The seed of each cell is read back from the generator itself (``initial_seed()``), not recomputed.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from ..config import PhaseType
-from .draws import check_draws
+from ..seeds import GENERATORS
+from .draws import check_draws, device_type, draw_values
+from .report import StreamReport
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import torch
+
+_ATTRIBUTES = {
+    "default_cpu": "default_cpu_generator",
+    "pp_init": "pp_init_generator",
+    "tp_init": "tp_init_generator",
+    "pp": "pp_generator",
+    "tp": "tp_generator",
+}
+"""Generator name -> attribute of ``Distributed``."""
 
 
-def draw(cluster: Any, step: int = 0, phase: PhaseType | str = "training", draws: int = 4) -> Any:
-    """Placeholder until the runtime lands."""
-    raise NotImplementedError
+def _copy(generator: torch.Generator, state: Any = None) -> torch.Generator:
+    import torch
+
+    twin = torch.Generator(device=generator.device)
+    twin.set_state(generator.get_state() if state is None else state)
+    return twin
 
 
-def compare_on_cluster(cluster: Any, step: int = 0, phase: PhaseType | str = "training", draws: int = 4) -> Any:
-    """Placeholder until the runtime lands."""
-    check_draws(draws)
-    raise NotImplementedError
+def _untouched(generator: torch.Generator) -> bool:
+    import torch
+
+    fresh = torch.Generator(device=generator.device)
+    fresh.manual_seed(generator.initial_seed())
+    return bool(torch.equal(fresh.get_state(), generator.get_state()))
+
+
+def rank_streams(ctx: Any, step: int, phase: str, draws: int) -> dict[str, Any]:
+    """On one worker: seed, device, first ``draws`` values and origin of each generator of ``ctx.distributed``."""
+    import torch
+
+    distributed = ctx.distributed
+    if distributed is None:
+        raise RuntimeError(f"rank {ctx.rank} has no Distributed: apply a layout to the cluster first")
+    generators = {name: getattr(distributed, attribute) for name, attribute in _ATTRIBUTES.items()}
+    kept = getattr(distributed, "initial_states", None) or {}
+    seeds, devices, origins, values = [], [], [], []
+
+    saved = {name: generators[name].get_state() for name in ("pp", "tp")}
+    try:
+        distributed.set_step(step, PhaseType.parse(phase))
+        stepped = {name: (_copy(generators[name]), generators[name].initial_seed()) for name in ("pp", "tp")}
+    finally:
+        for name, state in saved.items():
+            generators[name].set_state(state)
+
+    for name in GENERATORS:
+        generator = generators[name]
+        if name in stepped:
+            twin, seed = stepped[name]
+            origin = "set_step"
+        else:
+            seed = generator.initial_seed()
+            if name in kept:
+                twin, origin = _copy(generator, kept[name]), "initial_state"
+            elif _untouched(generator):
+                twin, origin = _copy(generator), "untouched"
+            else:
+                twin = torch.Generator(device=generator.device)
+                twin.manual_seed(seed)
+                origin = "initial_seed"
+        seeds.append(int(seed))
+        devices.append(device_type(generator.device))
+        origins.append(origin)
+        values.append(draw_values(twin, draws))
+    return {"rank": ctx.rank, "seeds": seeds, "devices": devices, "origins": origins, "values": np.stack(values)}
+
+
+def draw(
+    cluster: Any, step: int = 0, phase: PhaseType | str = "training", draws: int = 4, timeout: float | None = None
+) -> StreamReport:
+    """Every rank's generator seeds and first ``draws`` values, drawn by the cluster's workers (``source="real"``).
+
+    The cluster must have a layout applied (``cluster.apply(layout)``). See the module docstring for what
+    "first values" means per generator; the user's generators are left as they were.
+    """
+    count = check_draws(draws)
+    phase = PhaseType.parse(phase)
+    layout = getattr(cluster, "layout", None)
+    if layout is None:
+        raise RuntimeError("the cluster has no layout applied; call cluster.apply(layout) first")
+    results = cluster.run(rank_streams, int(step), phase.name, count, timeout=timeout)
+    results.raise_first()
+    rows = list(results.values)
+    answered = [row["rank"] for row in rows]
+    if answered != list(range(layout.world_size)):
+        raise RuntimeError(f"expected one answer per rank 0..{layout.world_size - 1}, got ranks {answered}")
+    devices = {tuple(row["devices"]) for row in rows}
+    if len(devices) != 1:
+        raise RuntimeError(f"ranks disagree on their generators' device types: {sorted(devices)}")
+    return StreamReport(
+        layout,
+        step,
+        phase,
+        np.array([row["seeds"] for row in rows], dtype=np.uint64),
+        devices.pop(),
+        np.stack([row["values"] for row in rows]),
+        source="real",
+        origins=np.array([row["origins"] for row in rows], dtype=object),
+    )
+
+
+def compare_on_cluster(
+    cluster: Any,
+    step: int = 0,
+    phase: PhaseType | str = "training",
+    draws: int = 4,
+    timeout: float | None = None,
+) -> pd.DataFrame:
+    """Draw on ``cluster`` and compare with the prediction for its layout on the workers' device type.
+
+    Returns ``predicted.compare(real)``: one row per (rank, generator) with the device, seed and draws of
+    both, ``ok`` and ``differs``; ``frame.attrs["matches"]`` says whether every row is ok. For the two
+    ``StreamReport`` objects themselves, call ``draw`` and ``predict`` directly.
+    """
+    from .predict import predict
+
+    real = draw(cluster, step, phase, draws, timeout=timeout)
+    device = real.devices[real.generator_index("pp")]
+    predicted = predict(real.layout, step, phase, draws, device=device)
+    frame = predicted.compare(real)
+    frame.attrs["matches"] = predicted.matches(real)
+    return frame

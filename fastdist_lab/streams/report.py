@@ -23,8 +23,9 @@ class StreamReport:
 
     ``seeds`` is a ``uint64`` array (rank, generator), ``devices`` one device type per generator and
     ``values`` a float64 array (rank, generator, draw). ``source`` says where the numbers come from
-    (``"predicted"`` or ``"real"``). Two (rank, generator) cells share a stream id exactly when they have
-    the same seed on the same device type, i.e. when their generators produce identical numbers.
+    (``"predicted"`` or ``"real"``); ``origins``, for real reports, says per cell which state the draws
+    were taken from (see ``fastdist_lab.streams.real``). Two (rank, generator) cells share a stream id exactly
+    when they have the same seed on the same device type, i.e. when their generators produce identical numbers.
     """
 
     def __init__(
@@ -37,6 +38,7 @@ class StreamReport:
         values: np.ndarray,
         source: str = "predicted",
         generators: tuple[str, ...] = GENERATORS,
+        origins: np.ndarray | None = None,
     ):
         self.layout = layout
         self.step = int(step)
@@ -46,12 +48,15 @@ class StreamReport:
         self.devices = tuple(devices)
         self.values = np.asarray(values, dtype=np.float64)
         self.source = source
+        self.origins = None if origins is None else np.asarray(origins, dtype=object)
         world, count = layout.world_size, len(self.generators)
         if self.seeds.shape != (world, count) or len(self.devices) != count:
             raise ValueError(
                 f"seeds of shape {self.seeds.shape} and {len(self.devices)} devices do not fit "
                 f"{world} ranks x {count} generators"
             )
+        if self.origins is not None and self.origins.shape != self.seeds.shape:
+            raise ValueError(f"origins of shape {self.origins.shape} do not fit {world} ranks x {count} generators")
         if self.values.ndim != 3 or self.values.shape[:2] != (world, count):
             raise ValueError(f"values of shape {self.values.shape} do not fit {world} ranks x {count} generators")
 
@@ -100,7 +105,7 @@ class StreamReport:
     # ------------------------------------------------------------------ tables
     def to_frame(self) -> pd.DataFrame:
         """One row per (rank, generator): ``rank``, coordinates, ``generator``, ``seed``, ``device``, ``draws``,
-        ``stream_id``."""
+        ``stream_id`` (and ``origin`` for real reports)."""
         import pandas as pd
 
         world, count = self.seeds.shape
@@ -113,6 +118,8 @@ class StreamReport:
         frame["device"] = np.tile(np.array(self.devices, dtype=object), world)
         frame["draws"] = list(map(tuple, self.values.reshape(world * count, self.draws).tolist()))
         frame["stream_id"] = self.stream_ids.ravel()
+        if self.origins is not None:
+            frame["origin"] = self.origins.ravel()
         return frame
 
     def check(self) -> pd.DataFrame:

@@ -1,0 +1,132 @@
+"""``fastdist-lab streams``: which ranks share which generator stream, and whether the seed design holds.
+
+Predicts every rank's streams for the layout (``--real``: also draws them on a local cluster and compares),
+prints the sharing of each generator and the check table; exits 1 when a check fails or real != predicted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from ..config import DEFAULT_SEED_SHIFTS, LayoutError, PhaseType
+from .common import add_layout_arguments, layout_from_args
+
+HELP = "show which ranks share each generator stream and check the seeds (--real: draw them on workers too)"
+
+MAX_GROUPS_SHOWN = 16
+"""Sharing groups printed per generator in the table format (the JSON format has them all)."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the flags of ``streams``."""
+    add_layout_arguments(parser)
+    parser.add_argument("--step", type=int, default=0, help="training step passed to set_step (default 0)")
+    parser.add_argument(
+        "--phase", choices=[p.name for p in PhaseType], default="training", help="phase passed to set_step"
+    )
+    parser.add_argument("--draws", type=int, default=4, help="values drawn from each generator (default 4)")
+    parser.add_argument(
+        "--seed-shift",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override one seed shift, e.g. tp_seed_shift=0 (repeatable)",
+    )
+    parser.add_argument("--real", action="store_true", help="also draw on a local cluster and compare")
+    parser.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto", help="backend for --real")
+    parser.add_argument("--timeout", type=float, default=60, help="deadline in seconds per cluster call (--real)")
+    parser.add_argument("--format", choices=("table", "json"), default="table")
+
+
+def parse_seed_shifts(items: list[str]) -> dict[str, int]:
+    """``["tp_seed_shift=0", ...]`` as a dict; ``LayoutError`` naming the bad item otherwise."""
+    shifts: dict[str, int] = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        name = name.strip().replace("-", "_")
+        if name not in DEFAULT_SEED_SHIFTS:
+            raise LayoutError(
+                f"--seed-shift {item!r}: {name!r} is not a seed shift; use one of {', '.join(DEFAULT_SEED_SHIFTS)}"
+            )
+        try:
+            shifts[name] = int(value, 0)
+        except ValueError:
+            raise LayoutError(f"--seed-shift {item!r}: {value!r} is not an integer") from None
+    return shifts
+
+
+def _groups_text(groups: list[tuple[int, ...]], limit: int = MAX_GROUPS_SHOWN) -> str:
+    text = " ".join("[" + " ".join(map(str, group)) + "]" for group in groups[:limit])
+    return text + (f" ... ({len(groups) - limit} more)" if len(groups) > limit else "")
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    if isinstance(value, (tuple, set)):
+        return list(value)
+    return str(value)
+
+
+def _real(layout: Any, args: argparse.Namespace) -> Any:
+    from ..runtime import LocalCluster
+    from ..streams import draw
+
+    with LocalCluster(layout.world_size, backend=args.backend, local_world_size=layout.local_world_size,
+                      timeout=args.timeout) as cluster:  # fmt: skip
+        cluster.apply(layout)
+        return draw(cluster, args.step, args.phase, args.draws)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Predict (and with ``--real`` draw) the streams, print sharing and checks; 1 when anything fails."""
+    from ..streams import predict
+
+    layout = layout_from_args(args, **parse_seed_shifts(args.seed_shift))
+    if args.draws < 1:
+        raise LayoutError(f"--draws {args.draws} must be >= 1")
+    real = _real(layout, args) if args.real else None
+    device = real.devices[real.generator_index("pp")] if real is not None else "cpu"
+    predicted = predict(layout, args.step, args.phase, args.draws, device=device)
+    report = real if real is not None else predicted
+    checks = report.check()
+    diff = predicted.diff(real) if real is not None else None
+    ok = bool(checks["ok"].all()) and (diff is None or diff.empty)
+
+    if args.format == "json":
+        doc: dict[str, Any] = {
+            "summary": report.summary(),
+            "sharing": {name: report.sharing(name) for name in report.generators},
+            "checks": checks.to_dict(orient="records"),
+            "ok": ok,
+        }
+        if diff is not None:
+            doc["real"] = {"matches": diff.empty, "diff": diff.to_dict(orient="records")}
+        print(json.dumps(doc, default=_json_default))
+        return 0 if ok else 1
+
+    print(repr(layout))
+    print(repr(report))
+    print()
+    print(f"ranks sharing one stream (step {args.step}, {args.phase}):")
+    width = max(map(len, report.generators))
+    for name in report.generators:
+        groups = report.sharing(name)
+        print(f"  {name:<{width}}  {len(groups)} streams: {_groups_text(groups)}")
+    print()
+    print("checks:")
+    for row in checks.itertuples(index=False):
+        note = row.check.startswith("note:")
+        label = "note" if note else ("ok" if row.ok else "FAIL")
+        name = row.check.removeprefix("note:").strip()
+        print(f"  {label:<4}  {name}: {row.detail}")
+    if diff is not None:
+        print()
+        if diff.empty:
+            print(f"real vs predicted: all {report.seeds.size} (rank, generator) streams match exactly")
+        else:
+            print(f"real vs predicted: {len(diff)} of {report.seeds.size} streams differ")
+            print(diff.to_string(index=False))
+    return 0 if ok else 1
