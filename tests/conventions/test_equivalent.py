@@ -1,0 +1,172 @@
+"""Layout.as_convention and equivalent(): the required equivalences, and differences reported precisely."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fastdist_lab
+from fastdist_lab import Layout
+from fastdist_lab.conventions import (
+    LAYOUT_DIM_TOKENS,
+    Convention,
+    ConventionError,
+    DeviceMesh,
+    Equivalence,
+    Megatron,
+    equivalent,
+    megatron_dim_table,
+    picotron,
+    torchtitan,
+)
+
+sizes = st.tuples(
+    st.sampled_from([1, 2, 4]),  # tp
+    st.integers(1, 4),  # pp
+    st.integers(1, 4),  # sdp
+    st.integers(1, 3),  # bdp
+)
+
+
+def make_layout(tp: int, pp: int, sdp: int, bdp: int, pipeline_first: bool) -> Layout:
+    return Layout(
+        world_size=tp * pp * sdp * bdp,
+        local_world_size=tp,
+        tensor_parallel=tp,
+        pipeline_parallel=pp,
+        sequence_data_parallel=sdp,
+        pipeline_first=pipeline_first,
+    )
+
+
+@settings(max_examples=120)
+@given(sizes, st.booleans())
+def test_as_convention_groups_equal_layout_groups(s, pipeline_first):
+    layout = make_layout(*s, pipeline_first)
+    conv = layout.as_convention()
+    expected_axes = (
+        ("tensor", "pipeline", "sequence_data", "batch_data")
+        if pipeline_first
+        else ("tensor", "sequence_data", "batch_data", "pipeline")
+    )
+    assert conv.axes == expected_axes
+    for dim in layout.dim_names:
+        assert np.array_equal(conv.groups(dim), layout.groups(dim)), dim
+    table = conv.coordinate_table()
+    ranks = layout.ranks
+    for axis in ("tensor", "pipeline", "sequence_data", "batch_data"):
+        assert (table[axis].to_numpy() == ranks[f"{axis}_rank"].to_numpy()).all()
+
+
+@settings(max_examples=120)
+@given(sizes)
+def test_data_first_equals_megatron_tp_cp_dp_pp(s):
+    tp, pp, sdp, bdp = s
+    layout = make_layout(tp, pp, sdp, bdp, False)
+    megatron = Megatron(tp=tp, pp=pp, dp=bdp, cp=sdp, order="tp-cp-dp-pp")
+    result = equivalent(layout, megatron, {"tensor": "tp", "sequence_data": "cp", "batch_data": "dp", "pipeline": "pp"})
+    assert result and result.difference is None and len(result.results) == 15
+    # Megatron's "dp-cp" group is this project's data group, its "dp" group the batch-data group
+    assert np.array_equal(megatron.groups("dp-cp"), layout.groups("data"))
+    assert np.array_equal(megatron.groups("dp"), layout.groups("batch_data"))
+    assert megatron_dim_table(layout)["same"].all()
+    # the default Megatron order, with ep=1, is the same numbering
+    assert equivalent(layout, Megatron(tp=tp, pp=pp, dp=bdp, cp=sdp))
+
+
+@settings(max_examples=120)
+@given(sizes)
+def test_pipeline_first_equals_megatron_tp_pp_cp_dp(s):
+    tp, pp, sdp, bdp = s
+    layout = make_layout(tp, pp, sdp, bdp, True)
+    megatron = Megatron(tp=tp, pp=pp, dp=bdp, cp=sdp, order="tp-pp-cp-dp")
+    assert equivalent(layout, megatron)  # default mapping: cp = sequence-data, dp = batch-data
+    for dim, token in LAYOUT_DIM_TOKENS.items():
+        assert np.array_equal(layout.groups(dim), megatron.groups(token)), dim
+    assert Megatron.from_layout(layout).order.startswith("tp-pp-cp-dp")
+
+
+@settings(max_examples=60)
+@given(sizes)
+def test_torchtitan_and_picotron(s):
+    tp, pp, sdp, bdp = s
+    data_first = make_layout(tp, pp, sdp, bdp, False)
+    titan = torchtitan(pp=pp, dp_replicate=bdp, dp_shard=1, cp=sdp, tp=tp)
+    mapping = {"tensor": "tp", "sequence_data": "cp", "batch_data": ("dp_replicate", "dp_shard"), "pipeline": "pp"}
+    assert equivalent(data_first, titan, mapping)
+    assert equivalent(data_first, titan, {"data": "dp_cp", "tensor": "tp", "pipeline": "pp"})
+    pipeline_first = make_layout(tp, pp, sdp, bdp, True)
+    pico = picotron(dp=bdp, pp=pp, cp=sdp, tp=tp)
+    mapping = {"tensor": "tp", "sequence_data": "cp", "batch_data": "dp", "pipeline": "pp"}
+    # picotron is tp-cp-pp-dp (cp faster than pp): pipeline-first only when cp or pp is 1
+    result = equivalent(pipeline_first, pico, mapping)
+    assert bool(result) == (sdp == 1 or pp == 1)
+    if not result:
+        assert result.difference.left_axes == ("sequence_data",) and result.difference.rank == 0
+        assert result.difference.right_group == tuple(range(0, sdp * tp, tp))
+    assert equivalent(
+        pico,
+        Megatron(tp=tp, cp=sdp, pp=pp, dp=bdp, order="tp-cp-pp-dp"),
+        {"tp": "tp", "cp": "cp", "pp": "pp", "dp": "dp"},
+    )
+
+
+def test_first_difference_is_reported():
+    layout = make_layout(2, 2, 2, 2, False)
+    other = Megatron(tp=2, pp=2, dp=2, cp=2, order="tp-dp-cp-pp")
+    result = equivalent(layout, other)
+    assert isinstance(result, Equivalence) and not result
+    diff = result.difference
+    # cp is the first axis set checked after tensor, and rank 0 already differs: ours [0, 2], theirs [0, 4]
+    assert diff.left_axes == ("sequence_data",) and diff.right_axes == ("cp",)
+    assert (diff.rank, diff.left_group, diff.right_group) == (0, (0, 2), (0, 4))
+    assert "rank 0" in result.reason and "[0, 2]" in result.reason and "[0, 4]" in result.reason
+    frame = result.to_frame()
+    assert len(frame) == 15
+    # the tensor, pipeline and data (dp+cp together) groups still agree
+    same = dict(zip(frame.iloc[:, 0], frame["same"]))
+    assert same["tensor"] and same["pipeline"] and same["sequence_data+batch_data"]
+    assert not same["sequence_data"] and not same["batch_data"]
+    assert "NOT equivalent" in result._repr_html_()
+
+
+def test_data_first_is_not_pipeline_first():
+    a = make_layout(2, 2, 1, 2, False)
+    b = make_layout(2, 2, 1, 2, True)
+    result = equivalent(a, b.as_convention(), {"tensor": "tensor", "batch_data": "batch_data", "pipeline": "pipeline"})
+    assert not result
+    assert result.difference.left_axes == ("batch_data",)
+    assert result.difference.left_group == (0, 2) and result.difference.right_group == (0, 4)
+
+
+def test_world_size_mismatch_and_bad_mappings():
+    layout = make_layout(2, 1, 1, 2, False)
+    result = equivalent(layout, Megatron(tp=2, dp=4))
+    assert not result and "world sizes differ: 4 vs 8" in result.reason
+    with pytest.raises(ConventionError, match="share no axis name"):
+        equivalent(DeviceMesh((2,), ("a",)), DeviceMesh((2,), ("b",)))
+    with pytest.raises(ConventionError, match="twice"):
+        equivalent(layout, Megatron(tp=2, dp=2), {"tensor": "tp", "batch_data": "tp"})
+    with pytest.raises(ConventionError, match="not an axis"):
+        equivalent(layout, Megatron(tp=2, dp=2), {"tensor": "xx"})
+    with pytest.raises(ConventionError, match="neither"):
+        equivalent(object(), layout)
+
+
+def test_top_level_names_and_generic_convention():
+    assert fastdist_lab.Megatron is Megatron
+    assert fastdist_lab.DeviceMesh is DeviceMesh
+    assert fastdist_lab.equivalent is equivalent
+    conv = Convention(["x", "y"], [2, 3], name="xy")
+    assert conv.groups("y").tolist() == [[0, 2, 4], [1, 3, 5]]
+    assert conv.coordinates(5) == {"x": 1, "y": 2}
+    assert conv.rank_of(x=1, y=2) == 5
+    assert conv.group_rank("y").tolist() == [0, 0, 1, 1, 2, 2]
+    assert conv.group_of("x", 3) == (2, 3)
+    assert "x=2 < y=3" in repr(conv)
+    with pytest.raises(ConventionError, match="size of axis 'y'"):
+        Convention(["x", "y"], [2, 0])
+    with pytest.raises(ConventionError, match="rank=6"):
+        conv.coordinates(6)
