@@ -195,7 +195,8 @@ def check_streams_change(report: StreamReport) -> Row:
             )
         _, i, j = np.intersect1d(current.ravel(), other.ravel(), assume_unique=False, return_indices=True)
         if i.size:
-            (ra, ga), (rb, gb) = divmod(int(i[0]), 2), divmod(int(j[0]), 2)
+            k = int(np.argmin(j))  # the lowest rank whose stream at the other moment is taken
+            (ra, ga), (rb, gb) = divmod(int(i[k]), 2), divmod(int(j[k]), 2)
             return _row(
                 name,
                 False,

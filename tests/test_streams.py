@@ -1,0 +1,276 @@
+"""Generator streams: predictions against per-rank references, the checks, real draws on a gloo cluster, the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from fastdist_lab import Layout, generator_seeds
+from fastdist_lab.cli import main
+from fastdist_lab.config import PhaseType
+from fastdist_lab.seeds import GENERATORS
+from fastdist_lab.streams import StreamReport, predict
+
+DEFAULT = {"world_size": 8, "local_world_size": 8, "tensor_parallel": 2, "pipeline_parallel": 2,
+           "sequence_data_parallel": 2}  # fmt: skip
+PHASES = [phase.name for phase in PhaseType]
+STEPS = [0, 1, 7, 10**6]
+
+
+def layout(**changes: object) -> Layout:
+    return Layout(**{**DEFAULT, **changes})
+
+
+def checks_of(report: StreamReport) -> dict[str, tuple[bool, str]]:
+    return {row.check: (row.ok, row.detail) for row in report.check().itertuples(index=False)}
+
+
+def failing(report: StreamReport) -> dict[str, str]:
+    return {name: detail for name, (ok, detail) in checks_of(report).items() if not ok}
+
+
+def reference_draws(seed: int, draws: int, device: str = "cpu") -> np.ndarray:
+    """The naive way: a brand-new generator for one seed."""
+    generator = torch.Generator(device=device)
+    generator.manual_seed(seed)
+    return torch.rand(draws, dtype=torch.float64, generator=generator, device=device).cpu().numpy()
+
+
+# ---------------------------------------------------------------------- predictions
+@pytest.mark.parametrize(
+    "fields",
+    [
+        DEFAULT,
+        {**DEFAULT, "pipeline_first": True},
+        {"world_size": 48, "local_world_size": 8, "tensor_parallel": 4, "pipeline_parallel": 3},
+        {"world_size": 16, "local_world_size": 4, "tensor_parallel": 1, "pipeline_parallel": 2,
+         "sequence_data_parallel": 4, "reproducible_init": True, "seed": 2**70 + 5},
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("phase", PHASES)
+def test_predicted_seeds_and_draws_match_a_per_rank_reference(fields: dict, phase: str) -> None:
+    lay = Layout(**fields)
+    for step in (0, 3):
+        report = predict(lay, step, phase, draws=3)
+        assert report.seeds.dtype == np.uint64 and report.values.shape == (lay.world_size, 5, 3)
+        for rank in range(lay.world_size):
+            seeds = generator_seeds(lay.config(rank), step, phase)
+            for column, name in enumerate(GENERATORS):
+                assert int(report.seeds[rank, column]) == seeds[name]
+                assert np.array_equal(report.values[rank, column], reference_draws(seeds[name], 3))
+
+
+def test_stream_ids_mean_same_seed_on_same_device() -> None:
+    report = predict(layout(), 2, "validation")
+    ids, seeds = report.stream_ids.ravel(), report.seeds.ravel()
+    same_id = ids[:, None] == ids[None, :]
+    same_seed = seeds[:, None] == seeds[None, :]
+    assert np.array_equal(same_id, same_seed)  # all on the CPU here
+    assert ids[0] == 0 and report.num_streams == ids.max() + 1
+    # default_cpu and pp_init share their seed by design, hence their stream
+    assert np.array_equal(report.stream_ids[:, 0], report.stream_ids[:, 1])
+
+
+def test_to_frame_has_one_row_per_rank_and_generator() -> None:
+    report = predict(layout(), draws=2)
+    frame = report.to_frame()
+    assert len(frame) == 8 * 5
+    for column in ("rank", "tensor_rank", "data_rank", "pipeline_rank", "generator", "seed", "device", "draws",
+                   "stream_id"):  # fmt: skip
+        assert column in frame.columns
+    row = frame[(frame["rank"] == 5) & (frame["generator"] == "tp")].iloc[0]
+    assert int(row["seed"]) == generator_seeds(layout().config(5))["tp"]
+    assert row["device"] == "cpu" and len(row["draws"]) == 2
+    assert (row["tensor_rank"], row["data_rank"], row["pipeline_rank"]) == (1, 0, 1)
+
+
+def test_sharing_default_layout() -> None:
+    report = predict(layout())
+    tensor_groups = [tuple(g) for g in layout().groups("tensor").tolist()]
+    assert report.sharing("pp") == tensor_groups == [(0, 1), (2, 3), (4, 5), (6, 7)]
+    assert report.sharing("tp") == [(r,) for r in range(8)]
+    assert report.sharing("tp_init") == [(r,) for r in range(8)]
+    assert report.sharing("pp_init") == tensor_groups
+    with pytest.raises(ValueError, match="not one of"):
+        report.sharing("dropout")
+
+
+def test_draws_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="draws=0"):
+        predict(layout(), draws=0)
+
+
+# ---------------------------------------------------------------------- checks
+CHECK_NAMES = [
+    "pp streams shared exactly within each tensor group",
+    "tp streams distinct inside every tensor group",
+    "pp and tp streams distinct across data ranks",
+    "pp and tp streams distinct across pipeline ranks",
+    "init generators equal across data and pipeline ranks exactly when reproducible_init",
+    "streams change with step and with phase",
+    "no two streams that should differ collide anywhere in the world",
+    "draws agree with stream ids",
+    "note: inference reuses the test phase's streams",
+]
+
+
+@pytest.mark.parametrize("step", STEPS)
+@pytest.mark.parametrize("phase", PHASES)
+@pytest.mark.parametrize("reproducible_init", [False, True])
+def test_default_layout_passes_every_check(step: int, phase: str, reproducible_init: bool) -> None:
+    report = predict(layout(reproducible_init=reproducible_init), step, phase)
+    table = report.check()
+    assert list(table.columns) == ["check", "ok", "detail"]
+    assert list(table["check"]) == CHECK_NAMES
+    assert table["ok"].all(), table[~table["ok"]].to_dict(orient="records")
+    assert report.ok
+
+
+def test_broken_tp_shift_fails_the_tensor_check_with_a_clear_detail() -> None:
+    report = predict(layout(tp_seed_shift=0))
+    failed = failing(report)
+    detail = failed["tp streams distinct inside every tensor group"]
+    seed = generator_seeds(layout(tp_seed_shift=0).config(0))["tp"]
+    assert detail == f"tp streams shared inside tensor group [0, 1]: ranks 0 and 1 both have seed {seed} on cpu"
+    assert "no two streams that should differ collide anywhere in the world" in failed
+    assert "pp streams shared exactly within each tensor group" not in failed
+    assert report.sharing("tp") == [(0, 1), (2, 3), (4, 5), (6, 7)]
+    assert not report.ok
+
+
+def test_broken_dp_shift_fails_the_data_checks() -> None:
+    failed = failing(predict(layout(dp_seed_shift=0)))
+    assert failed["pp and tp streams distinct across data ranks"].startswith(
+        "pp streams shared across data ranks in data group [0, 2]: ranks 0 and 2 both have seed"
+    )
+    assert failed["pp streams shared exactly within each tensor group"].startswith(
+        "tensor groups [0, 1] and [2, 3] share one pp stream"
+    )
+    assert "pp and tp streams distinct across pipeline ranks" not in failed
+
+
+def test_broken_pp_shift_fails_the_pipeline_check() -> None:
+    failed = failing(predict(layout(pp_seed_shift=0)))
+    assert failed["pp and tp streams distinct across pipeline ranks"].startswith(
+        "pp streams shared across pipeline ranks in pipeline group [0, 4]: ranks 0 and 4"
+    )
+    assert "pp and tp streams distinct across data ranks" not in failed
+
+
+def test_streams_that_do_not_change_with_step_or_phase_fail() -> None:
+    no_step = failing(predict(layout(sample_seed_shift=0), 3))
+    assert no_step["streams change with step and with phase"].startswith(
+        "rank 0's pp stream is the same at step 3 training and at step 4"
+    )
+    no_phase = failing(predict(layout(valid_seed_shift=DEFAULT_SHIFT("train_seed_shift"))))
+    assert "at phase validation" in no_phase["streams change with step and with phase"]
+    # the next step lands on another rank's stream: data rank 1 at step 0 replays data rank 0 at step 1
+    replay = failing(predict(layout(sample_seed_shift=DEFAULT_SHIFT("dp_seed_shift"))))
+    assert replay["streams change with step and with phase"] == (
+        "rank 0's pp stream at step 1 is rank 2's pp stream at step 0 training "
+        f"(seed {generator_seeds(layout().config(2))['pp']})"
+    )
+
+
+def DEFAULT_SHIFT(name: str) -> int:  # noqa: N802 - reads like the constant table
+    from fastdist_lab.config import DEFAULT_SEED_SHIFTS
+
+    return DEFAULT_SEED_SHIFTS[name]
+
+
+def test_reproducible_init_on_and_off() -> None:
+    on = predict(layout(reproducible_init=True))
+    assert on.sharing("pp_init") == [tuple(range(8))]
+    assert on.sharing("tp_init") == [tuple(range(8))]
+    assert on.sharing("default_cpu") == [tuple(range(8))]
+    ok, detail = checks_of(on)[CHECK_NAMES[4]]
+    assert ok and detail.startswith("reproducible_init=True")
+    off = predict(layout(reproducible_init=False))
+    assert off.sharing("pp_init") == [(0, 1), (2, 3), (4, 5), (6, 7)]
+    ok, detail = checks_of(off)[CHECK_NAMES[4]]
+    assert ok and detail.startswith("reproducible_init=False")
+
+
+def test_init_check_fails_when_init_streams_disagree_with_the_flag() -> None:
+    on = predict(layout(reproducible_init=True))
+    seeds = on.seeds.copy()
+    seeds[6, GENERATORS.index("tp_init")] += np.uint64(1)
+    tampered = StreamReport(on.layout, 0, "training", seeds, on.devices, on.values)
+    detail = failing(tampered)[CHECK_NAMES[4]]
+    assert detail.startswith("reproducible_init=True but tp_init differs across data/pipeline ranks: rank 0 has seed")
+    assert "rank 6 has seed" in detail
+    # the draws no longer fit the seeds either
+    assert "draws agree with stream ids" in failing(tampered)
+
+    off = predict(layout())
+    seeds = off.seeds.copy()
+    seeds[:, GENERATORS.index("pp_init")] = seeds[0, GENERATORS.index("pp_init")]
+    tampered = StreamReport(off.layout, 0, "training", seeds, off.devices, off.values)
+    assert failing(tampered)[CHECK_NAMES[4]].startswith(
+        "reproducible_init=False but pp_init streams shared across data ranks in data group [0, 2]"
+    )
+
+
+def test_inference_reuses_the_test_streams_and_says_so() -> None:
+    test = predict(layout(), 5, "test")
+    inference = predict(layout(), 5, "inference")
+    assert np.array_equal(test.seeds, inference.seeds) and np.array_equal(test.values, inference.values)
+    assert not test.matches(inference)  # not the same moment
+    ok, detail = checks_of(inference)[CHECK_NAMES[-1]]
+    assert ok and "test_seed_shift" in detail
+
+
+def test_matches_and_diff() -> None:
+    a, b = predict(layout(), 1, "training"), predict(layout(), 1, "training")
+    assert a.matches(b) and a.diff(b).empty and a.compare(b)["ok"].all()
+    values = b.values.copy()
+    values[3, GENERATORS.index("pp"), 2] += 1e-12
+    other = StreamReport(b.layout, 1, "training", b.seeds, b.devices, values, source="real")
+    assert not a.matches(other)
+    diff = a.diff(other)
+    assert diff[["rank", "generator", "differs"]].to_dict(orient="records") == [
+        {"rank": 3, "generator": "pp", "differs": "draws"}
+    ]
+    assert {"seed_predicted", "seed_real", "draws_predicted", "draws_real"} <= set(diff.columns)
+    with pytest.raises(ValueError, match="drew 4 and 2"):
+        a.matches(predict(layout(), 1, draws=2))
+
+
+def test_a_large_world_is_predicted_and_checked() -> None:
+    big = Layout(world_size=2**16, local_world_size=8, tensor_parallel=8, pipeline_parallel=4,
+                 sequence_data_parallel=2)  # fmt: skip
+    report = predict(big, 3, "validation")
+    assert report.ok
+    # tp and tp_init per rank, pp and pp_init (= default_cpu) per tensor group
+    assert report.num_streams == 2 * 2**16 + 2 * 2**13
+    assert len(report.sharing("pp")) == 2**13
+
+
+# ---------------------------------------------------------------------- CLI
+def test_cli_streams_default_layout(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["streams", "--step", "2", "--phase", "validation"]) == 0
+    out = capsys.readouterr().out
+    assert "pp           4 streams: [0 1] [2 3] [4 5] [6 7]" in out
+    assert "FAIL" not in out
+
+
+def test_cli_streams_broken_shift_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["streams", "--seed-shift", "tp_seed_shift=0"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL  tp streams distinct inside every tensor group: tp streams shared inside tensor group [0, 1]" in out
+
+
+def test_cli_streams_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["streams", "--format", "json", "--draws", "2", "--reproducible-init"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ok"] is True
+    assert doc["sharing"]["pp_init"] == [list(range(8))]
+    assert [row["check"] for row in doc["checks"]] == CHECK_NAMES
+
+
+def test_cli_streams_bad_shift_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["streams", "--seed-shift", "nope=1"]) == 2
+    assert "'nope' is not a seed shift" in capsys.readouterr().err
