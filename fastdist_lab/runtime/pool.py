@@ -1,0 +1,416 @@
+"""``ProcessGroupPool`` and ``Distributed``: real process groups for every named dim, gloo or NCCL.
+
+A port of the original framework's pool (see ``shared/seed/distributed.py``): rendezvous through one
+TCP store without ``init_process_group``, one ``PrefixStore`` per group, one group per distinct member
+list, every generator (and torch's default CPU generator) seeded from ``fastdist_lab.generator_seeds``.
+Two bugs of the seed are not reproduced: member lists are hashed as tuples, and a ``range`` and a ``tuple``
+with the same members are the same group.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import socket
+import time
+from typing import Any
+
+import torch
+import torch.distributed
+
+from ..config import (
+    DIM_NAMES,
+    DistributedBackend,
+    DistributedConfig,
+    DistributedDim,
+    DistributedDimNames,
+    PhaseType,
+    check_ranks_in_range,
+)
+from ..seeds import generator_seeds
+from .errors import ClusterError
+
+logger = logging.getLogger(__name__)
+
+ProcessGroup = Any
+"""A torch.distributed backend object (``ProcessGroupGloo`` / ``ProcessGroupNCCL``) or ``None`` for size 1."""
+
+LOOPBACK = "127.0.0.1"
+
+
+def loopback_store(world_size: int, timeout: float) -> tuple[torch.distributed.TCPStore, int]:
+    """A master ``TCPStore`` listening on 127.0.0.1 only, on a port no other process can take first.
+
+    The socket is bound and listening before the store adopts it (``master_listen_fd``), so there is no
+    window between choosing the port and using it. Returns ``(store, port)``.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind((LOOPBACK, 0))
+        sock.listen(max(128, 2 * world_size))
+        port = sock.getsockname()[1]
+    except BaseException:
+        sock.close()
+        raise
+    # The store owns the file descriptor from here on: Python must not close it under the store.
+    fd = sock.detach()
+    store = torch.distributed.TCPStore(
+        LOOPBACK,
+        port,
+        world_size,
+        is_master=True,
+        timeout=datetime.timedelta(seconds=timeout),
+        wait_for_workers=False,
+        master_listen_fd=fd,
+        use_libuv=False,
+    )
+    return store, port
+
+
+def client_store(port: int, world_size: int, timeout: float, host: str = LOOPBACK) -> torch.distributed.TCPStore:
+    """A client of the store at ``host:port``."""
+    return torch.distributed.TCPStore(
+        host,
+        port,
+        world_size,
+        is_master=False,
+        timeout=datetime.timedelta(seconds=timeout),
+        use_libuv=False,
+    )
+
+
+def _gpus(n: int) -> str:
+    return f"{n} GPU{'' if n == 1 else 's'}"
+
+
+def check_nccl(local_world_size: int) -> None:
+    """Raise ``ClusterError`` unless NCCL can give one GPU to each of ``local_world_size`` ranks on this node."""
+    if not hasattr(torch.distributed, "ProcessGroupNCCL") or not torch.cuda.is_available():
+        build = torch.__version__
+        what = "has no CUDA/NCCL support" if torch.version.cuda is None else "sees no CUDA device"
+        raise ClusterError(
+            f"NCCL needs one GPU per rank, but this torch ({build}) {what}; use backend='gloo'"
+        )
+    visible = torch.cuda.device_count()
+    if not 1 <= local_world_size <= visible:
+        raise ClusterError(
+            f"NCCL needs one GPU per rank: {local_world_size} ranks, {_gpus(visible)} visible; use backend='gloo'"
+        )
+
+
+def _group_prefix(members: tuple[int, ...]) -> str:
+    """A store prefix determined by the member list alone (the same for every member)."""
+    if len(members) > 2:
+        step = members[1] - members[0]
+        if step > 0 and all(b - a == step for a, b in zip(members, members[1:])):
+            return f"range_{members[0]}_{members[-1] + step}_{step}"
+    return "ranks_" + "_".join(str(rank) for rank in members)
+
+
+_default_pool: ProcessGroupPool | None = None
+
+
+class ProcessGroupPool:
+    """One rank's pool of process groups: one store, at most one group per distinct ordered member list.
+
+    ``store`` may be given (a connected ``TCPStore``); otherwise ``init_method`` (``env://`` by default, as
+    under torchrun) is used for the rendezvous when ``world_size > 1``. ``gloo_hostname`` pins gloo's
+    transport to one address (``"127.0.0.1"`` for a local cluster); ``None`` lets gloo pick from the host name.
+    """
+
+    def __init__(
+        self,
+        rank: int | None = None,
+        world_size: int | None = None,
+        local_world_size: int | None = None,
+        timeout: float = 60,
+        use_cpu: bool = False,
+        init_method: str = "env://",
+        backend: DistributedBackend | str = DistributedBackend.nccl,
+        *,
+        store: Any = None,
+        gloo_hostname: str | None = None,
+    ):
+        self._rank = DistributedConfig.default_rank() if rank is None else rank
+        self._world_size = DistributedConfig.default_world_size() if world_size is None else world_size
+        self._local_world_size = (
+            DistributedConfig.default_local_world_size() if local_world_size is None else local_world_size
+        )
+        self._timeout = float(timeout)
+        self._use_cpu = use_cpu
+        self._backend = DistributedBackend.parse(backend)
+        self._gloo_hostname = gloo_hostname
+        self._gloo_device: Any = None
+        self._process_groups: dict[tuple[int, ...], ProcessGroup] = {}
+        self.created_seconds: dict[tuple[int, ...], float] = {}
+        """Seconds spent creating each group, keyed by its member tuple."""
+        self.store: Any = None
+
+        if self._use_cpu:
+            if self._backend == DistributedBackend.nccl and self._world_size > 1:
+                raise ClusterError("backend='nccl' cannot run on CPU with more than one rank; use backend='gloo'")
+            self._device = torch.device("cpu")
+        else:
+            check_nccl(self._local_world_size)
+            torch.cuda.init()
+            self._device = torch.device("cuda", self._rank % self._local_world_size)
+            torch.cuda.set_device(self._device)
+
+        if self._world_size > 1:
+            if store is not None:
+                self.store = store
+            else:
+                if self._rank == 0:
+                    logger.info("Initializing TCP store.")
+                # No init_process_group: the groups are built directly on a store.
+                self.store, _, _ = next(
+                    torch.distributed.rendezvous(
+                        init_method,
+                        self._rank,
+                        self._world_size,
+                        timeout=datetime.timedelta(seconds=self._timeout),
+                    )
+                )
+
+    @property
+    def rank(self) -> int:
+        """This process's global rank."""
+        return self._rank
+
+    @property
+    def world_size(self) -> int:
+        """Number of ranks."""
+        return self._world_size
+
+    @property
+    def local_world_size(self) -> int:
+        """Ranks per node."""
+        return self._local_world_size
+
+    @property
+    def device(self) -> torch.device:
+        """The device tensors of this rank live on (``cpu`` or ``cuda:<local rank>``)."""
+        return self._device
+
+    @property
+    def backend(self) -> DistributedBackend:
+        """The backend every group of this pool uses."""
+        return self._backend
+
+    @property
+    def groups(self) -> dict[tuple[int, ...], ProcessGroup]:
+        """The groups created so far, keyed by member tuple (a copy)."""
+        return dict(self._process_groups)
+
+    def _new_group(self, members: tuple[int, ...], group_rank: int) -> ProcessGroup:
+        prefix = _group_prefix(members)
+        store = torch.distributed.PrefixStore(prefix + "/", self.store)
+        timeout = datetime.timedelta(seconds=self._timeout)
+        if self._backend == DistributedBackend.gloo:
+            gloo = torch.distributed.ProcessGroupGloo
+            if self._gloo_device is None:
+                self._gloo_device = (
+                    gloo.create_device(hostname=self._gloo_hostname)
+                    if self._gloo_hostname
+                    else gloo.create_default_device()
+                )
+            options = gloo._Options()
+            options._timeout = timeout
+            options._devices = [self._gloo_device]
+            options.global_ranks_in_group = list(members)
+            options.group_name = prefix
+            return gloo(store, group_rank, len(members), options)
+        nccl = torch.distributed.ProcessGroupNCCL
+        options = nccl.Options()
+        options.is_high_priority_stream = False
+        options._timeout = timeout
+        options.global_ranks_in_group = list(members)
+        options.group_name = prefix
+        return nccl(store, group_rank, len(members), options)
+
+    def get_process_group(self, global_ranks: range | tuple[int, ...], group_rank: int) -> ProcessGroup | None:
+        """The group of ``global_ranks`` (this rank being ``group_rank`` in it), created on first request.
+
+        Returns ``None`` for a group of one. Equal member sequences share one group whatever their type.
+        """
+        members = tuple(int(rank) for rank in global_ranks)
+        if not 0 <= group_rank < len(members) or members[group_rank] != self._rank:
+            raise ClusterError(f"rank {self._rank} is not member {group_rank} of group {list(members)}")
+        check_ranks_in_range(members, 0, self._world_size)
+        if len(members) == 1:
+            return None
+        group = self._process_groups.get(members)
+        if group is None:
+            begin = time.perf_counter()
+            group = self._new_group(members, group_rank)
+            self.created_seconds[members] = time.perf_counter() - begin
+            self._process_groups[members] = group
+        return group
+
+    def __enter__(self) -> ProcessGroupPool:
+        global _default_pool
+        if _default_pool is not None:
+            raise RuntimeError("another ProcessGroupPool is already the default pool")
+        _default_pool = self
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        global _default_pool
+        if _default_pool is self:
+            _default_pool = None
+        self.shutdown()
+
+    def shutdown(self) -> None:
+        """Shut every group down (idempotent); the pool holds no group afterwards."""
+        groups, self._process_groups = list(self._process_groups.values()), {}
+        for group in groups:
+            try:
+                group.shutdown()
+            except Exception as error:  # a group whose peers already died may refuse; nothing more to do
+                logger.debug("group shutdown failed: %s", error)
+
+    def close(self) -> None:
+        """Shut the groups down and drop the store connection."""
+        self.shutdown()
+        self.store = None
+
+    def __del__(self) -> None:
+        try:
+            self.shutdown()
+        except Exception:  # noqa: S110 - interpreter teardown
+            pass
+
+
+def default_pool() -> ProcessGroupPool | None:
+    """The pool entered with ``with pool:`` in this process, if any."""
+    return _default_pool
+
+
+_GROUP_ATTRIBUTES: dict[str, str] = {
+    DistributedDimNames.world: "world_group",
+    DistributedDimNames.data: "data_group",
+    DistributedDimNames.pipeline: "pipeline_group",
+    DistributedDimNames.tensor: "tensor_group",
+    DistributedDimNames.sequence_data: "sequence_data_group",
+    DistributedDimNames.batch_data: "batch_data_group",
+    DistributedDimNames.tensor_and_sequence_data: "tensor_and_sequence_data_group",
+    DistributedDimNames.tensor_and_data: "tensor_and_data_group",
+    DistributedDimNames.model_and_sequence_data: "model_and_sequence_data_group",
+}
+"""Dim name -> attribute of ``Distributed`` holding its group."""
+
+
+class Distributed:
+    """One rank's process groups for every named dim, and its seeded random generators.
+
+    Uses the default pool (``with pool:``) or ``pool`` when given, else creates its own pool from the config.
+    Generators are seeded with ``fastdist_lab.generator_seeds(config, step, phase)``.
+    """
+
+    def __init__(self, config: DistributedConfig, use_cpu: bool = False, *, pool: ProcessGroupPool | None = None):
+        if config.reference_config is not None:
+            raise ClusterError("Distributed needs an original config, not a copy referring to another one")
+        self._config = config
+        pool = pool if pool is not None else _default_pool
+        self._local_pool = pool is None
+        if pool is None:
+            pool = ProcessGroupPool(
+                config.rank,
+                config.world_size,
+                config.local_world_size,
+                config.timeout,
+                use_cpu,
+                backend=config.backend,
+            )
+        else:
+            problems = []
+            if pool.world_size < config.world_size:
+                problems.append(f"pool world_size {pool.world_size} < config world_size {config.world_size}")
+            if pool.rank != config.rank:
+                problems.append(f"pool rank {pool.rank} != config rank {config.rank}")
+            if pool.local_world_size < config.local_world_size:
+                problems.append(
+                    f"pool local_world_size {pool.local_world_size} < config local_world_size {config.local_world_size}"
+                )
+            if pool.device.type != ("cpu" if use_cpu else "cuda"):
+                problems.append(f"pool device {pool.device.type} but use_cpu={use_cpu}")
+            if pool.backend != config.backend:
+                problems.append(f"pool backend {pool.backend.value} != config backend {config.backend.value}")
+            if problems:
+                raise ClusterError("the pool does not fit the config: " + "; ".join(problems))
+        self._pool = pool
+        self.group_seconds: dict[str, float] = {}
+        """Seconds each dim spent getting its group (near zero when it reused an existing one)."""
+        self.group_created: dict[str, bool] = {}
+        """Whether each dim's group was newly created (``False`` when reused from the pool or of size 1)."""
+
+        for name in DIM_NAMES:
+            setattr(self, _GROUP_ATTRIBUTES[name], self.add_group(config.distributed_dims[name]))
+
+        config.log_first_rank("Setting random seeds...")
+        seeds = generator_seeds(config, 0, PhaseType.training)
+        # torch's default CPU generator too (only needed to match Megatron's initialization).
+        self.default_cpu_generator = torch.random.default_generator
+        self.default_cpu_generator.manual_seed(seeds["default_cpu"])
+        self.pp_generator = torch.Generator(device=self.device)
+        self.tp_generator = torch.Generator(device=self.device)
+        self.pp_init_generator = torch.Generator(device=self.device)
+        self.tp_init_generator = torch.Generator(device=self.device)
+        self.pp_init_generator.manual_seed(seeds["pp_init"])
+        self.tp_init_generator.manual_seed(seeds["tp_init"])
+        self.set_step(0, PhaseType.training)
+
+    @property
+    def config(self) -> DistributedConfig:
+        """The config these groups were built for."""
+        return self._config
+
+    @property
+    def pool(self) -> ProcessGroupPool:
+        """The pool the groups come from."""
+        return self._pool
+
+    @property
+    def device(self) -> torch.device:
+        """The pool's device."""
+        return self._pool.device
+
+    def group(self, name: str) -> ProcessGroup | None:
+        """The group of dim ``name`` (``None`` when the dim has size 1)."""
+        return getattr(self, _GROUP_ATTRIBUTES[name])
+
+    def add_group(self, distributed_dim: DistributedDim) -> ProcessGroup | None:
+        """Get the group of ``distributed_dim`` from the pool and attach it to the dim."""
+        self._config.log_first_rank(f"Initializing group {distributed_dim.name}, size={distributed_dim.size}...")
+        distributed_dim.check_ranks_in_range(0, self._config.world_size)
+        members = tuple(int(rank) for rank in distributed_dim.global_ranks)
+        existed = len(members) == 1 or members in self._pool._process_groups
+        begin = time.perf_counter()
+        group = self._pool.get_process_group(distributed_dim.global_ranks, distributed_dim.rank)
+        self.group_seconds[distributed_dim.name] = time.perf_counter() - begin
+        self.group_created[distributed_dim.name] = not existed
+        distributed_dim.setup(group)
+        return group
+
+    def check_config(self, config: DistributedConfig) -> None:
+        """Raise unless ``config`` is this instance's config or a copy referring to it."""
+        reference = config if config.reference_config is None else config.reference_config
+        if reference is not self._config:
+            raise ClusterError("config does not belong to this Distributed")
+
+    def set_step(self, step: int, phase: PhaseType | str) -> None:
+        """Reseed the pipeline and tensor generators for ``step`` of ``phase``."""
+        seeds = generator_seeds(self._config, step, PhaseType.parse(phase))
+        self.pp_generator.manual_seed(seeds["pp"])
+        self.tp_generator.manual_seed(seeds["tp"])
+
+    def shutdown(self) -> None:
+        """Shut the pool down if this instance created it."""
+        if self._local_pool:
+            self._pool.shutdown()
+
+    def __del__(self) -> None:
+        try:
+            self.shutdown()
+        except Exception:  # noqa: S110 - interpreter teardown
+            pass
