@@ -274,3 +274,88 @@ def test_cli_streams_json(capsys: pytest.CaptureFixture[str]) -> None:
 def test_cli_streams_bad_shift_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["streams", "--seed-shift", "nope=1"]) == 2
     assert "'nope' is not a seed shift" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------- real draws on an 8-rank gloo cluster
+@pytest.fixture(scope="module")
+def cluster():
+    from fastdist_lab import LocalCluster
+
+    with LocalCluster(8, backend="gloo", progress=False, timeout=60) as running:
+        yield running
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [DEFAULT, {**DEFAULT, "pipeline_first": True, "reproducible_init": True}],
+    ids=["default", "pipeline_first-reproducible_init"],
+)
+def test_real_draws_equal_the_prediction_exactly(cluster, fields: dict) -> None:
+    from fastdist_lab.streams import draw
+
+    lay = Layout(**fields)
+    assert cluster.apply(lay).ok
+    for step, phase in [(0, "training"), (1, "training"), (7, "validation"), (3, "test"), (3, "inference")]:
+        real = draw(cluster, step, phase)
+        predicted = predict(lay, step, phase)
+        assert real.source == "real" and real.devices == ("cpu",) * 5
+        assert real.matches(predicted) and predicted.matches(real)
+        assert predicted.diff(real).empty
+        assert np.array_equal(real.values, predicted.values) and np.array_equal(real.seeds, predicted.seeds)
+        assert np.array_equal(real.stream_ids, predicted.stream_ids)
+        assert real.ok
+        assert list(real.origins[0]) == ["untouched", "untouched", "untouched", "set_step", "set_step"]
+        assert "origin" in real.to_frame().columns
+
+
+def test_real_broken_shift_fails_the_same_check(cluster) -> None:
+    from fastdist_lab.streams import draw
+
+    lay = layout(tp_seed_shift=0)
+    assert cluster.apply(lay).ok
+    real = draw(cluster, 2, "training")
+    assert real.matches(predict(lay, 2, "training"))
+    assert failing(real)["tp streams distinct inside every tensor group"].startswith(
+        "tp streams shared inside tensor group [0, 1]: ranks 0 and 1 both have seed"
+    )
+
+
+def test_draw_leaves_the_workers_generators_alone(cluster) -> None:
+    from fastdist_lab.streams import draw
+
+    assert cluster.apply(layout()).ok
+
+    def use_generators(ctx):
+        torch.rand(5)  # torch's default generator, seeded by Distributed like pp_init
+        ctx.distributed.set_step(4, "test")
+        torch.rand(3, generator=ctx.distributed.pp_generator)
+        return ctx.distributed.pp_generator.get_state(), ctx.distributed.tp_generator.get_state()
+
+    def states(ctx):
+        return ctx.distributed.pp_generator.get_state(), ctx.distributed.tp_generator.get_state()
+
+    before = cluster.run(use_generators).values
+    real = draw(cluster, 0, "training")
+    after = cluster.run(states).values
+    for (pp_a, tp_a), (pp_b, tp_b) in zip(before, after):
+        assert torch.equal(pp_a, pp_b) and torch.equal(tp_a, tp_b)
+    # the default generator was used: its first draws come from a twin seeded with its own initial_seed()
+    assert set(real.origins[:, 0]) == {"initial_seed"}
+    assert real.matches(predict(layout(), 0, "training"))
+
+
+def test_compare_on_cluster(cluster) -> None:
+    from fastdist_lab.streams import compare_on_cluster
+
+    assert cluster.apply(layout()).ok
+    frame = compare_on_cluster(cluster, 5, "validation", draws=2)
+    assert frame.attrs["matches"] is True
+    assert len(frame) == 40 and frame["ok"].all()
+    assert {"seed_predicted", "seed_real", "draws_predicted", "draws_real", "differs"} <= set(frame.columns)
+
+
+def test_cli_streams_real(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["streams", "--real", "--backend", "gloo", "--step", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "real vs predicted: all 40 (rank, generator) streams match exactly" in out
+    assert "StreamReport(real, world_size=8" in out
