@@ -25,6 +25,7 @@ from .device_mesh import (
 from .equivalence import Equivalence, GroupDifference, SubsetResult, compare_groups, equivalent
 from .megatron import LAYOUT_DIM_TOKENS, LAYOUT_TO_MEGATRON, MEGATRON_GROUPS, Megatron, megatron_dim_table
 from .project import LAYOUT_DIM_AXES, LayoutConvention, layout_convention
+from .seeds import STREAMS, megatron_seeds, seed_streams, sharing_table, stream_groups, torchtitan_seeds
 
 __all__ = [
     "Convention",
@@ -39,6 +40,7 @@ __all__ = [
     "LayoutConvention",
     "MEGATRON_GROUPS",
     "Megatron",
+    "STREAMS",
     "SubsetResult",
     "as_convention",
     "compare_groups",
@@ -49,6 +51,11 @@ __all__ = [
     "layout_device_mesh",
     "layout_mesh_dims",
     "megatron_dim_table",
+    "megatron_seeds",
     "picotron",
+    "seed_streams",
+    "sharing_table",
+    "stream_groups",
     "torchtitan",
+    "torchtitan_seeds",
 ]

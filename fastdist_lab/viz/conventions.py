@@ -153,3 +153,40 @@ def plot_conventions(
     verdict = "same groups" if count == 0 else f"{count} of {world} ranks in a different group (red)"
     fig.suptitle(f"{'+'.join(left_axes)} vs {'-'.join(right_axes)}: {verdict}", fontsize=11)
     return fig
+
+
+def plot_seed_sharing(
+    layout: Any,
+    seed: int | None = None,
+    streams: Any = None,
+    cols: int | None = None,
+    step: int = 0,
+    phase: str = "training",
+    data_parallel_random_init: bool = False,
+) -> Figure:
+    """One panel per random stream (``conventions.seeds.STREAMS`` or the names in ``streams``) on ``layout``'s
+    GPUs: ranks of one colour share that stream's seed. Cell text: the rank and its stream id."""
+    from ..conventions.seeds import STREAMS, seed_streams, stream_ids
+
+    names = list(STREAMS) if streams is None else [streams] if isinstance(streams, str) else list(streams)
+    unknown = [n for n in names if n not in STREAMS]
+    if unknown:
+        raise ValueError(f"unknown stream(s) {unknown}; use {list(STREAMS)}")
+    frame = seed_streams(layout, seed, step, phase, data_parallel_random_init)
+    world = int(layout.world_size)
+    rows, ncols = _shape(world, _cols_for(layout, cols))
+    per_row = min(len(names), 2 if ncols > 4 else 3)
+    grid_rows = -(-len(names) // per_row)
+    width = min(18.0, per_row * (1.0 + 0.6 * ncols))
+    height = min(16.0, grid_rows * (0.9 + 0.5 * rows))
+    fig = Figure(figsize=(width, height), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(grid_rows, per_row)).ravel()
+    show_text = world <= TEXT_LIMIT
+    for ax, name in zip(axes, names):
+        ids = stream_ids(frame[name])
+        labels = [f"{r}\ns{ids[r]}" for r in range(world)] if show_text else None
+        _draw_panel(ax, ids, labels, rows, ncols, None, f"{name}: {int(ids.max()) + 1} streams")
+    for ax in axes[len(names) :]:
+        ax.set_axis_off()
+    fig.suptitle("Ranks sharing a dropout stream (same colour = same seed)", fontsize=11)
+    return fig

@@ -1,0 +1,166 @@
+"""Which ranks share a random (dropout) stream, under this project's rules, Megatron's and torchtitan's.
+
+Two ranks share a stream when their generators get the same seed. The frameworks' rules, as seeds:
+
+* this project (``Layout.seed_table``): the ``pp`` generator (dropout outside tensor-parallel regions) is shared
+  by the ranks of a tensor group and differs across data and pipeline ranks; the ``tp`` generator
+  (dropout inside tensor-parallel regions) differs on every rank.
+* Megatron (``megatron/training/initialize.py::_set_random_seed`` and
+  ``megatron/core/tensor_parallel/random.py::model_parallel_cuda_manual_seed``): base = seed + 100 * pp_rank
+  (+ 10 * dp_rank with ``data_parallel_random_init``, dp without cp); torch's default CUDA generator
+  ("data-parallel-rng") gets base, the ``model-parallel-rng`` tracker state gets base + 2718 + tp_rank. So dropout
+  outside tensor-parallel regions is shared by all tensor, context and data ranks of a stage, and dropout inside
+  them differs across tensor ranks only.
+* torchtitan (``torchtitan/distributed/utils.py::set_determinism`` with ``distinct_seed_mesh_dims=["pp"]``): one
+  seed, seed + pp_rank, for every rank of a pipeline stage (different values inside a tensor-parallel region come
+  from DTensor's offset-based RNG tracker, not from different seeds).
+
+Here every framework is laid on this project's layout through the equivalences (tp = tensor, cp = sequence-data,
+dp = batch-data, pp = pipeline), so the same physical rank is compared. Pure numpy/pandas.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .base import ConventionError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+AXES: tuple[str, ...] = ("tensor", "sequence_data", "batch_data", "pipeline")
+"""The layout axes the sharing table reports on."""
+
+STREAMS: dict[str, str] = {
+    "fastdist pp": "this project's pp generator (shared in a tensor group)",
+    "fastdist tp": "this project's tp generator (tensor-parallel regions)",
+    "Megatron data-parallel-rng": "torch's default CUDA generator under Megatron",
+    "Megatron model-parallel-rng": "Megatron's tensor-model-parallel tracker state",
+    "torchtitan": "the one seed torchtitan gives a pipeline stage",
+}
+"""The streams compared, with what each one is."""
+
+MEGATRON_TP_OFFSET = 2718
+"""Megatron's tensor-model-parallel seed offset."""
+
+MEGATRON_PP_OFFSET = 100
+"""Megatron's per-pipeline-stage seed offset."""
+
+MEGATRON_DP_OFFSET = 10
+"""Megatron's per-data-rank offset with ``data_parallel_random_init``."""
+
+
+def megatron_seeds(
+    tensor_rank: np.ndarray,
+    pipeline_rank: np.ndarray,
+    data_rank: np.ndarray,
+    seed: int,
+    data_parallel_random_init: bool = False,
+) -> dict[str, np.ndarray]:
+    """Megatron's two dropout seeds for arrays of tp/pp/dp ranks: ``data-parallel-rng`` and ``model-parallel-rng``."""
+    base = seed + MEGATRON_PP_OFFSET * pipeline_rank.astype(object)
+    if data_parallel_random_init:
+        base = base + MEGATRON_DP_OFFSET * data_rank.astype(object)
+    return {
+        "Megatron data-parallel-rng": base,
+        "Megatron model-parallel-rng": base + MEGATRON_TP_OFFSET + tensor_rank.astype(object),
+    }
+
+
+def torchtitan_seeds(pipeline_rank: np.ndarray, seed: int) -> np.ndarray:
+    """torchtitan's seed per rank with ``distinct_seed_mesh_dims=["pp"]``: (seed + pp_rank) mod 2**64."""
+    return (seed + pipeline_rank.astype(object)) % (2**64)
+
+
+def seed_streams(
+    layout: Any,
+    seed: int | None = None,
+    step: int = 0,
+    phase: str = "training",
+    data_parallel_random_init: bool = False,
+) -> pd.DataFrame:
+    """One row per global rank of ``layout``: its four coordinates and the seed of each stream in ``STREAMS``.
+
+    ``seed`` defaults to the layout's seed; this project's seeds are those after ``set_step(step, phase)``.
+    """
+    import pandas as pd
+
+    if seed is not None:
+        layout = type(layout)(**{**layout.fields(), "seed": seed})
+    seed = int(layout.seed)
+    ranks = layout.ranks
+    tensor = ranks["tensor_rank"].to_numpy()
+    pipeline = ranks["pipeline_rank"].to_numpy()
+    batch = ranks["batch_data_rank"].to_numpy()
+    ours = layout.seed_table(step=step, phase=phase)
+    frame = pd.DataFrame(
+        {
+            "tensor": tensor,
+            "sequence_data": ranks["sequence_data_rank"].to_numpy(),
+            "batch_data": batch,
+            "pipeline": pipeline,
+            "fastdist pp": ours["pp"].to_numpy(),
+            "fastdist tp": ours["tp"].to_numpy(),
+            **megatron_seeds(tensor, pipeline, batch, seed, data_parallel_random_init),
+            "torchtitan": torchtitan_seeds(pipeline, seed),
+        }
+    )
+    frame.index.name = "rank"
+    return frame
+
+
+def stream_ids(values: Any) -> np.ndarray:
+    """Per rank, a small id of its seed: equal ids share a stream; ids numbered by first rank."""
+    values = list(values)
+    first: dict[Any, int] = {}
+    return np.array([first.setdefault(v, len(first)) for v in values], dtype=np.int64)
+
+
+def stream_groups(layout: Any, stream: str, **kwargs: Any) -> list[tuple[int, ...]]:
+    """The sets of ranks sharing one stream of ``stream`` (a key of ``STREAMS``), ordered by first rank."""
+    if stream not in STREAMS:
+        raise ConventionError(f"stream={stream!r}; use one of {', '.join(STREAMS)}")
+    ids = stream_ids(seed_streams(layout, **kwargs)[stream])
+    return [tuple(int(r) for r in np.nonzero(ids == i)[0]) for i in range(int(ids.max()) + 1)]
+
+
+def _along(ids: np.ndarray, groups: np.ndarray) -> str:
+    if groups.shape[1] == 1:
+        return "-"
+    values = ids[groups]
+    if (values == values[:, :1]).all():
+        return "shared"
+    ordered = np.sort(values, axis=1)
+    if (ordered[:, 1:] != ordered[:, :-1]).all():
+        return "differs"
+    return "partly"
+
+
+def sharing_table(
+    layout: Any,
+    seed: int | None = None,
+    step: int = 0,
+    phase: str = "training",
+    data_parallel_random_init: bool = False,
+) -> pd.DataFrame:
+    """Per stream: how many distinct streams, ranks per stream, and along each layout axis whether the seed is
+    ``shared`` by the whole group, ``differs`` on every member, or ``partly`` (``-`` for an axis of size 1)."""
+    import pandas as pd
+
+    frame = seed_streams(layout, seed, step, phase, data_parallel_random_init)
+    conv = layout.as_convention()
+    rows = []
+    for stream, meaning in STREAMS.items():
+        ids = stream_ids(frame[stream])
+        counts = np.bincount(ids)
+        row: dict[str, Any] = {"stream": stream, "distinct": int(counts.size)}
+        row["ranks_per_stream"] = (
+            str(int(counts[0])) if (counts == counts[0]).all() else f"{counts.min()}..{counts.max()}"
+        )
+        for axis in AXES:
+            row[axis] = _along(ids, conv.groups(axis))
+        row["what"] = meaning
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("stream")
