@@ -1,0 +1,48 @@
+"""``fastdist-lab check``: start a local cluster, apply the layout, check every group with real collectives."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .common import add_layout_arguments, layout_from_args
+
+HELP = "verify a layout with real process groups on a local cluster (gloo on CPU, NCCL on GPUs)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the flags of ``check``."""
+    add_layout_arguments(parser)
+    parser.add_argument(
+        "--backend", choices=("auto", "gloo", "nccl"), default="auto", help="auto: NCCL with a GPU per rank, else gloo"
+    )
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds allowed for start-up and the check")
+    parser.add_argument("--report", default=None, help="also write the JSON report here")
+    parser.add_argument("--quiet", action="store_true", help="no start-up progress on stderr")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check the layout; 0 when every group passed, 1 when one failed, 2 for bad input or a cluster failure."""
+    if not args.timeout > 0:
+        sys.stderr.write(f"fastdist-lab check: error: --timeout={args.timeout} must be > 0\n")
+        return 2
+    layout = layout_from_args(args)  # LayoutError -> exit 2 in cli.main
+    from ..runtime import ClusterError, LocalCluster
+
+    try:
+        with LocalCluster(
+            layout.world_size,
+            backend=args.backend,
+            local_world_size=layout.local_world_size,
+            timeout=args.timeout,
+            progress=False if args.quiet else None,
+        ) as cluster:
+            verification = cluster.apply(layout)
+    except ClusterError as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        sys.stderr.write(f"fastdist-lab check: error: {first}\n")
+        return 2
+    print(verification.to_text())
+    if args.report:
+        verification.save(args.report)
+    return 0 if verification.ok else 1
