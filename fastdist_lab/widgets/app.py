@@ -1,0 +1,92 @@
+"""``lab()``: the layout, cluster and streams panels linked in one widget."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ipywidgets as widgets
+
+from .cluster_panel import ClusterPanel
+from .layout_panel import LayoutPanel
+from .streams_panel import StreamsPanel
+
+
+class Lab(widgets.VBox):
+    """The three panels stacked in one widget; ``layout_panel``, ``cluster_panel``, ``streams_panel``.
+
+    Changing the layout updates the cluster panel (what Start / Apply use) and the streams panel (the
+    prediction); starting or stopping the cluster tells the streams panel which cluster to draw on.
+    """
+
+    def __init__(self, layout_panel: LayoutPanel, cluster_panel: ClusterPanel, streams_panel: StreamsPanel):
+        def header(text: str) -> widgets.HTML:
+            return widgets.HTML(f"<h3 style='margin:0.6em 0 0.2em 0'>{text}</h3>")
+
+        super().__init__(
+            [
+                header("Layout"),
+                layout_panel.widget,
+                header("Cluster (real process groups)"),
+                cluster_panel.widget,
+                header("Generator streams"),
+                streams_panel.widget,
+            ]
+        )
+        self.add_class("fdl-lab")
+        self.layout_panel = layout_panel
+        self.cluster_panel = cluster_panel
+        self.streams_panel = streams_panel
+        layout_panel.observe(self._on_layout, names="layout")
+        cluster_panel.observe(self._on_cluster, names="cluster")
+
+    def _on_layout(self, change: dict) -> None:
+        self.cluster_panel.set_layout(change["new"])
+        self.streams_panel.set_layout(change["new"])
+
+    def _on_cluster(self, change: dict) -> None:
+        self.streams_panel.set_cluster(change["new"])
+
+    def flush(self) -> None:
+        """Draw every pending redraw now."""
+        self.layout_panel.flush()
+        self.streams_panel.flush()
+
+    def close(self) -> None:
+        """Stop the cluster (if any) and close every widget."""
+        self.cluster_panel.stop()
+        super().close()
+
+    def __repr__(self) -> str:
+        return f"Lab({self.layout_panel!r}, {self.cluster_panel!r})"
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        bundle = super()._repr_mimebundle_(**kwargs)
+        if isinstance(bundle, dict):
+            bundle["text/plain"] = repr(self)
+        return bundle
+
+
+def lab(
+    world_size: int = 8,
+    local_world_size: int | None = None,
+    tensor_parallel: int = 2,
+    pipeline_parallel: int = 2,
+    sequence_data_parallel: int = 2,
+    pipeline_first: bool = False,
+    backend: str = "auto",
+    timeout: float = 60,
+) -> Lab:
+    """The lab: a ``LayoutPanel`` (default world 8 = tensor 2 x pipeline 2 x sequence-data 2 on one node), a
+    ``ClusterPanel`` and a ``StreamsPanel``, linked, in one widget. No cluster is started until Start is clicked.
+    """
+    layout_panel = LayoutPanel(
+        world_size=world_size,
+        local_world_size=local_world_size,
+        tensor_parallel=tensor_parallel,
+        pipeline_parallel=pipeline_parallel,
+        sequence_data_parallel=sequence_data_parallel,
+        pipeline_first=pipeline_first,
+    )
+    cluster_panel = ClusterPanel(layout_panel.layout, backend=backend, timeout=timeout)
+    streams_panel = StreamsPanel(layout_panel.layout)
+    return Lab(layout_panel, cluster_panel, streams_panel)

@@ -1,0 +1,292 @@
+"""``ClusterPanel``: start / stop a real ``LocalCluster``, apply the layout, show the verification table."""
+
+from __future__ import annotations
+
+import html
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import ipywidgets as widgets
+import traitlets
+
+from ..layout import Layout
+from .common import TABLE_STYLE, Panel, error_html, frame_table, short_error
+
+if TYPE_CHECKING:
+    from ..runtime import LocalCluster, RankResults, Verification
+
+
+def rank_summary(ctx: Any) -> str:
+    """Run on every rank after ``apply``: the rank's coordinates and the sizes of its real process groups."""
+    import os
+
+    config, dist = ctx.config, ctx.distributed
+    sizes = []
+    for name in ("tensor", "pipeline", "data"):
+        group = getattr(dist, f"{name}_group", None)
+        sizes.append(f"{name} group {1 if group is None else group.size()}")
+    print(f"rank {ctx.rank} (pid {os.getpid()}): t{config.tensor_rank} d{config.data_rank} p{config.pipeline_rank}")
+    return ", ".join(sizes)
+
+
+def verification_html(verification: Verification) -> str:
+    """One row per (dim, group): dim, group, members, ok (``True``/``False``), seconds, detail."""
+    frame = verification.to_frame()
+    columns = [c for c in ("dim", "group", "members", "ok", "seconds", "detail") if c in frame.columns]
+    frame = frame[columns].copy()
+    if "seconds" in frame:
+        frame["seconds"] = frame["seconds"].map(lambda s: f"{float(s):.3f}")
+    if "ok" in frame:
+        frame["ok"] = frame["ok"].map(lambda v: "True" if bool(v) else "False")
+    verdict = "every group ok" if verification.ok else "some checks FAILED"
+    return TABLE_STYLE + f"<b>{html.escape(verdict)}</b>" + frame_table(frame)
+
+
+def results_html(results: RankResults) -> str:
+    """One row per rank: status, value, printed output, seconds (never a traceback, just the error line)."""
+    frame = results.to_frame().reset_index()
+    columns = [c for c in ("rank", "status", "value", "error", "stdout", "seconds") if c in frame.columns]
+    frame = frame[columns].copy()
+    if "seconds" in frame:
+        frame["seconds"] = frame["seconds"].map(lambda s: f"{float(s):.3f}")
+    if "stdout" in frame:
+        frame["stdout"] = frame["stdout"].map(lambda s: str(s).strip())
+    return TABLE_STYLE + frame_table(frame)
+
+
+class ClusterPanel(Panel):
+    """Buttons to start, apply and stop a ``LocalCluster`` for the current layout, and what came back.
+
+    ``set_layout(layout)`` (called by a linked ``LayoutPanel``) changes the layout to apply. Start launches
+    ``layout.world_size`` workers (``backend``: gloo on CPU) and applies the layout; Apply re-applies it to
+    the running workers (when the world size changed, the panel says a restart is needed). Every error and
+    timeout is shown as text in ``status``, never as a traceback.
+    """
+
+    cluster = traitlets.Any(None, allow_none=True)
+    layout = traitlets.Instance(Layout, allow_none=True)
+
+    def __init__(
+        self,
+        layout: Layout | None = None,
+        backend: str = "auto",
+        timeout: float = 60,
+        apply_on_start: bool = True,
+    ):
+        super().__init__()
+        self.widget.add_class("fdl-cluster-panel")
+        self.backend = backend
+        self.timeout = timeout
+        self.apply_on_start = apply_on_start
+        self.start_button = widgets.Button(description="Start cluster", icon="play", button_style="success")
+        self.apply_button = widgets.Button(description="Apply layout", icon="check")
+        self.stop_button = widgets.Button(description="Stop", icon="stop", button_style="danger")
+        self.start_button.add_class("fdl-cluster-start")
+        self.apply_button.add_class("fdl-cluster-apply")
+        self.stop_button.add_class("fdl-cluster-stop")
+        self.status = widgets.HTML()
+        self.status.add_class("fdl-cluster-status")
+        self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="260px"))
+        self.progress.add_class("fdl-cluster-progress")
+        self.verification = widgets.HTML()
+        self.verification.add_class("fdl-verification")
+        self.rank_output = widgets.HTML()
+        self.rank_output.add_class("fdl-rank-output")
+        self.start_button.on_click(lambda _: self.start())
+        self.apply_button.on_click(lambda _: self.apply())
+        self.stop_button.on_click(lambda _: self.stop())
+        self.widget.children = [
+            widgets.HBox([self.start_button, self.apply_button, self.stop_button, self.progress]),
+            self.status,
+            self.verification,
+            self.rank_output,
+        ]
+        self.last_verification: Verification | None = None
+        self.last_results: RankResults | None = None
+        self.layout = layout
+        self.observe(self._on_state, names=["layout", "cluster"])
+        self._refresh()
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return f"ClusterPanel({state}, layout={self.layout!r})"
+
+    # ----------------------------------------------------------------- state
+    @property
+    def running(self) -> bool:
+        """Whether a cluster is up."""
+        return self.cluster is not None and bool(getattr(self.cluster, "running", False))
+
+    def set_layout(self, layout: Layout | None) -> None:
+        """Use ``layout`` for the next start / apply (None: no valid layout)."""
+        self.layout = layout
+
+    def _say(self, text: str, error: bool = False) -> None:
+        self.status.value = error_html(text) if error else html.escape(text)
+
+    @property
+    def message(self) -> str:
+        """The status line as plain text."""
+        return html.unescape(_strip_tags(self.status.value))
+
+    def _on_state(self, change: dict) -> None:
+        self._refresh()
+
+    def _refresh(self) -> None:
+        layout = self.layout
+        running = self.running
+        self.start_button.disabled = running or layout is None
+        self.stop_button.disabled = not running
+        self.apply_button.disabled = not running or layout is None
+        if layout is None:
+            self._say("no valid layout to run: fix the layout first", error=True)
+        elif not running:
+            self._say(f"stopped; Start launches {layout.world_size} local worker(s)")
+        elif self.cluster.world_size != layout.world_size:
+            self._say(
+                f"the layout has world size {layout.world_size} but the running cluster has "
+                f"{self.cluster.world_size} ranks: restart needed (Stop, then Start)",
+                error=True,
+            )
+            self.apply_button.disabled = True
+        elif self.cluster.layout != layout:
+            self._say(f"running {self.cluster.world_size} rank(s); the layout changed: Apply to check it")
+
+    # ----------------------------------------------------------------- actions
+    def _progress(self, done: int, total: int, message: str) -> None:
+        self.progress.max = max(1, total)
+        self.progress.value = min(done, self.progress.max)
+        self._say(f"starting: {message}")
+
+    def _guard(self, action: Callable[[], Any]) -> bool:
+        for button in (self.start_button, self.apply_button, self.stop_button):
+            button.disabled = True
+        try:
+            action()
+            return True
+        except Exception as error:  # shown in the panel, never as a traceback
+            self._refresh()
+            self._say(short_error(error), error=True)
+            return False
+
+    def start(self) -> bool:
+        """Start a cluster of the layout's world size (and apply the layout); returns whether it worked."""
+        layout = self.layout
+        if layout is None:
+            self._say("no valid layout to run: fix the layout first", error=True)
+            return False
+        if self.running:
+            self._refresh()
+            return True
+
+        def action() -> None:
+            from ..runtime import LocalCluster
+
+            self.progress.value = 0
+            self._say(f"starting {layout.world_size} worker(s)...")
+            begin = time.perf_counter()
+            cluster: LocalCluster = LocalCluster(
+                layout.world_size,
+                backend=self.backend,
+                local_world_size=layout.local_world_size,
+                timeout=self.timeout,
+                progress=self._progress,
+            )
+            self.cluster = cluster
+            self.progress.value = self.progress.max
+            self._say(
+                f"running: {cluster.world_size} rank(s), backend {cluster.backend}, "
+                f"started in {time.perf_counter() - begin:.1f} s"
+            )
+
+        ok = self._guard(action)
+        self._refresh_buttons()
+        if ok and self.apply_on_start:
+            return self.apply()
+        return ok
+
+    def apply(self) -> bool:
+        """Apply the current layout to the running cluster and show the verification; returns whether all is ok."""
+        layout, cluster = self.layout, self.cluster
+        if layout is None:
+            self._say("no valid layout to apply: fix the layout first", error=True)
+            return False
+        if not self.running:
+            self._say("the cluster is not running: click Start first", error=True)
+            return False
+        if cluster.world_size != layout.world_size:
+            self._refresh()
+            return False
+        outcome: dict[str, Any] = {}
+
+        def action() -> None:
+            self._say(f"applying the layout to {cluster.world_size} rank(s)...")
+            verification = cluster.apply(layout)
+            self.last_verification = verification
+            self.verification.value = verification_html(verification)
+            results = cluster.run(rank_summary)
+            self.last_results = results
+            self.rank_output.value = results_html(results)
+            outcome["ok"] = bool(verification.ok)
+            verdict = "every group ok" if verification.ok else "some checks FAILED"
+            self._say(f"running: {cluster.world_size} rank(s), backend {cluster.backend}; layout applied: {verdict}")
+
+        done = self._guard(action)
+        self._refresh_buttons()
+        return done and outcome.get("ok", False)
+
+    def run(self, fn: Callable[..., Any], *args: Any, timeout: float | None = None) -> RankResults | None:
+        """Run ``fn(ctx, *args)`` on every rank and show the per-rank output; None (and a message) on failure."""
+        if not self.running:
+            self._say("the cluster is not running: click Start first", error=True)
+            return None
+        outcome: dict[str, Any] = {}
+
+        def action() -> None:
+            results = self.cluster.run(fn, *args, timeout=timeout)
+            self.last_results = results
+            self.rank_output.value = results_html(results)
+            outcome["results"] = results
+            self._say(
+                f"ran {getattr(fn, '__name__', 'function')} on {self.cluster.world_size} rank(s): "
+                f"{'ok' if results.ok else 'some ranks failed'}"
+            )
+
+        self._guard(action)
+        self._refresh_buttons()
+        return outcome.get("results")
+
+    def stop(self) -> None:
+        """Close the cluster (no process left behind)."""
+        cluster = self.cluster
+
+        def action() -> None:
+            if cluster is not None:
+                cluster.close()
+            self.cluster = None
+            self._say("stopped")
+
+        self._guard(action)
+        self.cluster = None
+        self._refresh_buttons()
+
+    def _refresh_buttons(self) -> None:
+        running = self.running
+        layout = self.layout
+        self.start_button.disabled = running or layout is None
+        self.stop_button.disabled = not running
+        self.apply_button.disabled = (
+            not running or layout is None or (running and self.cluster.world_size != layout.world_size)
+        )
+
+    def close(self) -> None:
+        """Stop the cluster and close the widgets."""
+        self.stop()
+        self.widget.close()
+
+
+def _strip_tags(text: str) -> str:
+    import re
+
+    return re.sub(r"<[^>]+>", "", text)

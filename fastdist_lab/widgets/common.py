@@ -1,0 +1,172 @@
+"""Shared helpers of the panels: a debouncer, factor dropdowns, divisors and HTML tables."""
+
+from __future__ import annotations
+
+import asyncio
+import html
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import ipywidgets as widgets
+import traitlets
+from traitlets import TraitError, validate
+
+
+class Panel(traitlets.HasTraits):
+    """A panel: Python state (traits other panels can observe) plus ``widget``, the ipywidgets box shown.
+
+    Displaying a panel displays its widget; ``repr`` stays short and deterministic.
+    """
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.widget = widgets.VBox()
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        bundle = self.widget._repr_mimebundle_(**kwargs)
+        if isinstance(bundle, dict):
+            bundle["text/plain"] = repr(self)
+        return bundle
+
+    def add_class(self, name: str) -> Panel:
+        """Add a CSS class to the panel's widget."""
+        self.widget.add_class(name)
+        return self
+
+
+def divisors(n: int) -> list[int]:
+    """The positive divisors of ``n`` in increasing order."""
+    small, large = [], []
+    d = 1
+    while d * d <= n:
+        if n % d == 0:
+            small.append(d)
+            if d * d != n:
+                large.append(n // d)
+        d += 1
+    return small + large[::-1]
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+class FactorDropdown(widgets.Dropdown):
+    """A ``Dropdown`` of positive integers that offers the values that can be valid.
+
+    Assigning a positive integer that is not offered (from Python) adds it to the options, so that the panel
+    can report why the combination is impossible instead of raising a ``TraitError``.
+    """
+
+    def offer(self, values: Iterable[int]) -> None:
+        """Replace the options by ``values`` (plus the current value), keeping the current value selected."""
+        current = self.value
+        options = sorted(set(values) | ({current} if current is not None else set()))
+        if tuple(options) == tuple(self._options_values):
+            return
+        self._set_options_keep(options)
+        if current is not None:
+            self.value = current
+
+    def _set_options_keep(self, options: Sequence[int]) -> None:
+        previous = getattr(self, "_initializing_traits_", False)
+        self._initializing_traits_ = True  # do not let ipywidgets reset the selection to the first option
+        try:
+            self.options = [(str(v), v) for v in options]
+        finally:
+            self._initializing_traits_ = previous
+        if self.value is not None and self.value in self._options_values:
+            index = self._options_values.index(self.value)
+            if self.index != index:
+                self.index = index
+            self.label = self._options_labels[index]
+
+    @validate("value")
+    def _validate_value(self, proposal: Any) -> Any:
+        value = proposal.value
+        if value is not None and value not in self._options_values:
+            if not _positive_int(value):
+                raise TraitError(f"{self.description or 'value'}={value!r} must be a positive integer")
+            self._set_options_keep(sorted({*self._options_values, value}))
+        return super()._validate_value(proposal)
+
+
+class Debouncer:
+    """Call ``fn`` once after changes settle: ``delay`` seconds later inside a running asyncio loop (a kernel),
+    at once otherwise (plain Python, tests). ``flush()`` runs a pending call now."""
+
+    def __init__(self, fn: Callable[[], None], delay: float = 0.05):
+        self._fn = fn
+        self.delay = delay
+        self._handle: asyncio.TimerHandle | None = None
+
+    @property
+    def pending(self) -> bool:
+        """Whether a call is scheduled and has not run yet."""
+        return self._handle is not None
+
+    def schedule(self) -> None:
+        """Ask for a call: deferred (and coalesced) in a running loop, immediate otherwise."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is None or self.delay <= 0:
+            self.cancel()
+            self._fn()
+            return
+        self.cancel()
+        self._handle = loop.call_later(self.delay, self._fire)
+
+    def _fire(self) -> None:
+        self._handle = None
+        self._fn()
+
+    def cancel(self) -> None:
+        """Drop the pending call, if any."""
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def flush(self) -> None:
+        """Run the pending call now (no-op when nothing is pending)."""
+        if self._handle is not None:
+            self.cancel()
+            self._fn()
+
+
+def html_table(columns: Sequence[str], rows: Iterable[Sequence[Any]], css_class: str = "fdl-table") -> str:
+    """A plain HTML ``<table>`` with a ``<thead>`` and one ``<tr>`` per row inside ``<tbody>`` (text escaped)."""
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>" for row in rows)
+    return f"<table class='{css_class}'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def frame_table(frame: Any, css_class: str = "fdl-table", index: bool = False) -> str:
+    """A pandas DataFrame as ``html_table`` (index as first column when ``index``)."""
+    columns = list(frame.columns)
+    values = frame.itertuples(index=index, name=None)
+    if index:
+        columns = [frame.index.name or ""] + columns
+    return html_table(columns, values, css_class)
+
+
+def error_html(message: str) -> str:
+    """The HTML of an error line (red, text escaped); empty for an empty message."""
+    if not message:
+        return ""
+    return f"<span style='color:#b00020;white-space:pre-wrap'>{html.escape(message)}</span>"
+
+
+def short_error(error: BaseException, limit: int = 2000) -> str:
+    """``Type: message`` of an exception on one readable block, never a traceback."""
+    text = f"{type(error).__name__}: {error}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+TABLE_STYLE = (
+    "<style>.fdl-table{border-collapse:collapse;font-size:12px}"
+    ".fdl-table th,.fdl-table td{border:1px solid #ddd;padding:1px 6px;text-align:right}"
+    ".fdl-table th{background:#f3f3f3}</style>"
+)
+"""CSS for the panels' tables, included once per HTML widget."""

@@ -1,0 +1,322 @@
+"""``LayoutPanel``: choose a layout with controls, see its rank grid, ranks table, groups and topology."""
+
+from __future__ import annotations
+
+import html
+import time
+from typing import Any
+
+import ipywidgets as widgets
+import numpy as np
+import traitlets
+
+from ..config import DIM_NAMES, LayoutError
+from ..layout import RANK_COLUMNS, Layout
+from .common import TABLE_STYLE, Debouncer, FactorDropdown, Panel, divisors, error_html, html_table
+
+MAX_WORLD_SIZE = 65536
+"""The largest world the panel accepts."""
+
+MAX_TABLE_RANKS = 4096
+"""The ranks table lists at most this many ranks (one ``<tr>`` each)."""
+
+MAX_GROUPS_SHOWN = 512
+"""The groups tab lists at most this many groups."""
+
+_RANK_HEADERS = ("rank", "node", "local", "tensor", "data", "pipeline", "seq. data", "batch data")
+
+
+def _members_text(members: np.ndarray, limit: int = 48) -> str:
+    values = members.tolist()
+    if len(values) <= limit:
+        return ", ".join(map(str, values))
+    head, tail = values[: limit // 2], values[-4:]
+    return ", ".join(map(str, head)) + f", ... ({len(values) - limit // 2 - 4} more) ..., " + ", ".join(map(str, tail))
+
+
+def ranks_html(layout: Layout, limit: int = MAX_TABLE_RANKS) -> str:
+    """The ranks table of ``layout`` as HTML: one ``<tr>`` per rank (the first ``limit`` ranks) in ``<tbody>``."""
+    shown = min(layout.world_size, limit)
+    c = layout._coordinates
+    columns = [np.arange(shown)] + [c[name][:shown] for name in RANK_COLUMNS]
+    rows = zip(*(col.tolist() for col in columns))
+    table = html_table(_RANK_HEADERS, rows)
+    if shown < layout.world_size:
+        table += f"<p>first {shown} of {layout.world_size} ranks</p>"
+    return TABLE_STYLE + table
+
+
+def groups_html(layout: Layout, dim: str, limit: int = MAX_GROUPS_SHOWN) -> str:
+    """The groups of ``dim`` as HTML: one row per group (the first ``limit``), members in group-rank order."""
+    groups = layout.groups(dim)
+    rows = ((index, len(members), _members_text(members)) for index, members in enumerate(groups[:limit]))
+    note = "" if groups.shape[0] <= limit else f"<p>first {limit} of {groups.shape[0]} groups</p>"
+    title = f"<b>{html.escape(dim)}</b>: {groups.shape[0]} group(s) of {groups.shape[1]} rank(s)"
+    return TABLE_STYLE + title + html_table(("group", "size", "members"), rows) + note
+
+
+def topology_html(layout: Layout) -> str:
+    """The topology table of ``layout`` (per dim: group size, groups, nodes spanned, intra-node) as HTML."""
+    frame = layout.topology()
+    rows = ((dim, *row) for dim, row in zip(frame.index, frame.itertuples(index=False, name=None)))
+    return TABLE_STYLE + html_table(("dim", *frame.columns), rows)
+
+
+class LayoutPanel(Panel):
+    """Controls for a layout and its pictures, redrawn on every change.
+
+    Controls (attributes): ``world_size``, ``local_world_size``, ``tensor_parallel``, ``pipeline_parallel``,
+    ``sequence_data_parallel`` (dropdowns of the values that can be valid), ``pipeline_first``, ``seed``,
+    ``rank`` (highlighted rank, -1 for none) and ``dim`` (the dim the grid is coloured by).
+    ``layout`` is the current ``Layout`` (None while the combination is impossible) and ``error`` the
+    message saying why (empty when valid). Tabs: Grid | Ranks table | Groups | Topology.
+
+    Inside a running kernel the pictures are redrawn ``debounce`` seconds after the last change; elsewhere
+    (tests, scripts) at once. ``flush()`` draws a pending redraw now.
+    """
+
+    layout = traitlets.Instance(Layout, allow_none=True)
+    error = traitlets.Unicode("")
+
+    def __init__(
+        self,
+        world_size: int = 8,
+        local_world_size: int | None = None,
+        tensor_parallel: int = 2,
+        pipeline_parallel: int = 2,
+        sequence_data_parallel: int = 2,
+        pipeline_first: bool = False,
+        seed: int = 1234,
+        dim: str = "tensor",
+        rank: int = -1,
+        debounce: float = 0.05,
+    ):
+        super().__init__()
+        self.widget.add_class("fdl-layout-panel")
+        local = world_size if local_world_size is None else local_world_size
+        style = {"description_width": "initial"}
+        self.world_size = widgets.BoundedIntText(
+            value=world_size,
+            min=1,
+            max=MAX_WORLD_SIZE,
+            description="world size",
+            continuous_update=False,
+            style=style,
+            layout=widgets.Layout(width="150px"),
+        )
+        self.local_world_size = self._factor("GPUs per node", local, "fdl-local-world-size")
+        self.tensor_parallel = self._factor("tensor", tensor_parallel, "fdl-tensor-parallel")
+        self.pipeline_parallel = self._factor("pipeline", pipeline_parallel, "fdl-pipeline-parallel")
+        self.sequence_data_parallel = self._factor(
+            "sequence-data", sequence_data_parallel, "fdl-sequence-data-parallel"
+        )
+        self.pipeline_first = widgets.Checkbox(value=bool(pipeline_first), description="pipeline first", indent=False)
+        self.seed = widgets.IntText(
+            value=seed, description="seed", continuous_update=False, style=style, layout=widgets.Layout(width="170px")
+        )
+        self.dim = widgets.Dropdown(options=list(DIM_NAMES), value=dim, description="colour by", style=style)
+        self.rank = widgets.BoundedIntText(
+            value=rank,
+            min=-1,
+            max=max(0, world_size - 1),
+            description="highlight rank",
+            continuous_update=False,
+            style=style,
+            layout=widgets.Layout(width="170px"),
+        )
+        self.world_size.add_class("fdl-world-size")
+        self.pipeline_first.add_class("fdl-pipeline-first")
+        self.seed.add_class("fdl-seed")
+        self.dim.add_class("fdl-dim")
+        self.rank.add_class("fdl-rank")
+
+        self.message = widgets.HTML()
+        self.message.add_class("fdl-error")
+        self.summary = widgets.HTML()
+        self.summary.add_class("fdl-summary")
+        self.picture = widgets.Image(format="png", layout=widgets.Layout(max_width="100%"))
+        self.grid = widgets.Box([self.picture])
+        self.grid.add_class("fdl-grid")
+        self.ranks_table = widgets.HTML()
+        self.ranks_table.add_class("fdl-ranks-table")
+        self.groups_table = widgets.HTML()
+        self.groups_table.add_class("fdl-groups")
+        self.topology_table = widgets.HTML()
+        self.topology_table.add_class("fdl-topology")
+        scroll = {"max_height": "520px", "overflow": "auto"}
+        self.tabs = widgets.Tab(
+            children=[
+                self.grid,
+                widgets.Box([self.ranks_table], layout=widgets.Layout(**scroll)),
+                widgets.Box([self.groups_table], layout=widgets.Layout(**scroll)),
+                self.topology_table,
+            ],
+            titles=("Grid", "Ranks table", "Groups", "Topology"),
+        )
+        factors = widgets.HBox(
+            [
+                self.world_size,
+                self.local_world_size,
+                self.tensor_parallel,
+                self.pipeline_parallel,
+                self.sequence_data_parallel,
+                self.pipeline_first,
+            ],
+            layout=widgets.Layout(flex_flow="row wrap", align_items="center"),
+        )
+        view = widgets.HBox([self.dim, self.rank, self.seed], layout=widgets.Layout(flex_flow="row wrap"))
+        self.widget.children = [factors, view, self.message, self.summary, self.tabs]
+
+        self.renders = 0
+        self.render_seconds = 0.0
+        self._busy = False
+        self._drawn: tuple[Any, ...] | None = None
+        self._redraw = Debouncer(self._render, debounce)
+        for control in (
+            self.world_size,
+            self.local_world_size,
+            self.tensor_parallel,
+            self.pipeline_parallel,
+            self.sequence_data_parallel,
+            self.pipeline_first,
+            self.seed,
+        ):
+            control.observe(self._on_layout_control, names="value")
+        for control in (self.dim, self.rank):
+            control.observe(self._on_view_control, names="value")
+        self._update()
+        self._redraw.flush()
+
+    # ----------------------------------------------------------------- construction helpers
+    def _factor(self, description: str, value: int, css: str) -> FactorDropdown:
+        control = FactorDropdown(
+            options=[(str(value), value)],
+            value=value,
+            description=description,
+            style={"description_width": "initial"},
+            layout=widgets.Layout(width="auto"),
+        )
+        control.add_class(css)
+        return control
+
+    # ----------------------------------------------------------------- public
+    def __repr__(self) -> str:
+        return f"LayoutPanel({self.layout!r})" if self.layout is not None else f"LayoutPanel(error={self.error!r})"
+
+    @property
+    def png(self) -> bytes:
+        """The PNG bytes of the grid picture currently shown."""
+        return bytes(self.picture.value)
+
+    def values(self) -> dict[str, Any]:
+        """The layout fields the controls hold now (possibly an impossible combination)."""
+        return {
+            "world_size": self.world_size.value,
+            "local_world_size": self.local_world_size.value,
+            "tensor_parallel": self.tensor_parallel.value,
+            "pipeline_parallel": self.pipeline_parallel.value,
+            "sequence_data_parallel": self.sequence_data_parallel.value,
+            "pipeline_first": self.pipeline_first.value,
+            "seed": self.seed.value,
+        }
+
+    def set(self, **values: Any) -> None:
+        """Set several controls at once (one recomputation, one redraw).
+
+        Example: ``panel.set(world_size=16, tensor_parallel=4)``.
+        """
+        unknown = sorted(set(values) - set(self.values()) - {"dim", "rank"})
+        if unknown:
+            raise TypeError(f"LayoutPanel.set got unknown control(s) {', '.join(unknown)}")
+        self._busy = True
+        try:
+            if "world_size" in values:
+                self.world_size.value = values["world_size"]
+            for name in ("local_world_size", "tensor_parallel", "pipeline_parallel", "sequence_data_parallel"):
+                if name in values:
+                    getattr(self, name).value = values[name]
+            for name in ("pipeline_first", "seed", "dim"):
+                if name in values:
+                    getattr(self, name).value = values[name]
+        finally:
+            self._busy = False
+        self._update()
+        if "rank" in values:
+            self.rank.value = values["rank"]
+
+    def flush(self) -> None:
+        """Draw a pending redraw now (pictures and tables match the controls afterwards)."""
+        self._redraw.flush()
+
+    @property
+    def pending(self) -> bool:
+        """Whether a redraw is scheduled and not drawn yet."""
+        return self._redraw.pending
+
+    # ----------------------------------------------------------------- reactions
+    def _on_layout_control(self, change: dict) -> None:
+        if not self._busy:
+            self._update()
+
+    def _on_view_control(self, change: dict) -> None:
+        if not self._busy:
+            self._redraw.schedule()
+
+    def _offer_options(self) -> None:
+        world = self.world_size.value
+        local = self.local_world_size.value
+        tp, pp = self.tensor_parallel.value, self.pipeline_parallel.value
+        self.local_world_size.offer(divisors(world))
+        self.tensor_parallel.offer(divisors(local))
+        self.pipeline_parallel.offer(divisors(world // tp if world % tp == 0 else world))
+        model = tp * pp
+        self.sequence_data_parallel.offer(divisors(world // model if world % model == 0 else world))
+        self.rank.max = max(0, world - 1)
+
+    def _update(self) -> None:
+        """Recompute options, ``layout`` and ``error`` from the controls (synchronous), then ask for a redraw."""
+        self._busy = True
+        try:
+            self._offer_options()
+        finally:
+            self._busy = False
+        try:
+            layout: Layout | None = Layout(backend="gloo", **self.values())
+            error = ""
+        except LayoutError as exc:
+            layout, error = None, str(exc)
+        if layout is not None and self.rank.value >= layout.world_size:
+            self.rank.value = -1
+        self.message.value = error_html(error)
+        self.error = error
+        self.layout = layout
+        self._redraw.schedule()
+
+    def _render(self) -> None:
+        """Draw the grid picture and the tables of the current layout (nothing to draw while invalid)."""
+        from ..viz import plot_layout, to_png
+
+        layout = self.layout
+        if layout is None:
+            self.summary.value = "<i>no valid layout: the pictures below show the last valid one</i>"
+            return
+        dim = self.dim.value
+        highlight = self.rank.value if 0 <= self.rank.value < layout.world_size else None
+        key = (layout, dim, highlight)
+        if key == self._drawn:
+            return
+        start = time.perf_counter()
+        figure = plot_layout(layout, dim=dim, highlight=highlight)
+        png = to_png(figure)
+        figure.clear()
+        del figure
+        if self._drawn is None or self._drawn[0] != layout:
+            self.ranks_table.value = ranks_html(layout)
+            self.topology_table.value = topology_html(layout)
+        if self._drawn is None or self._drawn[:2] != (layout, dim):
+            self.groups_table.value = groups_html(layout, dim)
+        self.picture.value = png
+        self.summary.value = html.escape(repr(layout))
+        self._drawn = key
+        self.renders += 1
+        self.render_seconds = time.perf_counter() - start

@@ -1,0 +1,199 @@
+"""``StreamsPanel``: which ranks share which generator stream, predicted on paper and drawn for real."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import ipywidgets as widgets
+import traitlets
+
+from ..config import PhaseType
+from ..layout import Layout
+from ..seeds import GENERATORS
+from .common import TABLE_STYLE, Debouncer, Panel, error_html, frame_table, short_error
+
+_VIEWS = (("ranks sharing a stream", "sharing"), ("stream of every rank and generator", "streams"))
+
+
+def checks_html(frame: Any) -> str:
+    """The check table (check, ok, detail) as HTML, ``ok`` as ``True``/``False``."""
+    frame = frame.copy()
+    frame["ok"] = frame["ok"].map(lambda v: "True" if bool(v) else "False")
+    return TABLE_STYLE + frame_table(frame)
+
+
+def sharing_html(report: Any, generator: str, limit: int = 64) -> str:
+    """The groups of ranks sharing one ``generator`` stream, one line each (the first ``limit``)."""
+    groups = report.sharing(generator)
+    lines = [", ".join(map(str, group)) for group in groups[:limit]]
+    more = f"<br>... {len(groups) - limit} more" if len(groups) > limit else ""
+    shared = sum(1 for g in groups if len(g) > 1)
+    head = f"<b>{html.escape(generator)}</b>: {len(groups)} distinct stream(s), {shared} shared by several ranks"
+    body = "<br>".join(f"[{html.escape(line)}]" for line in lines)
+    return f"{head}<div style='font-family:monospace;font-size:12px'>{body}{more}</div>"
+
+
+class StreamsPanel(Panel):
+    """Step, phase and generator controls; the predicted streams' sharing picture and invariant checks;
+    a button that draws the same streams on a running cluster and compares real against predicted.
+
+    ``set_layout(layout)`` and ``set_cluster(cluster)`` link it to the other panels. ``predicted`` and
+    ``real`` are the last ``StreamReport``s, ``error`` the last problem (empty when none).
+    """
+
+    layout = traitlets.Instance(Layout, allow_none=True)
+    cluster = traitlets.Any(None, allow_none=True)
+    error = traitlets.Unicode("")
+
+    def __init__(self, layout: Layout | None = None, draws: int = 4, debounce: float = 0.05):
+        super().__init__()
+        self.widget.add_class("fdl-streams-panel")
+        self.draws = draws
+        style = {"description_width": "initial"}
+        self.step = widgets.BoundedIntText(
+            value=0, min=0, max=10**12, description="step", continuous_update=False, style=style,
+            layout=widgets.Layout(width="160px"),
+        )  # fmt: skip
+        self.phase = widgets.Dropdown(options=[p.name for p in PhaseType], value="training", description="phase")
+        self.generator = widgets.Dropdown(options=list(GENERATORS), value="tp", description="generator")
+        self.view = widgets.Dropdown(options=list(_VIEWS), value="sharing", description="picture", style=style)
+        self.draw_button = widgets.Button(description="Draw on cluster", icon="random")
+        self.step.add_class("fdl-streams-step")
+        self.phase.add_class("fdl-streams-phase")
+        self.generator.add_class("fdl-streams-generator")
+        self.draw_button.add_class("fdl-streams-draw")
+        self.status = widgets.HTML()
+        self.status.add_class("fdl-streams-status")
+        self.picture = widgets.Image(format="png", layout=widgets.Layout(max_width="100%"))
+        self.picture_box = widgets.Box([self.picture])
+        self.picture_box.add_class("fdl-streams-picture")
+        self.sharing = widgets.HTML()
+        self.sharing.add_class("fdl-streams-sharing")
+        self.checks = widgets.HTML()
+        self.checks.add_class("fdl-streams-checks")
+        self.comparison = widgets.HTML()
+        self.comparison.add_class("fdl-streams-comparison")
+        self.draw_button.on_click(lambda _: self.draw_real())
+        self.widget.children = [
+            widgets.HBox([self.step, self.phase, self.generator, self.view, self.draw_button]),
+            self.status,
+            self.comparison,
+            widgets.HBox([self.picture_box, widgets.VBox([self.sharing, self.checks])]),
+        ]
+        self.predicted: Any = None
+        self.real: Any = None
+        self._drawn: tuple[Any, ...] | None = None
+        self._redraw = Debouncer(self._render, debounce)
+        for control in (self.step, self.phase):
+            control.observe(lambda _: self._predict(), names="value")
+        for control in (self.generator, self.view):
+            control.observe(lambda _: self._redraw.schedule(), names="value")
+        self.observe(lambda _: self._predict(), names="layout")
+        self.observe(lambda _: self._refresh_button(), names="cluster")
+        self.layout = layout
+        if layout is None:
+            self._predict()
+        self._refresh_button()
+
+    def __repr__(self) -> str:
+        return f"StreamsPanel(layout={self.layout!r}, step={self.step.value}, phase={self.phase.value})"
+
+    def set_layout(self, layout: Layout | None) -> None:
+        """Predict the streams of ``layout`` (None: no valid layout)."""
+        self.layout = layout
+
+    def set_cluster(self, cluster: Any) -> None:
+        """Use ``cluster`` (a running ``LocalCluster`` or None) for real draws."""
+        self.cluster = cluster
+
+    def flush(self) -> None:
+        """Draw a pending redraw now."""
+        self._redraw.flush()
+
+    @property
+    def png(self) -> bytes:
+        """The PNG bytes of the picture shown."""
+        return bytes(self.picture.value)
+
+    def _refresh_button(self) -> None:
+        self.draw_button.disabled = self.cluster is None or not getattr(self.cluster, "running", False)
+
+    def _say(self, text: str, error: bool = False) -> None:
+        self.error = text if error else ""
+        self.status.value = error_html(text) if error else html.escape(text)
+
+    def _predict(self) -> None:
+        from ..streams import predict
+
+        self.real = None
+        self.comparison.value = ""
+        layout = self.layout
+        if layout is None:
+            self.predicted = None
+            self._say("no valid layout: fix the layout first", error=True)
+            return
+        try:
+            self.predicted = predict(layout, step=self.step.value, phase=self.phase.value, draws=self.draws)
+        except Exception as error:  # shown in the panel, never as a traceback
+            self.predicted = None
+            self._say(short_error(error), error=True)
+            return
+        verdict = "every check passes" if self.predicted.ok else "some checks FAIL"
+        self._say(f"predicted streams of {layout.world_size} rank(s) at step {self.step.value}, "
+                  f"phase {self.phase.value}: {verdict}")  # fmt: skip
+        self._redraw.schedule()
+
+    def _render(self) -> None:
+        from ..viz import to_png
+
+        report = self.real if self.real is not None else self.predicted
+        if report is None:
+            return
+        key = (id(report), self.generator.value, self.view.value)
+        if key == self._drawn:
+            return
+        if self.view.value == "sharing":
+            figure = report.plot_sharing(self.generator.value)
+        else:
+            figure = report.plot_streams()
+        self.picture.value = to_png(figure)
+        figure.clear()
+        self.sharing.value = sharing_html(report, self.generator.value)
+        self.checks.value = checks_html(report.check())
+        self._drawn = key
+
+    def draw_real(self) -> bool:
+        """Draw the streams on the linked running cluster and compare with the prediction; whether they match."""
+        cluster, layout = self.cluster, self.layout
+        if cluster is None or not getattr(cluster, "running", False):
+            self._say("no running cluster: start one in the cluster panel first", error=True)
+            return False
+        if layout is None or cluster.layout != layout:
+            self._say("the cluster runs another layout: Apply this layout in the cluster panel first", error=True)
+            return False
+        try:
+            from ..streams import draw, predict
+
+            real = draw(cluster, step=self.step.value, phase=self.phase.value, draws=self.draws)
+            device = getattr(cluster, "device_type", "cpu")
+            if self.predicted is None or device != "cpu":
+                self.predicted = predict(layout, self.step.value, self.phase.value, self.draws, device=device)
+            matches = bool(real.matches(self.predicted))
+        except Exception as error:  # shown in the panel, never as a traceback
+            self._say(short_error(error), error=True)
+            return False
+        self.real = real
+        if matches:
+            self.comparison.value = (
+                f"<b style='color:#1b7f3b'>real draws of {cluster.world_size} rank(s) match the prediction exactly</b>"
+            )
+        else:
+            diff = real.diff(self.predicted).head(20)
+            self.comparison.value = (
+                "<b style='color:#b00020'>real draws differ from the prediction</b>" + TABLE_STYLE + frame_table(diff)
+            )
+        self._say(f"drew the streams on {cluster.world_size} rank(s) at step {self.step.value}, "
+                  f"phase {self.phase.value}")  # fmt: skip
+        self._redraw.schedule()
+        return matches
