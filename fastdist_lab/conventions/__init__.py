@@ -12,6 +12,7 @@ which ranks share random streams under each framework's seeding rules. Pure nump
 from __future__ import annotations
 
 from .base import Convention, ConventionError, as_convention
+from .check import device_mesh_check
 from .device_mesh import (
     DeepSpeed,
     DeviceMesh,
@@ -45,6 +46,7 @@ __all__ = [
     "as_convention",
     "compare_groups",
     "deepspeed_topology",
+    "device_mesh_check",
     "device_mesh_spec",
     "equivalent",
     "layout_convention",
