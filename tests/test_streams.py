@@ -114,6 +114,7 @@ CHECK_NAMES = [
     "no two streams that should differ collide anywhere in the world",
     "draws agree with stream ids",
     "note: inference reuses the test phase's streams",
+    "note: torch's CPU generator uses only the low 32 bits of a seed",
 ]
 
 
@@ -171,7 +172,7 @@ def test_streams_that_do_not_change_with_step_or_phase_fail() -> None:
     replay = failing(predict(layout(sample_seed_shift=DEFAULT_SHIFT("dp_seed_shift"))))
     assert replay["streams change with step and with phase"] == (
         "rank 0's pp stream at step 1 is rank 2's pp stream at step 0 training "
-        f"(seed {generator_seeds(layout().config(2))['pp']})"
+        f"(seed {generator_seeds(layout().config(2))['pp']} on cpu)"
     )
 
 
@@ -179,6 +180,31 @@ def DEFAULT_SHIFT(name: str) -> int:  # noqa: N802 - reads like the constant tab
     from fastdist_lab.config import DEFAULT_SEED_SHIFTS
 
     return DEFAULT_SEED_SHIFTS[name]
+
+
+def test_cpu_streams_are_identified_by_the_low_32_bits_of_the_seed() -> None:
+    # the fact: torch's CPU generator ignores the high 32 bits of a seed
+    assert np.array_equal(reference_draws(12345, 4), reference_draws(12345 + 2**32, 4))
+    assert not np.array_equal(reference_draws(12345, 4), reference_draws(12346, 4))
+    # a tp shift that is a multiple of 2**32 gives distinct seeds but identical CPU streams
+    report = predict(layout(tp_seed_shift=2**32 * 977))
+    assert report.seeds[0, 4] != report.seeds[1, 4]
+    assert np.array_equal(report.values[0, 4], report.values[1, 4])
+    detail = failing(report)["tp streams distinct inside every tensor group"]
+    assert detail.startswith("tp streams shared inside tensor group [0, 1]: ranks 0 and 1 both have seeds ")
+    assert "equal in their low 32 bits" in detail
+    ok, note = checks_of(report)[CHECK_NAMES[-1]]
+    assert ok and "distinct CPU streams" in note
+    # the same seeds on CUDA (Philox reads all 64 bits) are distinct streams: identity only, nothing drawn here
+    cuda = StreamReport(report.layout, 0, "training", report.seeds, ("cpu",) + ("cuda",) * 4, report.values)
+    assert cuda.sharing("tp") == [(r,) for r in range(8)]
+    # a step shift that is a multiple of 2**32 does not change any CPU stream
+    no_step = failing(predict(layout(sample_seed_shift=2**40)))
+    assert no_step["streams change with step and with phase"].startswith(
+        "rank 0's pp stream is the same at step 0 training and at step 1 (seeds "
+    ) and no_step["streams change with step and with phase"].endswith(
+        "equal in their low 32 bits, the only bits torch's CPU generator uses)"
+    )
 
 
 def test_reproducible_init_on_and_off() -> None:
@@ -219,7 +245,7 @@ def test_inference_reuses_the_test_streams_and_says_so() -> None:
     inference = predict(layout(), 5, "inference")
     assert np.array_equal(test.seeds, inference.seeds) and np.array_equal(test.values, inference.values)
     assert not test.matches(inference)  # not the same moment
-    ok, detail = checks_of(inference)[CHECK_NAMES[-1]]
+    ok, detail = checks_of(inference)[CHECK_NAMES[-2]]
     assert ok and "test_seed_shift" in detail
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..config import PhaseType
+from .draws import stream_key
 
 if TYPE_CHECKING:
     from .report import StreamReport
@@ -38,6 +39,23 @@ def _members(group: np.ndarray) -> str:
 def _cell(report: StreamReport, rank: int, generator: str) -> str:
     index = report.generator_index(generator)
     return f"seed {int(report.seeds[rank, index])} on {report.devices[index]}"
+
+
+def _seeds_text(first: int, second: int, device: str) -> str:
+    """Two seeds that give one stream on ``device``: one seed, or two equal in the bits the CPU generator reads."""
+    if first == second:
+        return f"seed {first} on {device}"
+    return (
+        f"seeds {first} and {second} on {device}, equal in their low 32 bits, the only bits torch's CPU generator uses"
+    )
+
+
+def _same_stream(report: StreamReport, a: tuple[int, str], b: tuple[int, str]) -> str:
+    """How two cells that share one stream are seeded."""
+    (ra, ga), (rb, gb) = a, b
+    sa = int(report.seeds[ra, report.generator_index(ga)])
+    sb = int(report.seeds[rb, report.generator_index(gb)])
+    return _seeds_text(sa, sb, report.devices[report.generator_index(ga)])
 
 
 def _duplicate_in_rows(ids: np.ndarray) -> tuple[int, int, int] | None:
@@ -67,7 +85,7 @@ def _distinct_within(report: StreamReport, generators: tuple[str, ...], dim: str
             ra, rb = int(groups[row, a]), int(groups[row, b])
             return (
                 f"{generator} streams shared {what} {dim} group {_members(groups[row])}: "
-                f"ranks {ra} and {rb} both have {_cell(report, ra, generator)}"
+                f"ranks {ra} and {rb} both have {_same_stream(report, (ra, generator), (rb, generator))}"
             )
     return None
 
@@ -91,12 +109,12 @@ def check_pp_shared_in_tensor_groups(report: StreamReport) -> Row:
     found = _duplicate_in_rows(ids[:, :1].T)
     if found is not None:
         _, a, b = found
-        ra = int(groups[a, 0])
+        ra, rb = int(groups[a, 0]), int(groups[b, 0])
         return _row(
             name,
             False,
             f"tensor groups {_members(groups[a])} and {_members(groups[b])} share one pp stream "
-            f"({_cell(report, ra, 'pp')})",
+            f"({_same_stream(report, (ra, 'pp'), (rb, 'pp'))})",
         )
     return _row(
         name,
@@ -178,12 +196,15 @@ def check_streams_change(report: StreamReport) -> Row:
     """Every rank's pp and tp streams change at the next step and in every other phase, and never reappear."""
     name = "streams change with step and with phase"
     columns = [report.generator_index(g) for g in _STEP_GENERATORS]
+    device = report.devices[columns[0]]
     current = report.seeds[:, columns]
+    current_keys = stream_key(current, device)
     here = f"step {report.step} {report.phase.name}"
     for label, step, phase in _other_moments(report):
         table = report.layout.seed_table(step, phase)
         other = table[list(_STEP_GENERATORS)].to_numpy(dtype=np.uint64)
-        same = np.argwhere(current == other)
+        other_keys = stream_key(other, device)
+        same = np.argwhere(current_keys == other_keys)
         if same.size:
             rank, col = (int(v) for v in same[0])
             generator = _STEP_GENERATORS[col]
@@ -191,9 +212,9 @@ def check_streams_change(report: StreamReport) -> Row:
                 name,
                 False,
                 f"rank {rank}'s {generator} stream is the same at {here} and at {label} "
-                f"(seed {int(current[rank, col])})",
+                f"({_seeds_text(int(current[rank, col]), int(other[rank, col]), device)})",
             )
-        _, i, j = np.intersect1d(current.ravel(), other.ravel(), assume_unique=False, return_indices=True)
+        _, i, j = np.intersect1d(current_keys.ravel(), other_keys.ravel(), return_indices=True)
         if i.size:
             k = int(np.argmin(j))  # the lowest rank whose stream at the other moment is taken
             (ra, ga), (rb, gb) = divmod(int(i[k]), 2), divmod(int(j[k]), 2)
@@ -201,7 +222,7 @@ def check_streams_change(report: StreamReport) -> Row:
                 name,
                 False,
                 f"rank {rb}'s {_STEP_GENERATORS[gb]} stream at {label} is rank {ra}'s {_STEP_GENERATORS[ga]} stream "
-                f"at {here} (seed {int(current[ra, ga])})",
+                f"at {here} ({_seeds_text(int(other[rb, gb]), int(current[ra, ga]), device)})",
             )
     labels = ", ".join(label for label, _, _ in _other_moments(report))
     return _row(
@@ -253,7 +274,7 @@ def check_no_collisions(report: StreamReport) -> Row:
             False,
             f"{colliding.size} stream(s) shared by cells meant to differ; first: rank {ra}'s "
             f"{report.generators[ga]} and rank {rb}'s {report.generators[gb]} "
-            f"({_cell(report, ra, report.generators[ga])})",
+            f"({_same_stream(report, (ra, report.generators[ga]), (rb, report.generators[gb]))})",
         )
     return _row(name, True, f"{report.num_streams} distinct streams; every shared one is shared by design")
 
@@ -273,7 +294,8 @@ def check_draws_agree(report: StreamReport) -> Row:
             name,
             False,
             f"rank {ra}'s {report.generators[ga]} and rank {rb}'s {report.generators[gb]} have "
-            f"{_cell(report, ra, report.generators[ga])} but drew different values",
+            f"{_same_stream(report, (ra, report.generators[ga]), (rb, report.generators[gb]))} "
+            "but drew different values",
         )
     distinct = np.unique(values[first], axis=0).shape[0]
     if distinct != first.size:
@@ -305,6 +327,27 @@ def note_inference_reuses_test(report: StreamReport) -> Row:
     return _row("note: inference reuses the test phase's streams", True, detail)
 
 
+def note_cpu_seed_bits(report: StreamReport) -> Row:
+    """A note (always ok): torch's CPU generator reads only the low 32 bits of a seed; says what that merges here."""
+    cpu = [i for i, device in enumerate(report.devices) if device == "cpu"]
+    seeds = report.seeds[:, cpu]
+    distinct_seeds = np.unique(seeds).size
+    distinct_streams = np.unique(seeds & np.uint64(0xFFFFFFFF)).size
+    names = ", ".join(report.generators[i] for i in cpu)
+    merged = (
+        "no two of them merge"
+        if distinct_seeds == distinct_streams
+        else f"they make only {distinct_streams} distinct CPU streams"
+    )
+    return _row(
+        "note: torch's CPU generator uses only the low 32 bits of a seed",
+        True,
+        f"manual_seed(s) and manual_seed(s + 2**32) give the same numbers on the CPU (not on CUDA), so CPU streams "
+        f"are identified by seed % 2**32; the CPU generators here ({names}) hold {distinct_seeds} distinct seeds "
+        f"and {merged}",
+    )
+
+
 CHECKS = (
     check_pp_shared_in_tensor_groups,
     check_tp_distinct_in_tensor_groups,
@@ -315,6 +358,7 @@ CHECKS = (
     check_no_collisions,
     check_draws_agree,
     note_inference_reuses_test,
+    note_cpu_seed_bits,
 )
 """Every check, in the order of the table."""
 

@@ -1,8 +1,11 @@
 """The one draw both predictions and real workers make, and the stream identity of a (seed, device) pair.
 
 A stream is what a torch generator produces after ``manual_seed(seed)`` on one device type: the same seed on
-the same device type gives the same numbers (CPU and CUDA generators differ), so ``(device type, seed)`` is
-the stream's identity. The draws are ``torch.rand(draws, dtype=torch.float64)``: doubles, compared exactly.
+the same device type gives the same numbers (CPU and CUDA generators differ), so ``(device type, seed key)``
+is the stream's identity, where the key is the part of the seed the device's generator uses: torch's CPU
+generator (mt19937) keeps only the **low 32 bits** of its 64-bit seed (``manual_seed(s)`` and
+``manual_seed(s + 2**32)`` give the same numbers), CUDA's Philox generator the whole seed.
+The draws are ``torch.rand(draws, dtype=torch.float64)``: doubles, compared exactly.
 """
 
 from __future__ import annotations
@@ -60,11 +63,30 @@ def draw_seeds(seeds: np.ndarray, device: str, draws: int) -> np.ndarray:
     return out.cpu().numpy()
 
 
-def stream_ids(seeds: np.ndarray, devices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Number the distinct ``(device, seed)`` pairs of two equal-shape arrays in order of first appearance.
+CPU_SEED_MASK = np.uint64(0xFFFFFFFF)
+"""The bits of a seed torch's CPU generator uses (its mt19937 is initialised from the low 32 bits only)."""
 
-    ``seeds`` is uint64, ``devices`` small integer codes. Returns ``(ids, first, count)``: ``ids`` has the
-    input's shape (equal ids = same pair), ``first[i]`` is the flat index where stream ``i`` first appears.
+
+def stream_key(seeds: np.ndarray, device: str) -> np.ndarray:
+    """The part of each uint64 seed that determines the stream on ``device`` (low 32 bits on the CPU)."""
+    seeds = np.asarray(seeds, dtype=np.uint64)
+    return seeds & CPU_SEED_MASK if device_type(device) == "cpu" else seeds
+
+
+def stream_keys(seeds: np.ndarray, devices: tuple[str, ...]) -> np.ndarray:
+    """``stream_key`` of every (rank, generator) cell of a (rank, generator) seed array, per generator's device."""
+    keys = np.array(seeds, dtype=np.uint64, copy=True)
+    for column, device in enumerate(devices):
+        keys[:, column] = stream_key(keys[:, column], device)
+    return keys
+
+
+def stream_ids(seeds: np.ndarray, devices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Number the distinct ``(device, key)`` pairs of two equal-shape arrays in order of first appearance.
+
+    ``seeds`` is uint64 (stream keys, see ``stream_keys``), ``devices`` small integer codes. Returns
+    ``(ids, first, count)``: ``ids`` has the input's shape (equal ids = same pair), ``first[i]`` is the flat
+    index where stream ``i`` first appears, ``count[i]`` how many cells hold it.
     """
     flat_seeds = seeds.ravel()
     flat_devices = devices.ravel()

@@ -9,7 +9,7 @@ import numpy as np
 from ..config import DistributedConfig, PhaseType
 from ..layout import Layout
 from ..seeds import GENERATORS
-from .draws import check_draws, device_type, draw_seeds, stream_ids
+from .draws import check_draws, device_type, draw_seeds, stream_ids, stream_keys
 from .report import StreamReport
 
 
@@ -43,7 +43,7 @@ def predict(
     devices = predicted_devices(device)
     names = sorted(set(devices))
     codes = np.broadcast_to(np.array([names.index(d) for d in devices], dtype=np.int64), seeds.shape)
-    ids, first, counts = stream_ids(seeds, codes)
+    ids, first, counts = stream_ids(stream_keys(seeds, devices), codes)
     flat_seeds, flat_codes = seeds.ravel(), codes.ravel()
     values = np.empty((first.size, count), dtype=np.float64)
     for code, name in enumerate(names):

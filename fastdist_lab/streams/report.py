@@ -11,7 +11,7 @@ import numpy as np
 from ..config import PhaseType
 from ..layout import RANK_COLUMNS, Layout
 from ..seeds import GENERATORS
-from .draws import DRAW_FUNCTION, stream_ids
+from .draws import DRAW_FUNCTION, stream_ids, stream_keys
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -25,7 +25,8 @@ class StreamReport:
     ``values`` a float64 array (rank, generator, draw). ``source`` says where the numbers come from
     (``"predicted"`` or ``"real"``); ``origins``, for real reports, says per cell which state the draws
     were taken from (see ``fastdist_lab.streams.real``). Two (rank, generator) cells share a stream id exactly
-    when they have the same seed on the same device type, i.e. when their generators produce identical numbers.
+    when their generators produce identical numbers: the same device type and the same seed, as far as that
+    device's generator reads it (torch's CPU generator uses only the low 32 bits; see ``streams.draws``).
     """
 
     def __init__(
@@ -74,7 +75,7 @@ class StreamReport:
 
     @cached_property
     def _ids(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return stream_ids(self.seeds, self._device_codes[1])
+        return stream_ids(stream_keys(self.seeds, self.devices), self._device_codes[1])
 
     @property
     def stream_ids(self) -> np.ndarray:
