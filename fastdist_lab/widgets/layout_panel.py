@@ -271,6 +271,8 @@ class LayoutPanel(Panel):
         self.pipeline_parallel.offer(divisors(world // tp if world % tp == 0 else world))
         model = tp * pp
         self.sequence_data_parallel.offer(divisors(world // model if world % model == 0 else world))
+        if self.rank.value > world - 1:
+            self.rank.value = -1  # that rank is gone: no highlight rather than a clamped one
         self.rank.max = max(0, world - 1)
 
     def _update(self) -> None:
