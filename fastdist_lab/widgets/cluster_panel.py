@@ -115,15 +115,25 @@ class ClusterPanel(Panel):
     # ----------------------------------------------------------------- state
     @property
     def running(self) -> bool:
-        """Whether a cluster is up."""
-        return self.cluster is not None and bool(getattr(self.cluster, "running", False))
+        """Whether a cluster is up (its workers may be restarting after a failure)."""
+        return self.cluster is not None
 
     def set_layout(self, layout: Layout | None) -> None:
         """Use ``layout`` for the next start / apply (None: no valid layout)."""
         self.layout = layout
 
     def _say(self, text: str, error: bool = False) -> None:
-        self.status.value = error_html(text) if error else html.escape(text)
+        if not error:
+            self.status.value = html.escape(text)
+            return
+        head, _, rest = text.partition("\n")
+        more = ""
+        if rest.strip():
+            more = (
+                "<details><summary>details</summary>"
+                f"<pre style='font-size:11px;max-height:300px;overflow:auto'>{html.escape(rest)}</pre></details>"
+            )
+        self.status.value = error_html(head) + more
 
     @property
     def message(self) -> str:
@@ -150,8 +160,15 @@ class ClusterPanel(Panel):
                 error=True,
             )
             self.apply_button.disabled = True
+        elif not getattr(self.cluster, "running", False):
+            self._say(
+                f"the {self.cluster.world_size} worker(s) stopped after a failure; "
+                "the next Apply or run restarts them (or Stop)"
+            )
         elif self.cluster.layout != layout:
             self._say(f"running {self.cluster.world_size} rank(s); the layout changed: Apply to check it")
+        else:
+            self._say(f"running {self.cluster.world_size} rank(s); this layout is applied")
 
     # ----------------------------------------------------------------- actions
     def _progress(self, done: int, total: int, message: str) -> None:
