@@ -102,6 +102,27 @@ class Equivalence:
         )
 
 
+def differing_ranks(left_groups: np.ndarray, right_groups: np.ndarray, world_size: int) -> np.ndarray:
+    """Boolean mask over global ranks: True where the rank's group (members in order) differs between the two.
+
+    O(world_size) memory: a left group can only equal the right group that holds its first member, and a rank's
+    groups are equal exactly when its left group equals that right group.
+    """
+    if left_groups.shape != right_groups.shape:
+        return np.ones(world_size, dtype=bool)
+    right_row = np.empty(world_size, dtype=np.int64)
+    right_row[right_groups] = np.arange(right_groups.shape[0], dtype=np.int64)[:, None]
+    same_row = (right_groups[right_row[left_groups[:, 0]]] == left_groups).all(axis=1)
+    out = np.empty(world_size, dtype=bool)
+    out[left_groups] = ~same_row[:, None]
+    return out
+
+
+def group_containing(groups: np.ndarray, rank: int) -> tuple[int, ...]:
+    """The row of ``groups`` that holds ``rank``."""
+    return _t(groups[np.nonzero((groups == rank).any(axis=1))[0][0]])
+
+
 def compare_groups(
     left: Convention, left_axes: Sequence[str], right: Convention, right_axes: Sequence[str]
 ) -> SubsetResult:
@@ -112,17 +133,14 @@ def compare_groups(
     equal ranks inside the group.
     """
     la, ra = left.canonical_axes(left_axes), right.canonical_axes(right_axes)
-    a = left._table(left.groups_of_axes(la))
-    b = right._table(right.groups_of_axes(ra))
-    if a.shape != b.shape:
-        rank = 0
-        return SubsetResult(la, ra, False, left.world_size, GroupDifference(la, ra, rank, _t(a[rank]), _t(b[rank])))
-    differs = (a != b).any(axis=1)
+    a, b = left.groups_of_axes(la), right.groups_of_axes(ra)
+    differs = differing_ranks(a, b, left.world_size)
     count = int(differs.sum())
     if not count:
         return SubsetResult(la, ra, True, 0, None)
     rank = int(np.argmax(differs))
-    return SubsetResult(la, ra, False, count, GroupDifference(la, ra, rank, _t(a[rank]), _t(b[rank])))
+    difference = GroupDifference(la, ra, rank, group_containing(a, rank), group_containing(b, rank))
+    return SubsetResult(la, ra, False, count, difference)
 
 
 def _t(row: np.ndarray) -> tuple[int, ...]:

@@ -18,6 +18,7 @@ from matplotlib.figure import Figure
 
 from ..conventions import Convention, as_convention, equivalent
 from ..conventions.base import normalise_mapping
+from ..conventions.equivalence import differing_ranks
 
 TEXT_LIMIT = 256
 """Worlds up to this many ranks get their rank written in each cell."""
@@ -122,8 +123,7 @@ def plot_conventions(
         raise ValueError(f"world sizes differ: {a.name} has {a.world_size} ranks, {b.name} {b.world_size}")
     world = a.world_size
     ga, gb = a.groups_of_axes(left_axes), b.groups_of_axes(right_axes)
-    ta, tb = a._table(ga), b._table(gb)
-    differs = (ta != tb).any(axis=1) if ta.shape == tb.shape else np.ones(world, dtype=bool)
+    differs = differing_ranks(ga, gb, world)
     ids_a = _canonical_ids(ga, world)
     # match colours: a right group identical (as a set) to a left group takes that group's colour
     key_a = {tuple(sorted(g)): i for i, g in zip(ids_a[ga[:, 0]], ga.tolist())}

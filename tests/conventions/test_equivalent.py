@@ -170,3 +170,42 @@ def test_top_level_names_and_generic_convention():
         Convention(["x", "y"], [2, 0])
     with pytest.raises(ConventionError, match="rank=6"):
         conv.coordinates(6)
+
+
+@settings(max_examples=80)
+@given(
+    st.permutations(["tp", "cp", "dp", "pp"]),
+    st.permutations(["tp", "cp", "dp", "pp"]),
+    st.sets(st.sampled_from(["tp", "cp", "dp", "pp"]), min_size=1),
+    st.tuples(*[st.integers(1, 3)] * 4),
+)
+def test_differing_ranks_equals_rank_by_rank_comparison(order_a, order_b, token, s):
+    from fastdist_lab.conventions.equivalence import differing_ranks
+
+    tp, cp, dp, pp = s
+    a = Megatron(tp=tp, cp=cp, dp=dp, pp=pp, order="-".join(order_a))
+    b = Megatron(tp=tp, cp=cp, dp=dp, pp=pp, order="-".join(order_b))
+    token = "-".join(sorted(token))
+    brute = (a.group_table(token) != b.group_table(token)).any(axis=1)
+    assert np.array_equal(differing_ranks(a.groups(token), b.groups(token), a.world_size), brute)
+    result = equivalent(a, b, {t: t for t in token.split("-")})
+    assert bool(result) == all(not (a.group_table(t) != b.group_table(t)).any() for t in _tokens(token))
+    if not result:
+        d = result.difference
+        assert d.left_group == a.group_of(d.left_axes, d.rank) and d.right_group == b.group_of(d.right_axes, d.rank)
+        assert d.left_group != d.right_group
+
+
+def _tokens(token: str) -> list[str]:
+    from itertools import combinations
+
+    parts = token.split("-")
+    return ["-".join(c) for k in range(1, len(parts) + 1) for c in combinations(parts, k)]
+
+
+def test_large_world_without_quadratic_memory():
+    layout = make_layout(8, 8, 8, 64, False)  # 32768 ranks; a per-rank table of the world group would be 8 GiB
+    assert layout.world_size == 32768
+    assert equivalent(layout, Megatron.from_layout(layout))
+    result = equivalent(layout, Megatron(tp=8, pp=8, dp=64, cp=8, order="tp-dp-cp-pp"))
+    assert not result and result.difference.rank == 0
