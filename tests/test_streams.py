@@ -63,6 +63,32 @@ def test_predicted_seeds_and_draws_match_a_per_rank_reference(fields: dict, phas
                 assert np.array_equal(report.values[rank, column], reference_draws(seeds[name], 3))
 
 
+@pytest.mark.parametrize("draws", [1, 4, 16, 113])
+def test_closed_form_cpu_draws_equal_torch(draws: int) -> None:
+    from fastdist_lab.streams.draws import cpu_draws
+
+    rng = np.random.default_rng(draws)
+    seeds = np.concatenate(
+        [np.array([0, 1, 2**32 - 1, 2**32, 2**64 - 1], dtype=np.uint64), rng.integers(0, 2**64 - 1, 200, np.uint64)]
+    )
+    values = cpu_draws(seeds, draws)
+    assert values.shape == (seeds.size, draws)
+    for seed, row in zip(seeds.tolist(), values):
+        assert np.array_equal(row, reference_draws(seed, draws))
+
+
+def test_closed_form_limits() -> None:
+    from fastdist_lab.streams.draws import MT_MAX_DRAWS, cpu_draws
+
+    with pytest.raises(ValueError, match="must be in"):
+        cpu_draws(np.zeros(3, np.uint64), MT_MAX_DRAWS + 1)
+    # more draws than the closed form covers: predicted with torch, still exact
+    report = predict(layout(), 2, "test", draws=MT_MAX_DRAWS + 7)
+    for rank in (0, 5):
+        seeds = generator_seeds(layout().config(rank), 2, "test")
+        assert np.array_equal(report.values[rank, 4], reference_draws(seeds["tp"], MT_MAX_DRAWS + 7))
+
+
 def test_stream_ids_mean_same_seed_on_same_device() -> None:
     report = predict(layout(), 2, "validation")
     ids, seeds = report.stream_ids.ravel(), report.seeds.ravel()
@@ -238,6 +264,21 @@ def test_init_check_fails_when_init_streams_disagree_with_the_flag() -> None:
     assert failing(tampered)[CHECK_NAMES[4]].startswith(
         "reproducible_init=False but pp_init streams shared across data ranks in data group [0, 2]"
     )
+
+
+def test_draws_check_catches_distinct_streams_with_equal_draws() -> None:
+    from fastdist_lab.streams.checks import _equal_rows
+
+    rows = np.array([[0.5, 0.1], [0.2, 0.3], [0.5, 0.2], [0.9, 0.0], [0.5, 0.1]])
+    assert _equal_rows(rows) == (0, 4)
+    assert _equal_rows(rows[:4]) is None
+    report = predict(layout())
+    values = report.values.copy()
+    values[6, GENERATORS.index("tp")] = values[2, GENERATORS.index("tp")]
+    tampered = StreamReport(report.layout, 0, "training", report.seeds, report.devices, values)
+    detail = failing(tampered)["draws agree with stream ids"]
+    assert detail.startswith("rank 2's tp (seed ") and "and rank 6's tp (seed " in detail
+    assert detail.endswith("drew the same values")
 
 
 def test_inference_reuses_the_test_streams_and_says_so() -> None:

@@ -279,6 +279,30 @@ def check_no_collisions(report: StreamReport) -> Row:
     return _row(name, True, f"{report.num_streams} distinct streams; every shared one is shared by design")
 
 
+def _equal_rows(rows: np.ndarray) -> tuple[int, int] | None:
+    """Indices of two equal rows, or ``None`` when all rows differ.
+
+    Sorts on the first column only, then compares whole rows among those sharing a first value (rare for
+    random draws), sorted on every column.
+    """
+    order = np.argsort(rows[:, 0], kind="stable")
+    firsts = rows[order, 0]
+    equal = firsts[1:] == firsts[:-1]
+    if not equal.any():
+        return None
+    candidate = np.zeros(order.size, dtype=bool)
+    candidate[1:] |= equal
+    candidate[:-1] |= equal
+    subset = order[candidate]
+    subset = subset[np.lexsort(rows[subset].T[::-1])]
+    same = (rows[subset][1:] == rows[subset][:-1]).all(axis=1)
+    if not same.any():
+        return None
+    k = int(np.argmax(same))
+    a, b = int(subset[k]), int(subset[k + 1])
+    return min(a, b), max(a, b)
+
+
 def check_draws_agree(report: StreamReport) -> Row:
     """Cells with one stream id drew the same values; cells with different ids drew different values."""
     name = "draws agree with stream ids"
@@ -297,12 +321,9 @@ def check_draws_agree(report: StreamReport) -> Row:
             f"{_same_stream(report, (ra, report.generators[ga]), (rb, report.generators[gb]))} "
             "but drew different values",
         )
-    distinct = np.unique(values[first], axis=0).shape[0]
-    if distinct != first.size:
-        _, index, inverse = np.unique(values[first], axis=0, return_index=True, return_inverse=True)
-        inverse = np.asarray(inverse).ravel()
-        b = int(np.flatnonzero(np.arange(first.size) != index[inverse])[0])
-        a = int(index[inverse[b]])
+    found = _equal_rows(values[first])
+    if found is not None:
+        a, b = found
         (ra, ga), (rb, gb) = divmod(int(first[a]), count), divmod(int(first[b]), count)
         return _row(
             name,
@@ -331,8 +352,9 @@ def note_cpu_seed_bits(report: StreamReport) -> Row:
     """A note (always ok): torch's CPU generator reads only the low 32 bits of a seed; says what that merges here."""
     cpu = [i for i, device in enumerate(report.devices) if device == "cpu"]
     seeds = report.seeds[:, cpu]
-    distinct_seeds = np.unique(seeds).size
-    distinct_streams = np.unique(seeds & np.uint64(0xFFFFFFFF)).size
+    ordered = np.sort(seeds, axis=None)
+    distinct_seeds = int(np.count_nonzero(ordered[1:] != ordered[:-1])) + 1 if ordered.size else 0
+    distinct_streams = int(np.count_nonzero(np.bincount(report.stream_ids[:, cpu].ravel())))
     names = ", ".join(report.generators[i] for i in cpu)
     merged = (
         "no two of them merge"

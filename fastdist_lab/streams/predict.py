@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
@@ -9,8 +10,26 @@ import numpy as np
 from ..config import DistributedConfig, PhaseType
 from ..layout import Layout
 from ..seeds import GENERATORS
-from .draws import check_draws, device_type, draw_seeds, stream_ids, stream_keys
+from .draws import MT_MAX_DRAWS, check_draws, cpu_draws, device_type, draw_seeds, stream_ids, stream_keys
 from .report import StreamReport
+
+logger = logging.getLogger(__name__)
+
+
+SAMPLE = 8
+"""Streams of each closed-form CPU prediction that are also drawn with torch, to confirm the closed form."""
+
+
+def _draw(seeds: np.ndarray, device: str, draws: int) -> np.ndarray:
+    """The first ``draws`` values of each seed's stream on ``device``: closed form on the CPU (checked), else torch."""
+    if device_type(device) != "cpu" or draws > MT_MAX_DRAWS or seeds.size <= SAMPLE:
+        return draw_seeds(seeds, device, draws)
+    values = cpu_draws(seeds, draws)
+    sample = np.unique(np.linspace(0, seeds.size - 1, SAMPLE).astype(np.int64))
+    if np.array_equal(values[sample], draw_seeds(seeds[sample], device, draws)):
+        return values
+    logger.warning("torch's CPU generator no longer matches the closed form; drawing every stream with torch")
+    return draw_seeds(seeds, device, draws)
 
 
 def predicted_devices(device: Any = "cpu") -> tuple[str, ...]:
@@ -30,9 +49,10 @@ def predict(
 
     ``device`` is the pool's device (``"cpu"`` for gloo, ``"cuda"`` for NCCL; CPU and CUDA generators give
     different numbers for one seed): the pp/tp and init generators live there, torch's default generator on
-    the CPU. The seeds come from ``Layout.seed_table`` (exact uint64); each distinct (device, seed) stream is
-    drawn once with ``torch.rand(draws, dtype=float64)`` from a freshly seeded generator, and shared by every
-    cell that has it. For init generators and the default CPU generator these are the first values drawn
+    the CPU. The seeds come from ``Layout.seed_table`` (exact uint64); each distinct stream is drawn once, as
+    ``torch.rand(draws, dtype=float64)`` from a freshly seeded generator gives it, and shared by every cell
+    that has it (CPU streams in closed form for all seeds at once, confirmed on a sample against torch).
+    For init generators and the default CPU generator these are the first values drawn
     after ``Distributed`` construction; for pp/tp the first values after ``set_step(step, phase)``.
     """
     if isinstance(layout, DistributedConfig):
@@ -50,7 +70,7 @@ def predict(
         streams = np.flatnonzero(flat_codes[first] == code)
         if streams.size:
             target = device if device_type(device) == name else name
-            values[streams] = draw_seeds(flat_seeds[first[streams]], str(target), count)
+            values[streams] = _draw(flat_seeds[first[streams]], str(target), count)
     report = StreamReport(layout, step, phase, seeds, devices, values[ids], source="predicted")
     report.__dict__["_ids"] = (ids, first, counts)  # already computed: prime the cached property
     return report
