@@ -1,0 +1,89 @@
+"""Hangs, killed workers and interrupts: every call ends within its deadline and the cluster recovers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+from runtime_helpers import WORLD
+
+from fastdist_lab import ClusterError, ClusterTimeout
+
+
+def _skip_the_collective_on_rank_5(ctx):
+    import torch
+
+    value = torch.ones(1)
+    if ctx.rank != 5:
+        ctx.distributed.world_group.allreduce([value]).wait()
+    return int(value.item())
+
+
+def test_a_hung_rank_raises_cluster_timeout_with_stacks_and_the_cluster_recovers(cluster):
+    pids = cluster.pids
+    begin = time.monotonic()
+    with pytest.raises(ClusterTimeout) as caught:
+        cluster.run(_skip_the_collective_on_rank_5, timeout=5)
+    elapsed = time.monotonic() - begin
+    error = caught.value
+    assert isinstance(error, ClusterError) and isinstance(error, TimeoutError)
+    assert elapsed < 5 + 10  # the deadline plus a few seconds, never the gloo timeout (60 s)
+    assert error.ranks == [r for r in range(WORLD) if r != 5]
+    assert "did not answer" in str(error) and "(rank 5 did)" in str(error)
+    assert set(error.stacks) == set(error.ranks)
+    assert all("_skip_the_collective_on_rank_5" in stack for stack in error.stacks.values())
+    assert error.results.values[5] == 1 and error.results[0].status == "timeout"
+    # the next call works, on fresh workers with the layout re-applied
+    results = cluster.run(lambda ctx: ctx.distributed.tensor_group.size())
+    assert results.values == [2] * WORLD
+    assert set(cluster.pids).isdisjoint(pids)
+
+
+def _sleep_on_rank_2(ctx, seconds):
+    import time
+
+    time.sleep(seconds if ctx.rank == 2 else 0.01)
+    return ctx.rank
+
+
+def test_a_sigkilled_worker_is_detected_quickly_and_the_cluster_recovers(cluster):
+    victim = cluster.pids[2]
+    timer = threading.Timer(0.5, os.kill, (victim, signal.SIGKILL))
+    timer.start()
+    begin = time.monotonic()
+    with pytest.raises(ClusterError) as caught:
+        cluster.run(_sleep_on_rank_2, 60, timeout=60)
+    elapsed = time.monotonic() - begin
+    timer.join()
+    assert not isinstance(caught.value, ClusterTimeout)
+    assert elapsed < 0.5 + 2 + 1  # detected within 2 s of the kill (plus scheduling slack)
+    assert caught.value.ranks == [2]
+    assert "rank 2 died" in str(caught.value) and "SIGKILL" in str(caught.value)
+    assert caught.value.results[2].status == "died" and caught.value.results[3].value == 3
+    assert not cluster.running
+    assert cluster.run(lambda ctx: ctx.rank).values == list(range(WORLD))
+
+
+def test_keyboard_interrupt_reaches_the_workers_and_leaves_the_cluster_usable(cluster):
+    pids = cluster.pids
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    begin = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        cluster.run(_sleep_on_rank_2, 60, timeout=60)
+    timer.join()
+    assert time.monotonic() - begin < 10
+    assert cluster.running and cluster.pids == pids  # the interrupted rank answered: same workers
+    assert cluster.run(lambda ctx: ctx.rank).values == list(range(WORLD))
+
+
+def test_an_interrupt_during_a_hang_restarts_the_workers(cluster):
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        cluster.run(_skip_the_collective_on_rank_5, timeout=60)
+    timer.join()
+    assert cluster.run(lambda ctx: ctx.distributed.world_group.size()).values == [WORLD] * WORLD

@@ -1,0 +1,117 @@
+"""Start and close leave nothing behind: no process, no listening socket, no thread, no temporary directory."""
+
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+import psutil
+
+from fastdist_lab import LocalCluster
+from fastdist_lab.runtime.procs import wait_gone
+
+
+def _listening(process: psutil.Process) -> set:
+    return {c.laddr for c in process.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN}
+
+
+def _children() -> set[int]:
+    """Pids of this process's descendants (the shared cluster of other tests may be among them)."""
+    return {child.pid for child in psutil.Process().children(recursive=True)}
+
+
+def _temporary_dirs() -> set[str]:
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), "fastdist-lab-*")))
+
+
+def test_every_listening_socket_of_a_cluster_is_on_loopback(cluster):
+    me = psutil.Process()
+    processes = [me, *me.children(recursive=True)]
+    assert len(processes) >= cluster.world_size + 2  # controller, fork server, workers
+    sockets = [c for p in processes for c in _listening(p)]
+    assert len(sockets) >= cluster.world_size + 1  # the store and one gloo device per rank
+    assert {address.ip for address in sockets} == {"127.0.0.1"}
+
+
+def test_twenty_start_close_cycles_leave_nothing_behind():
+    me = psutil.Process()
+    import torch  # noqa: F401 - its own helper threads are there before the first cluster
+
+    threads, dirs, children, listening = me.num_threads(), _temporary_dirs(), _children(), _listening(me)
+    seen: list[int] = []
+    for cycle in range(20):
+        with LocalCluster(2, backend="gloo", progress=False, timeout=60) as cluster:
+            seen += [*cluster.pids, cluster.server_pid]
+            if cycle % 5 == 0:
+                assert cluster.run(lambda ctx: ctx.rank).values == [0, 1]
+        assert not cluster.running
+    assert not wait_gone(seen, 5)
+    assert _children() == children
+    assert _listening(me) == listening
+    assert me.num_threads() == threads
+    assert _temporary_dirs() == dirs
+
+
+def test_close_is_idempotent_and_start_reopens():
+    children = _children()
+    cluster = LocalCluster(2, backend="gloo", progress=False, start=False)
+    assert not cluster.running
+    cluster.start()
+    assert cluster.run(lambda ctx: ctx.world_size).values == [2, 2]
+    cluster.close()
+    cluster.close()
+    cluster.start()
+    assert cluster.running
+    cluster.close()
+    assert _children() == children
+
+
+def test_progress_callback_sees_every_rank_come_up():
+    calls: list[tuple[int, int, str]] = []
+    with LocalCluster(2, backend="gloo", progress=lambda d, t, m: calls.append((d, t, m))):
+        pass
+    assert calls[-1][0] == calls[-1][1] == 4
+    assert [d for d, _, _ in calls] == sorted(d for d, _, _ in calls)
+    assert any("rank 1 ready" in m for _, _, m in calls)
+
+
+_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from fastdist_lab import LocalCluster
+    cluster = LocalCluster(2, backend="gloo", progress=False)
+    print(" ".join(map(str, [*cluster.pids, cluster.server_pid])), flush=True)
+    if sys.argv[1] == "wait":
+        import time
+        time.sleep(600)
+    """
+)
+
+
+def _start_script(mode: str) -> tuple[subprocess.Popen, list[int]]:
+    process = subprocess.Popen([sys.executable, "-c", _SCRIPT, mode], stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    pids = [int(p) for p in process.stdout.readline().split()]
+    assert len(pids) == 3
+    return process, pids
+
+
+def test_interpreter_exit_without_close_leaves_no_process():
+    process, pids = _start_script("exit")
+    assert process.wait(timeout=60) == 0
+    assert not wait_gone(pids, 10)
+
+
+def test_a_killed_controller_takes_its_workers_with_it():
+    process, pids = _start_script("wait")
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
+    begin = time.monotonic()
+    assert not wait_gone(pids, 10)
+    assert time.monotonic() - begin < 10
