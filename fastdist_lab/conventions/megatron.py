@@ -111,9 +111,11 @@ class Megatron(Convention):
     # ------------------------------------------------------------------ Megatron's API
     def member_axes(self, spec: str | Any) -> tuple[str, ...]:
         """The masked axes of ``spec`` (a token like ``"dp-cp"`` or a sequence of tokens), in order-string order."""
-        if isinstance(spec, str):
-            spec = spec.lower().split("-")
         return super().member_axes(spec)
+
+    def _expand(self, spec: str | Any) -> set[str]:
+        items = [spec] if isinstance(spec, str) else list(spec)
+        return super()._expand([part for item in items for part in str(item).lower().split("-")])
 
     def get_ranks(self, token: str) -> list[list[int]]:
         """``groups(token)`` as nested lists, exactly what Megatron's ``RankGenerator.get_ranks`` returns."""

@@ -209,3 +209,11 @@ def test_large_world_without_quadratic_memory():
     assert equivalent(layout, Megatron.from_layout(layout))
     result = equivalent(layout, Megatron(tp=8, pp=8, dp=64, cp=8, order="tp-dp-cp-pp"))
     assert not result and result.difference.rank == 0
+
+
+def test_megatron_tokens_as_mapping_values():
+    layout = make_layout(2, 2, 2, 2, False)
+    megatron = Megatron.from_layout(layout)
+    result = equivalent(layout, megatron, {"data": "dp-cp", "tensor": "tp", "pipeline": "pp"})
+    assert result and result.mapping[0] == (("sequence_data", "batch_data"), ("cp", "dp"))
+    assert megatron.groups(["dp-cp"]).tolist() == megatron.groups("cp-dp").tolist() == layout.groups("data").tolist()
