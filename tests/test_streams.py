@@ -412,13 +412,21 @@ def test_draw_leaves_the_workers_generators_alone(cluster) -> None:
 
 
 def test_compare_on_cluster(cluster) -> None:
-    from fastdist_lab.streams import compare_on_cluster
+    from fastdist_lab.streams import compare_on_cluster, comparison_text
 
     assert cluster.apply(layout()).ok
     frame = compare_on_cluster(cluster, 5, "validation", draws=2)
     assert frame.attrs["matches"] is True
     assert len(frame) == 40 and frame["ok"].all()
     assert {"seed_predicted", "seed_real", "draws_predicted", "draws_real", "differs"} <= set(frame.columns)
+    assert comparison_text(frame) == (
+        "generator streams, real vs predicted (step 5, validation): all 40 (rank, generator) streams match exactly"
+    )
+    broken = frame.copy()
+    broken.loc[3, "ok"], broken.loc[3, "differs"] = False, "draws"
+    text = comparison_text(broken)
+    assert text.startswith("generator streams, real vs predicted (step 5, validation): 1 of 40")
+    assert "draws" in text.splitlines()[-1]
 
 
 def test_cli_streams_real(capsys: pytest.CaptureFixture[str]) -> None:

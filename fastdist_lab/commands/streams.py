@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from ..config import DEFAULT_SEED_SHIFTS, LayoutError, PhaseType
@@ -81,13 +82,25 @@ def _real(layout: Any, args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Predict (and with ``--real`` draw) the streams, print sharing and checks; 1 when anything fails."""
+    """Predict (and with ``--real`` draw) the streams, print sharing and checks.
+
+    Returns 0 when every check passes (and real equals predicted), 1 when not, 2 when the cluster failed.
+    """
     from ..streams import predict
 
     layout = layout_from_args(args, **parse_seed_shifts(args.seed_shift))
     if args.draws < 1:
         raise LayoutError(f"--draws {args.draws} must be >= 1")
-    real = _real(layout, args) if args.real else None
+    real = None
+    if args.real:
+        from ..runtime import ClusterError
+
+        try:
+            real = _real(layout, args)
+        except ClusterError as error:
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            sys.stderr.write(f"fastdist-lab streams: error: {first}\n")
+            return 2
     device = real.devices[real.generator_index("pp")] if real is not None else "cpu"
     predicted = predict(layout, args.step, args.phase, args.draws, device=device)
     report = real if real is not None else predicted

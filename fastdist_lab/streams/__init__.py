@@ -13,7 +13,15 @@ from __future__ import annotations
 
 from .draws import DRAW_FUNCTION, draw_values
 from .predict import predict
-from .real import compare_on_cluster, draw
+from .real import compare_on_cluster, comparison_text, draw
 from .report import StreamReport
 
-__all__ = ["DRAW_FUNCTION", "StreamReport", "compare_on_cluster", "draw", "draw_values", "predict"]
+__all__ = [
+    "DRAW_FUNCTION",
+    "StreamReport",
+    "compare_on_cluster",
+    "comparison_text",
+    "draw",
+    "draw_values",
+    "predict",
+]

@@ -143,7 +143,8 @@ def compare_on_cluster(
     """Draw on ``cluster`` and compare with the prediction for its layout on the workers' device type.
 
     Returns ``predicted.compare(real)``: one row per (rank, generator) with the device, seed and draws of
-    both, ``ok`` and ``differs``; ``frame.attrs["matches"]`` says whether every row is ok. For the two
+    both, ``ok`` and ``differs``; ``frame.attrs`` holds ``matches`` (whether every row is ok), ``step`` and
+    ``phase``; ``comparison_text(frame)`` says it in a few lines. For the two
     ``StreamReport`` objects themselves, call ``draw`` and ``predict`` directly.
     """
     from .predict import predict
@@ -152,5 +153,18 @@ def compare_on_cluster(
     device = real.devices[real.generator_index("pp")]
     predicted = predict(real.layout, step, phase, draws, device=device)
     frame = predicted.compare(real)
-    frame.attrs["matches"] = predicted.matches(real)
+    frame.attrs.update(matches=predicted.matches(real), step=int(step), phase=PhaseType.parse(phase).name)
     return frame
+
+
+def comparison_text(frame: pd.DataFrame, max_rows: int = 20) -> str:
+    """A few lines for a terminal from ``compare_on_cluster``'s frame: the verdict, then the differing rows."""
+    where = f"step {frame.attrs.get('step', '?')}, {frame.attrs.get('phase', '?')}"
+    total, bad = len(frame), frame[~frame["ok"]]
+    if bad.empty:
+        return f"generator streams, real vs predicted ({where}): all {total} (rank, generator) streams match exactly"
+    lines = [f"generator streams, real vs predicted ({where}): {len(bad)} of {total} (rank, generator) streams differ"]
+    lines.append(bad.head(max_rows).to_string(index=False))
+    if len(bad) > max_rows:
+        lines.append(f"... ({len(bad) - max_rows} more)")
+    return "\n".join(lines)
