@@ -251,6 +251,12 @@ class JupyterLab:
             time.sleep(0.5)
         raise AssertionError(f"no idle kernel within {timeout:.0f} s; sessions: {last!r}")
 
+    def kernel(self) -> dict:
+        """The model of the one running kernel (``execution_state``, ``last_activity``, ...)."""
+        kernels = self.api("GET", "/api/kernels")
+        assert len(kernels) == 1, f"expected one kernel, the server runs {kernels}"
+        return kernels[0]
+
     def log_tail(self, lines: int = 40) -> str:
         """The last lines of the server's log."""
         try:

@@ -50,6 +50,16 @@ CLUSTER_TARGET = {
     "pipeline_parallel": 1,
     "sequence_data_parallel": 2,
 }
+# Short column titles the ranks table may use for Layout.ranks columns.
+RANK_HEADERS = {
+    "local": "local_rank",
+    "tensor": "tensor_rank",
+    "data": "data_rank",
+    "pipeline": "pipeline_rank",
+    "seq. data": "sequence_data_rank",
+    "sequence data": "sequence_data_rank",
+    "batch data": "batch_data_rank",
+}
 RUNNING = re.compile(r"(?<!not )\b(running|ready)\b", re.IGNORECASE)
 
 # JavaScript run in the page -------------------------------------------------------------------------------
@@ -211,8 +221,10 @@ def read_values(page: Any) -> dict[str, int]:
     return {field: read_control(page, field)["int"] for field in CONTROLS}
 
 
-def set_control(page: Any, field: str, value: int) -> None:
-    """Choose ``value`` in a layout control the way a user does (select an option / type and press Enter)."""
+def set_control(page: Any, lab: JupyterLab, field: str, value: int) -> None:
+    """Choose ``value`` in a layout control the way a user does (select an option / type and press Enter),
+    and wait until the kernel has handled the change."""
+    since = lab.kernel()["last_activity"]
     info = read_control(page, field)
     element = control(page, field)
     if info["tag"] == "select":
@@ -224,16 +236,18 @@ def set_control(page: Any, field: str, value: int) -> None:
         box.fill(str(value))
         box.press("Enter")
         box.evaluate("el => el.blur()")
+    kernel_handled(page, lab, since, f"{field}={value}")
 
 
-def settle(page: Any, lab: JupyterLab) -> None:
-    """Let the kernel handle the widget messages the last action sent (idle twice in a row)."""
-    quiet = 0
-    deadline = time.monotonic() + 60
-    while quiet < 2 and time.monotonic() < deadline:
-        page.wait_for_timeout(250)
-        sessions = lab.api("GET", "/api/sessions")
-        quiet = quiet + 1 if sessions and sessions[0]["kernel"]["execution_state"] == "idle" else 0
+def kernel_handled(page: Any, lab: JupyterLab, since: str, what: str, timeout: float = 120) -> None:
+    """Wait until the kernel has handled what the page just sent: active after ``since``, idle again now."""
+
+    def done() -> bool:
+        kernel = lab.kernel()
+        return kernel["last_activity"] != since and kernel["execution_state"] == "idle"
+
+    wait_until(page, done, timeout, lambda: f"the kernel to handle {what}: {lab.kernel()}")
+    page.wait_for_timeout(300)  # the widget updates sent before "idle" reach the page
 
 
 def read_table(locator: Any) -> dict | None:
@@ -258,16 +272,37 @@ def table_mismatch(table: dict | None, layout: Layout) -> str:
     header, rows = table["header"], table["rows"]
     if len(rows) != layout.world_size:
         return f"{len(rows)} rows, expected {layout.world_size}"
-    columns = [c for c in layout.ranks.columns if c in header]
-    if "tensor_rank" not in columns:
-        return f"no tensor_rank column in {header}"
+    columns = {h: RANK_HEADERS.get(h, h) for h in header if RANK_HEADERS.get(h, h) in layout.ranks.columns}
+    if "tensor_rank" not in columns.values():
+        return f"no tensor column in {header}"
     for position, row in enumerate(rows):
         rank = int(row[0]) if row and row[0].isdigit() else position
-        for column in columns:
-            shown, expected = row[header.index(column)], str(int(layout.ranks.loc[rank, column]))
+        for shown_name, column in columns.items():
+            shown, expected = row[header.index(shown_name)], str(int(layout.ranks.loc[rank, column]))
             if shown != expected:
                 return f"rank {rank} {column}: shows {shown}, expected {expected}"
     return ""
+
+
+def tensor_column(table: dict) -> list[str]:
+    """The tensor-rank column of a ranks table."""
+    header = [RANK_HEADERS.get(h, h) for h in table["header"]]
+    index = header.index("tensor_rank")
+    return [row[index] for row in table["rows"]]
+
+
+def check_verified_groups(table: dict, layout: Layout) -> None:
+    """When the verification lists ``dim`` and ``members``: exactly the layout's groups of the dims it shows,
+    and at least the tensor, pipeline and data dims."""
+    header = table["header"]
+    if "dim" not in header or "members" not in header:
+        return
+    dim, members = header.index("dim"), header.index("members")
+    shown = {(row[dim], tuple(int(m) for m in re.findall(r"\d+", row[members]))) for row in table["rows"]}
+    dims = {name for name, _ in shown}
+    assert {"tensor", "pipeline", "data"} <= dims, f"the verification shows only the dims {sorted(dims)}"
+    expected = {(name, tuple(group)) for name in dims for group in layout.groups(name).tolist()}
+    assert shown == expected, f"verified groups differ from the layout's: {sorted(shown ^ expected)}"
 
 
 def picture(page: Any) -> Any:
@@ -333,8 +368,7 @@ def set_layout(page: Any, lab: JupyterLab, target: dict[str, int]) -> None:
             if info["int"] == target[field]:
                 continue
             if info["choices"] is None or target[field] in info["choices"]:
-                set_control(page, field, target[field])
-                settle(page, lab)
+                set_control(page, lab, field, target[field])
                 changed = True
         if read_values(page) == target:
             return
@@ -380,6 +414,9 @@ def test_lab_in_chromium(page: Any, jupyter_lab: JupyterLab, screenshots: Path) 
     assert interpreter.parent == Path(sys.executable).parent and os.path.samefile(interpreter, sys.executable), (
         f"the kernel runs {interpreter}, not this environment's {sys.executable}"
     )
+    current_left_tab = page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current")
+    if current_left_tab.count():  # fold the file browser away: wider screenshots
+        current_left_tab.first.click()
     shot("notebook_opened")
 
     # 2. run every cell from the menus (outputs stored in the file cleared first, so all we see is new)
@@ -414,11 +451,10 @@ def test_lab_in_chromium(page: Any, jupyter_lab: JupyterLab, screenshots: Path) 
     ]
     assert choices, f"the tensor-parallel control offers no other valid value ({offered}) at {values}"
     values = {**values, "tensor_parallel": choices[0]}
-    set_control(page, "tensor_parallel", values["tensor_parallel"])
+    set_control(page, lab, "tensor_parallel", values["tensor_parallel"])
     wait_table_shows(page, Layout(**values))
     after_table = read_table(page.locator(".fdl-ranks-table"))
-    tensor = after_table["header"].index("tensor_rank")
-    assert [r[tensor] for r in after_table["rows"]] != [r[tensor] for r in before_table["rows"]]
+    assert tensor_column(after_table) != tensor_column(before_table)
     assert len(after_table["rows"]) == values["world_size"]
     shot("tensor_parallel_changed_table", page.locator(".fdl-ranks-table"))
     reveal(page, picture(page))
@@ -432,7 +468,7 @@ def test_lab_in_chromium(page: Any, jupyter_lab: JupyterLab, screenshots: Path) 
 
     # 4. an impossible combination: the panel says why, in words, naming the field
     field, value, expected = impossible_choice(page)
-    set_control(page, field, value)
+    set_control(page, lab, field, value)
     wait_until(page, lambda: error_text(page), 60, f"an error after {field}={value}")
     shown = error_text(page)
     named = set(re.findall(r"([a-z_]+)=\d", expected))
@@ -454,48 +490,46 @@ def test_lab_in_chromium(page: Any, jupyter_lab: JupyterLab, screenshots: Path) 
     status = page.locator(".fdl-cluster-status").first
     start = page.locator(".fdl-cluster-start").first
     reveal(page, start)
+    since = lab.kernel()["last_activity"]
     start.click()
+    kernel_handled(page, lab, since, "Start", timeout=300)
+    apply = page.locator(".fdl-cluster-apply").first
     wait_until(
         page,
-        lambda: RUNNING.search(control_text(status)),
+        lambda: RUNNING.search(control_text(status)) and apply.is_enabled(),
         240,
-        lambda: f"the cluster to run: status {control_text(status)!r}\n{control_text(cluster)}",
+        lambda: f"the cluster to run: {control_text(cluster)}",
     )
     lab.tracker.scan()
-    workers = wait_until(
-        page,
-        lambda: (procs := lab.tracker.descendants(kernel.pid)) and len(procs) >= 4 and procs,
-        30,
-        lambda: f"4 worker processes under the kernel: {lab.tracker.descendants(kernel.pid)}",
-    )
+    workers = lab.tracker.descendants(kernel.pid)
+    assert len(workers) >= CLUSTER_TARGET["world_size"], f"expected 4 worker processes under the kernel: {workers}"
     shot("cluster_running", cluster)
 
-    apply = page.locator(".fdl-cluster-apply").first
     reveal(page, apply)
+    since = lab.kernel()["last_activity"]
     apply.click()
+    kernel_handled(page, lab, since, "Apply", timeout=300)
     verification = page.locator(".fdl-verification")
-    wait_until(
+    table = wait_until(
         page,
-        lambda: (t := read_table(verification)) and t["rows"],
+        lambda: apply.is_enabled() and (t := read_table(verification)) and t["rows"] and t,
         180,
         lambda: f"a verification table: {control_text(cluster)}",
     )
+    assert RUNNING.search(control_text(status)), f"the cluster does not run: {control_text(cluster)}"
     reveal(page, verification.first)
-    table = read_table(verification)
     assert "ok" in table["header"], f"no ok column in {table['header']}"
     ok = table["header"].index("ok")
     assert [row[ok] for row in table["rows"]] == ["True"] * len(table["rows"]), table
+    check_verified_groups(table, Layout(**CLUSTER_TARGET))
     shot("cluster_verified", verification.first)
 
     stop = page.locator(".fdl-cluster-stop").first
     reveal(page, stop)
+    since = lab.kernel()["last_activity"]
     stop.click()
-    wait_until(
-        page,
-        lambda: not RUNNING.search(control_text(status)),
-        60,
-        lambda: f"the status to leave 'running': {control_text(status)!r}",
-    )
+    kernel_handled(page, lab, since, "Stop")
+    assert not RUNNING.search(control_text(status)), f"still running after Stop: {control_text(status)!r}"
     _, alive = psutil.wait_procs(workers, timeout=30)
     assert not [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE], (
         f"workers still running after stop: {alive}"
