@@ -111,18 +111,25 @@ def seed_streams(
     return frame
 
 
-def stream_ids(values: Any) -> np.ndarray:
-    """Per rank, a small id of its seed: equal ids share a stream; ids numbered by first rank."""
-    values = list(values)
+def stream_ids(values: Any, device: str = "cuda") -> np.ndarray:
+    """Per rank, a small id of its stream: equal ids share a stream; ids numbered by first rank.
+
+    On ``device="cuda"`` (Philox) the whole 64-bit seed picks the stream; on ``"cpu"`` torch's mt19937 reads only
+    the low 32 bits, so seeds equal modulo 2**32 share a stream there.
+    """
+    if device not in ("cuda", "cpu"):
+        raise ConventionError(f"device={device!r}; use 'cuda' or 'cpu'")
+    values = [int(v) % (2**32) if device == "cpu" else int(v) for v in values]
     first: dict[Any, int] = {}
     return np.array([first.setdefault(v, len(first)) for v in values], dtype=np.int64)
 
 
-def stream_groups(layout: Any, stream: str, **kwargs: Any) -> list[tuple[int, ...]]:
-    """The sets of ranks sharing one stream of ``stream`` (a key of ``STREAMS``), ordered by first rank."""
+def stream_groups(layout: Any, stream: str, device: str = "cuda", **kwargs: Any) -> list[tuple[int, ...]]:
+    """The sets of ranks sharing one stream of ``stream`` (a key of ``STREAMS``) on ``device``, ordered by first
+    rank; ``kwargs`` go to ``seed_streams``."""
     if stream not in STREAMS:
         raise ConventionError(f"stream={stream!r}; use one of {', '.join(STREAMS)}")
-    ids = stream_ids(seed_streams(layout, **kwargs)[stream])
+    ids = stream_ids(seed_streams(layout, **kwargs)[stream], device)
     return [tuple(int(r) for r in np.nonzero(ids == i)[0]) for i in range(int(ids.max()) + 1)]
 
 
@@ -144,16 +151,20 @@ def sharing_table(
     step: int = 0,
     phase: str = "training",
     data_parallel_random_init: bool = False,
+    device: str = "cuda",
 ) -> pd.DataFrame:
-    """Per stream: how many distinct streams, ranks per stream, and along each layout axis whether the seed is
-    ``shared`` by the whole group, ``differs`` on every member, or ``partly`` (``-`` for an axis of size 1)."""
+    """Per stream: how many distinct streams, ranks per stream, and along each layout axis whether the stream is
+    ``shared`` by the whole group, ``differs`` on every member, or ``partly`` (``-`` for an axis of size 1).
+
+    ``device`` says how seeds pick streams (see ``stream_ids``): the dropout generators of all three frameworks
+    are CUDA generators in training, the default."""
     import pandas as pd
 
     frame = seed_streams(layout, seed, step, phase, data_parallel_random_init)
     conv = layout.as_convention()
     rows = []
     for stream, meaning in STREAMS.items():
-        ids = stream_ids(frame[stream])
+        ids = stream_ids(frame[stream], device)
         counts = np.bincount(ids)
         row: dict[str, Any] = {"stream": stream, "distinct": int(counts.size)}
         row["ranks_per_stream"] = (

@@ -163,9 +163,11 @@ def plot_seed_sharing(
     step: int = 0,
     phase: str = "training",
     data_parallel_random_init: bool = False,
+    device: str = "cuda",
 ) -> Figure:
     """One panel per random stream (``conventions.seeds.STREAMS`` or the names in ``streams``) on ``layout``'s
-    GPUs: ranks of one colour share that stream's seed. Cell text: the rank and its stream id."""
+    GPUs: ranks of one colour share that stream (on ``device``: CPU generators read only 32 bits of the seed).
+    Cell text: the rank and its stream id."""
     from ..conventions.seeds import STREAMS, seed_streams, stream_ids
 
     names = list(STREAMS) if streams is None else [streams] if isinstance(streams, str) else list(streams)
@@ -183,7 +185,7 @@ def plot_seed_sharing(
     axes = np.atleast_1d(fig.subplots(grid_rows, per_row)).ravel()
     show_text = world <= TEXT_LIMIT
     for ax, name in zip(axes, names):
-        ids = stream_ids(frame[name])
+        ids = stream_ids(frame[name], device)
         labels = [f"{r}\ns{ids[r]}" for r in range(world)] if show_text else None
         _draw_panel(ax, ids, labels, rows, ncols, None, f"{name}: {int(ids.max()) + 1} streams")
     for ax in axes[len(names) :]:

@@ -89,3 +89,19 @@ def test_pictures_are_figures():
     fig = plot_conventions(big, Megatron.from_layout(big))
     assert not fig.axes[0].texts
     assert np.isfinite(fig.get_size_inches()).all()
+
+
+def test_cpu_generators_read_only_32_bits_of_the_seed():
+    import torch
+
+    # a pipeline shift of 2**32: different seeds per stage, but the same CPU (mt19937) stream
+    layout = Layout(world_size=4, local_world_size=2, tensor_parallel=2, pipeline_parallel=2, pp_seed_shift=2**32)
+    seeds = seed_streams(layout)["fastdist pp"]
+    assert seeds[0] != seeds[2] and int(seeds[0]) % 2**32 == int(seeds[2]) % 2**32
+    draws = [torch.rand(4, generator=torch.Generator().manual_seed(int(seeds[r]))) for r in (0, 2)]
+    assert torch.equal(draws[0], draws[1])
+    assert sharing_table(layout).loc["fastdist pp", "pipeline"] == "differs"
+    assert sharing_table(layout, device="cpu").loc["fastdist pp", "pipeline"] == "shared"
+    assert stream_groups(layout, "fastdist pp", device="cpu") == [(0, 1, 2, 3)]
+    with pytest.raises(ValueError, match="device='tpu'"):
+        sharing_table(layout, device="tpu")
