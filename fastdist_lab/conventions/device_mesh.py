@@ -106,8 +106,11 @@ def torchtitan(pp: int = 1, dp_replicate: int = 1, dp_shard: int = 1, cp: int = 
 
 
 def picotron(dp: int = 1, pp: int = 1, cp: int = 1, tp: int = 1) -> DeviceMesh:
-    """picotron's grid ``arange(world).view(dp, pp, cp, tp)`` (tp fastest, dp slowest)."""
-    return DeviceMesh((dp, pp, cp, tp), PICOTRON_DIMS, name="picotron", flattened={"cp_dp": ("dp", "cp")})
+    """picotron's grid ``arange(world).view(dp, pp, cp, tp)`` (tp fastest, dp slowest), with its ``cp_dp`` and
+    ``pp_dp`` groups (``grid[:, p, :, t].flatten()`` and ``grid[:, :, c, t].flatten()``)."""
+    return DeviceMesh(
+        (dp, pp, cp, tp), PICOTRON_DIMS, name="picotron", flattened={"cp_dp": ("dp", "cp"), "pp_dp": ("dp", "pp")}
+    )
 
 
 class DeepSpeed(DeviceMesh):

@@ -91,6 +91,12 @@ def test_presets():
     assert pico.groups("dp").tolist() == [
         grid[:, p, c, t].tolist() for p, c, t in itertools.product(range(2), repeat=3)
     ]
+    assert pico.groups("cp_dp").tolist() == [
+        grid[:, p, :, t].flatten().tolist() for p, t in itertools.product(range(2), repeat=2)
+    ]
+    assert pico.groups("pp_dp").tolist() == [
+        grid[:, :, c, t].flatten().tolist() for c, t in itertools.product(range(2), repeat=2)
+    ]
     ds = deepspeed_topology(pipe=2, data=3, model=2)
     assert isinstance(ds, DeepSpeed) and ds.mesh_dim_names == ("pipe", "data", "model")
     # DeepSpeed's ProcessTopology: rank = cartesian product, last axis (model) fastest
