@@ -88,9 +88,7 @@ def check_nccl(local_world_size: int) -> None:
     if not hasattr(torch.distributed, "ProcessGroupNCCL") or not torch.cuda.is_available():
         build = torch.__version__
         what = "has no CUDA/NCCL support" if torch.version.cuda is None else "sees no CUDA device"
-        raise ClusterError(
-            f"NCCL needs one GPU per rank, but this torch ({build}) {what}; use backend='gloo'"
-        )
+        raise ClusterError(f"NCCL needs one GPU per rank, but this torch ({build}) {what}; use backend='gloo'")
     visible = torch.cuda.device_count()
     if not 1 <= local_world_size <= visible:
         raise ClusterError(

@@ -158,11 +158,7 @@ class RankResults:
     @property
     def errors(self) -> dict[int, RankError]:
         """Failed rank -> its error."""
-        return {
-            record.rank: record.error or RankError(record.status, "")
-            for record in self.records
-            if not record.ok
-        }
+        return {record.rank: record.error or RankError(record.status, "") for record in self.records if not record.ok}
 
     @property
     def failed_ranks(self) -> list[int]:

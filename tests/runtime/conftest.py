@@ -2,8 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
-from runtime_helpers import WORLD, layout_of
+
+from fastdist_lab import Layout
+
+WORLD = 8
+
+
+def _layout_of(**kwargs: object) -> Layout:
+    fields = {"world_size": WORLD, "local_world_size": WORLD, **kwargs}
+    return Layout(**fields)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="session")
+def layout_of() -> Callable[..., Layout]:
+    """Builds a one-node layout of the shared cluster's 8 ranks with the given parallel factors."""
+    return _layout_of
 
 
 @pytest.fixture(scope="session")
@@ -12,6 +28,6 @@ def cluster():
     from fastdist_lab import LocalCluster
 
     with LocalCluster(WORLD, backend="gloo", timeout=60, progress=False) as shared:
-        verification = shared.apply(layout_of(tensor_parallel=2, pipeline_parallel=2, sequence_data_parallel=2))
+        verification = shared.apply(_layout_of(tensor_parallel=2, pipeline_parallel=2, sequence_data_parallel=2))
         assert verification.ok, verification
         yield shared

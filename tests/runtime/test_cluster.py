@@ -5,7 +5,6 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from runtime_helpers import WORLD, layout_of
 
 from fastdist_lab import LayoutError, Verification
 
@@ -18,10 +17,16 @@ LAYOUTS = [
     {"tensor_parallel": 1, "pipeline_parallel": 1, "sequence_data_parallel": 8, "pipeline_first": False},
 ]
 
+WORLD = 8
+"""Ranks of the shared cluster (see conftest)."""
 
-@pytest.mark.parametrize("factors", LAYOUTS, ids=lambda f: "tp{tensor_parallel}-pp{pipeline_parallel}-sdp"
-                         "{sequence_data_parallel}-{pipeline_first}".format(**f))
-def test_apply_verifies_every_group_with_collectives(cluster, factors):
+
+@pytest.mark.parametrize(
+    "factors",
+    LAYOUTS,
+    ids=lambda f: "tp{tensor_parallel}-pp{pipeline_parallel}-sdp{sequence_data_parallel}-{pipeline_first}".format(**f),
+)
+def test_apply_verifies_every_group_with_collectives(cluster, factors, layout_of):
     pids = cluster.pids
     layout = layout_of(**factors)
     verification = cluster.apply(layout)
@@ -50,7 +55,7 @@ def _sums(ctx):
     return out
 
 
-def test_groups_in_ctx_are_real_process_groups(cluster):
+def test_groups_in_ctx_are_real_process_groups(cluster, layout_of):
     layout = layout_of(tensor_parallel=2, pipeline_parallel=2, sequence_data_parallel=2, pipeline_first=True)
     cluster.apply(layout)
     results = cluster.run(_sums)
@@ -61,8 +66,9 @@ def test_groups_in_ctx_are_real_process_groups(cluster):
 
 
 def test_ctx_fields(cluster):
-    results = cluster.run(lambda ctx: (ctx.rank, ctx.world_size, ctx.config.rank, ctx.device.type,
-                                       ctx.layout.world_size))
+    results = cluster.run(
+        lambda ctx: (ctx.rank, ctx.world_size, ctx.config.rank, ctx.device.type, ctx.layout.world_size)
+    )
     assert results.values == [(r, WORLD, r, "cpu", WORLD) for r in range(WORLD)]
 
 
@@ -132,7 +138,7 @@ def test_wrong_world_size_is_a_layout_error(cluster):
         cluster.apply(Layout(world_size=4, local_world_size=4))
 
 
-def test_results_round_trip_through_a_report(cluster, tmp_path):
+def test_results_round_trip_through_a_report(cluster, tmp_path, layout_of):
     from fastdist_lab import load_report
 
     verification = cluster.apply(layout_of(tensor_parallel=2, pipeline_parallel=2, sequence_data_parallel=2))

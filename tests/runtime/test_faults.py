@@ -8,9 +8,11 @@ import threading
 import time
 
 import pytest
-from runtime_helpers import WORLD
 
 from fastdist_lab import ClusterError, ClusterTimeout
+
+WORLD = 8
+"""Ranks of the shared cluster (see conftest)."""
 
 
 def _skip_the_collective_on_rank_5(ctx):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from runtime_helpers import layout_of
 
 from fastdist_lab import DistributedConfig, generator_seeds
 from fastdist_lab.runtime import ClusterError, Distributed, ProcessGroupPool
@@ -70,7 +69,7 @@ def _pool_summary(ctx):
     }
 
 
-def test_non_contiguous_members_are_hashable_tuples(cluster):
+def test_non_contiguous_members_are_hashable_tuples(cluster, layout_of):
     # tp 2, pp 2, sdp 1 in 8 ranks: model_and_sequence_data of rank 0 is (0, 1, 4, 5), not a progression.
     verification = cluster.apply(layout_of(tensor_parallel=2, pipeline_parallel=2))
     assert verification.ok, verification
@@ -91,7 +90,7 @@ def _seeds(ctx, step, phase):
     return actual == {"pp": expected["pp"], "tp": expected["tp"]}
 
 
-def test_set_step_seeds_match_generator_seeds_on_every_rank(cluster):
+def test_set_step_seeds_match_generator_seeds_on_every_rank(cluster, layout_of):
     cluster.apply(layout_of(tensor_parallel=2, pipeline_parallel=2, sequence_data_parallel=2))
     for step, phase in ((0, "training"), (5, "validation"), (3, "Test"), (11, "inference")):
         assert cluster.run(_seeds, step, phase).values == [True] * cluster.world_size
