@@ -669,6 +669,15 @@ class LocalCluster:
             stacks[rank] = "(no stack: the process did not answer SIGUSR1)"
         return stacks
 
+    def _fatal_text(self, rank: int) -> str:
+        """What faulthandler wrote for ``rank`` (a fatal error's stack, e.g. after a segfault), if anything."""
+        path = os.path.join(self._tmpdir or "", f"gen{self._generation}", f"stack-{rank}.txt")
+        try:
+            with open(path, encoding="utf-8", errors="replace") as file:
+                return file.read()[-20000:]
+        except OSError:
+            return ""
+
     def _exit_statuses(self, pids: list[int]) -> dict[int, str]:
         connection = self._zygote_connection
         if connection is None or self._zygote is None or self._zygote.poll() is not None:
@@ -698,9 +707,9 @@ class LocalCluster:
         statuses = self._exit_statuses([pids[r] for r in dead if r in pids]) if dead else {}
         for rank in dead:
             how = statuses.get(pids.get(rank, -1), "connection lost")
-            records[rank] = RankResult(
-                rank, STATUS_DIED, error=RankError("WorkerDied", f"worker process {pids.get(rank)} died ({how})")
-            )
+            message = f"worker process {pids.get(rank)} died ({how})"
+            error = RankError("WorkerDied", message, self._fatal_text(rank))
+            records[rank] = RankResult(rank, STATUS_DIED, error=error)
         for rank in pending:
             records[rank] = RankResult(
                 rank,

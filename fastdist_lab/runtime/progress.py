@@ -39,10 +39,18 @@ class WidgetProgress:
 
     def __init__(self) -> None:
         self._box: Any = None
+        self._fallback: TextProgress | None = None
 
     def __call__(self, done: int, total: int, message: str) -> None:
-        import ipywidgets
-
+        if self._fallback is not None:
+            self._fallback(done, total, message)
+            return
+        try:
+            import ipywidgets
+        except ImportError:  # a kernel without ipywidgets: plain text instead
+            self._fallback = TextProgress()
+            self._fallback(done, total, message)
+            return
         if self._box is None:
             from IPython.display import display
 
