@@ -251,10 +251,15 @@ def _draw_outlines(ax: Axes, grid: CellGrid, highlight: int | None, members: np.
 
 
 def _blend(area: np.ndarray, alpha: np.ndarray, rgb: tuple[float, float, float]) -> None:
-    rows, cols = np.nonzero(alpha)
-    a = alpha[rows, cols, None].astype(np.float32) / 255.0
-    color = np.asarray(rgb, dtype=np.float32) * 255.0
-    area[rows, cols] = (area[rows, cols] * (1 - a) + color * a).astype(np.uint8)
+    """Paint ``rgb`` over the RGB(A) uint8 ``area`` with the uint8 opacity ``alpha`` (in place, integer math)."""
+    rows = np.flatnonzero(alpha.any(axis=1))
+    if rows.size == 0:
+        return
+    lo, hi = rows[0], rows[-1] + 1
+    a = alpha[lo:hi, :, None].astype(np.uint16)
+    color = np.round(np.asarray(rgb) * 255).astype(np.uint16)
+    part = area[lo:hi, :, :3]
+    part[...] = ((part.astype(np.uint16) * (255 - a) + color * a + 127) // 255).astype(np.uint8)
 
 
 def _composed_grid(figure: Figure, layout: Layout, dim: str, highlight: int | None, title_px: int) -> None:
@@ -283,8 +288,9 @@ def _composed_grid(figure: Figure, layout: Layout, dim: str, highlight: int | No
     ax.set_axis_off()
 
     colors, members = _rank_colors(layout, dim, highlight)
-    image = np.full((height, width, 3), 255, dtype=np.uint8)
-    cells = (grid.image(colors, _EMPTY) * 255).round().astype(np.uint8)
+    image = np.full((height, width, 4), 255, dtype=np.uint8)  # RGBA: matplotlib resamples it fastest
+    cells = np.concatenate([grid.image(colors, _EMPTY), np.ones((grid.rows, grid.cols, 1))], axis=2)
+    cells = (cells * 255).round().astype(np.uint8)
     area = image[top : top + grid.rows * ch, left : left + grid.cols * cw]
     area[...] = np.repeat(np.repeat(cells, ch, axis=0), cw, axis=1)
     area[ch::ch, :] = 255

@@ -20,6 +20,7 @@ class GlyphAtlas:
         self._font = ft2font.FT2Font(path)
         self._font.set_size(size_pt, dpi)
         self._glyphs: dict[str, tuple[np.ndarray, int, int]] = {}
+        self._words: dict[str, np.ndarray] = {}
         probe = [self.glyph(c) for c in "0123456789pdgb"]
         self.ascent = max(image.shape[0] - descent for image, descent, _ in probe)
         self.descent = max(descent for _, descent, _ in probe)
@@ -44,24 +45,47 @@ class GlyphAtlas:
         """Width in pixels of ``line``."""
         return sum(self.glyph(c)[2] for c in line)
 
+    def word(self, text: str) -> np.ndarray:
+        """The alpha bitmap of ``text`` (no spaces) on one line box: ``line_height - 1`` rows, baseline at ``ascent``.
+
+        Words are cached: cell labels repeat the same few words (``t0``, ``d3``, ``p1``...) over and over.
+        """
+        cached = self._words.get(text)
+        if cached is None:
+            width = max(1, self.width(text))
+            cached = np.zeros((self.ascent + self.descent, width), dtype=np.uint8)
+            x = 0
+            for char in text:
+                image, descent, advance = self.glyph(char)
+                h, w = image.shape
+                y0 = max(0, self.ascent + descent - h)
+                region = cached[y0 : y0 + h, x : x + w]
+                np.maximum(region, image[: region.shape[0], : region.shape[1]], out=region)
+                x += advance
+            if len(self._words) > 50_000:
+                self._words.clear()
+            self._words[text] = cached
+        return cached
+
     def stamp(self, canvas: np.ndarray, lines: list[str], cx: float, cy: float, align: str = "center") -> None:
         """Paste ``lines`` into the alpha ``canvas`` (rows top-down), the block centred vertically on ``cy``.
 
         ``align`` is ``"center"`` (lines centred on ``cx``) or ``"right"`` (lines ending at ``cx``).
         """
         height, width = canvas.shape
+        space = self.glyph(" ")[2]
         top = int(round(cy - len(lines) * self.line_height / 2))
         for index, line in enumerate(lines):
-            baseline = top + index * self.line_height + self.ascent
-            x = int(round(cx - self.width(line) / (2 if align == "center" else 1)))
-            for char in line:
-                image, descent, advance = self.glyph(char)
-                h, w = image.shape
-                y0 = baseline + descent - h
+            words = [self.word(w) for w in line.split(" ")]
+            total = sum(w.shape[1] for w in words) + space * (len(words) - 1)
+            x = int(round(cx - total / (2 if align == "center" else 1)))
+            y0 = top + index * self.line_height
+            for bitmap in words:
+                h, w = bitmap.shape
                 if 0 <= y0 and y0 + h <= height and 0 <= x and x + w <= width:
                     region = canvas[y0 : y0 + h, x : x + w]
-                    np.maximum(region, image, out=region)
-                x += advance
+                    np.maximum(region, bitmap, out=region)
+                x += w + space
 
 
 @lru_cache(maxsize=16)
