@@ -27,7 +27,7 @@ import psutil
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM = Path(os.environ.get("FASTDIST_LAB_E2E_CHROMIUM", "/usr/bin/chromium"))
 INSTALL_SCRIPT = REPO / "scripts" / "install_browser.sh"
 NOTEBOOK = REPO / "notebooks" / "00_quickstart.ipynb"
 CHROMIUM_ARGS = [
@@ -63,9 +63,11 @@ def skip_or_fail(reason: str) -> None:
 def chromium_executable() -> Path:
     """Path of Debian's Chromium; installed with scripts/install_browser.sh when missing (never downloaded).
 
-    Set ``FASTDIST_LAB_E2E_NO_INSTALL=1`` to forbid the installation attempt.
+    ``FASTDIST_LAB_E2E_CHROMIUM`` names another Chromium binary (then nothing is installed);
+    ``FASTDIST_LAB_E2E_NO_INSTALL=1`` forbids the installation attempt.
     """
-    if not CHROMIUM.exists() and not os.environ.get("FASTDIST_LAB_E2E_NO_INSTALL"):
+    default = str(CHROMIUM) == "/usr/bin/chromium"
+    if not CHROMIUM.exists() and default and not os.environ.get("FASTDIST_LAB_E2E_NO_INSTALL"):
         try:
             done = subprocess.run(
                 ["bash", str(INSTALL_SCRIPT)], capture_output=True, text=True, timeout=900, check=False

@@ -224,7 +224,7 @@ def read_values(page: Any) -> dict[str, int]:
 def set_control(page: Any, lab: JupyterLab, field: str, value: int) -> None:
     """Choose ``value`` in a layout control the way a user does (select an option / type and press Enter),
     and wait until the kernel has handled the change."""
-    since = lab.kernel()["last_activity"]
+    since = quiet_kernel(page, lab)
     info = read_control(page, field)
     element = control(page, field)
     if info["tag"] == "select":
@@ -237,6 +237,22 @@ def set_control(page: Any, lab: JupyterLab, field: str, value: int) -> None:
         box.press("Enter")
         box.evaluate("el => el.blur()")
     kernel_handled(page, lab, since, f"{field}={value}")
+
+
+def quiet_kernel(page: Any, lab: JupyterLab, quiet: float = 1.0, timeout: float = 120) -> str:
+    """Wait until the kernel is idle and has sent nothing for ``quiet`` seconds (debounced redraws done);
+    return its ``last_activity``, the mark from which the next action's handling is recognised."""
+    deadline = time.monotonic() + timeout
+    kernel = lab.kernel()
+    since, mark = kernel["last_activity"], time.monotonic()
+    while time.monotonic() < deadline:
+        page.wait_for_timeout(200)
+        kernel = lab.kernel()
+        if kernel["last_activity"] != since or kernel["execution_state"] != "idle":
+            since, mark = kernel["last_activity"], time.monotonic()
+        elif time.monotonic() - mark >= quiet:
+            return since
+    raise AssertionError(f"the kernel never went quiet within {timeout:.0f} s: {kernel}")
 
 
 def kernel_handled(page: Any, lab: JupyterLab, since: str, what: str, timeout: float = 120) -> None:
@@ -490,7 +506,7 @@ def test_lab_in_chromium(page: Any, jupyter_lab: JupyterLab, screenshots: Path) 
     status = page.locator(".fdl-cluster-status").first
     start = page.locator(".fdl-cluster-start").first
     reveal(page, start)
-    since = lab.kernel()["last_activity"]
+    since = quiet_kernel(page, lab)
     start.click()
     kernel_handled(page, lab, since, "Start", timeout=300)
     apply = page.locator(".fdl-cluster-apply").first
@@ -506,7 +522,7 @@ def test_lab_in_chromium(page: Any, jupyter_lab: JupyterLab, screenshots: Path) 
     shot("cluster_running", cluster)
 
     reveal(page, apply)
-    since = lab.kernel()["last_activity"]
+    since = quiet_kernel(page, lab)
     apply.click()
     kernel_handled(page, lab, since, "Apply", timeout=300)
     verification = page.locator(".fdl-verification")
@@ -526,10 +542,15 @@ def test_lab_in_chromium(page: Any, jupyter_lab: JupyterLab, screenshots: Path) 
 
     stop = page.locator(".fdl-cluster-stop").first
     reveal(page, stop)
-    since = lab.kernel()["last_activity"]
+    since = quiet_kernel(page, lab)
     stop.click()
     kernel_handled(page, lab, since, "Stop")
-    assert not RUNNING.search(control_text(status)), f"still running after Stop: {control_text(status)!r}"
+    wait_until(
+        page,
+        lambda: not RUNNING.search(control_text(status)) and start.is_enabled(),
+        60,
+        lambda: f"the cluster to stop: {control_text(status)!r}",
+    )
     _, alive = psutil.wait_procs(workers, timeout=30)
     assert not [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE], (
         f"workers still running after stop: {alive}"
