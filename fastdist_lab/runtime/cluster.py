@@ -13,6 +13,7 @@ answer), the workers are killed, and the next call starts fresh ones.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import shutil
@@ -24,7 +25,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection, answer_challenge, deliver_challenge, wait
 from typing import Any
 
@@ -64,6 +65,28 @@ def _close_all() -> None:
 
 
 atexit.register(_close_all)
+
+
+@contextlib.contextmanager
+def deferred_interrupt() -> Iterator[None]:
+    """Hold a SIGINT back while a message is sent or received whole, then deliver it (main thread only).
+
+    An interrupt in the middle of a message would leave the channel out of step with the worker.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[Any] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught:
+            if callable(previous):
+                previous(signal.SIGINT, caught[0])
+            elif previous != signal.SIG_IGN:
+                raise KeyboardInterrupt
 
 
 def resolve_backend(backend: str, local_world_size: int) -> str:
@@ -554,14 +577,16 @@ class LocalCluster:
             call_id = self._call_id
             records: dict[int, RankResult] = {}
             dead: set[int] = set()
-            for worker in self._workers:
-                try:
-                    worker.connection.send((kind, call_id, payload))
-                except OSError:
-                    dead.add(worker.rank)
-            pending = {w.rank for w in self._workers} - dead
+            pending: set[int] = set()
             begin = time.monotonic()
             try:
+                with deferred_interrupt():
+                    for worker in self._workers:
+                        try:
+                            worker.connection.send((kind, call_id, payload))
+                            pending.add(worker.rank)
+                        except OSError:
+                            dead.add(worker.rank)
                 self._collect(call_id, pending, records, dead, begin + limit)
             except KeyboardInterrupt:
                 self._interrupt(call_id, pending, records, dead)
@@ -592,14 +617,14 @@ class LocalCluster:
             for connection in wait(connections, timeout=min(cutoff - now, 0.25)):
                 worker = by_connection[connection]
                 try:
-                    message = connection.recv()
+                    with deferred_interrupt():  # a message is taken and recorded whole
+                        message = connection.recv()
+                        if message[0] == "result" and message[1] == call_id:
+                            records[worker.rank] = self._record(worker.rank, message[3])
+                            pending.discard(worker.rank)
                 except (EOFError, OSError):
                     pending.discard(worker.rank)
                     dead.add(worker.rank)
-                    continue
-                if message[0] == "result" and message[1] == call_id:
-                    records[worker.rank] = self._record(worker.rank, message[3])
-                    pending.discard(worker.rank)
             if self._zygote is None or self._zygote.poll() is not None:
                 dead.update(pending)
                 pending.clear()

@@ -83,12 +83,16 @@ def _pickled_exception(exception: BaseException) -> bytes | None:
         return None
 
 
-def _block_sigint() -> Any:
-    return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+class _Interruptible:
+    """SIGINT raises ``KeyboardInterrupt`` only while user code runs; elsewhere (messaging) it is dropped."""
 
+    active = False
 
-def _restore_sigmask(old: Any) -> None:
-    signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    @classmethod
+    def handler(cls, signum: int, frame: Any) -> None:
+        if cls.active:
+            cls.active = False
+            raise KeyboardInterrupt
 
 
 class _Tee(io.StringIO):
@@ -100,14 +104,23 @@ class _Tee(io.StringIO):
         return len(text)
 
 
-def execute(ctx: RankContext, fn: Any, args: tuple) -> dict[str, Any]:
-    """Call ``fn(ctx, *args)`` capturing output, time and the value or error; returns a message dict."""
+def execute(ctx: RankContext, fn: Any = None, args: tuple = (), payload: bytes | None = None) -> dict[str, Any]:
+    """Call ``fn(ctx, *args)`` capturing output, time and the value or error; returns a message dict.
+
+    With ``payload``, ``(fn, args)`` are unpickled from it first (interruptible and reported like the call).
+    """
     out, err = _Tee(), _Tee()
     begin = time.perf_counter()
     status, value, error, exception = STATUS_OK, None, None, None
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            value = fn(ctx, *args)
+            _Interruptible.active = True
+            try:
+                if payload is not None:
+                    fn, args = cloudpickle.loads(payload)
+                value = fn(ctx, *args)
+            finally:
+                _Interruptible.active = False
     except KeyboardInterrupt as caught:
         status, error, exception = STATUS_INTERRUPTED, error_of(caught, skip=1), caught
     except BaseException as caught:  # SystemExit included: a rank function must not end the worker
@@ -171,7 +184,7 @@ def _worker(spec: dict[str, Any], rank: int, zygote_pid: int) -> int:
     die_with_parent(signal.SIGKILL)
     if os.getppid() != zygote_pid:  # the fork server died before prctl took effect
         return 1
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGINT, _Interruptible.handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     stack_file = open(os.path.join(spec["stack_dir"], f"stack-{rank}.txt"), "w")  # noqa: SIM115 - lives with the process
     faulthandler.enable(file=stack_file, all_threads=True)
@@ -203,39 +216,19 @@ def _worker(spec: dict[str, Any], rank: int, zygote_pid: int) -> int:
     connection.send(("ready", rank, os.getpid()))
 
     while True:
-        try:
-            message = inbox.get()
-        except KeyboardInterrupt:  # an interrupt that arrived between calls
-            continue
+        message = inbox.get()
         kind = message[0]
         if kind == "exit":
             pool.shutdown()
             return 0
         call_id = message[1]
         if kind == "run":
-            try:
-                fn, args = cloudpickle.loads(message[2])
-            except BaseException as error:
-                reply = {
-                    "status": STATUS_ERROR,
-                    "value": None,
-                    "error": error_of(error).to_dict(),
-                    "exception": None,
-                    "stdout": "",
-                    "stderr": "",
-                    "seconds": 0.0,
-                }
-            else:
-                reply = execute(ctx, fn, args)
+            reply = execute(ctx, payload=message[2])
         elif kind == "apply":
             reply = execute(ctx, _applier(message[2], use_cpu), ())
         else:
             reply = execute(ctx, _unknown(kind), ())
-        old = _block_sigint()
-        try:
-            connection.send(("result", call_id, rank, reply))
-        finally:
-            _restore_sigmask(old)
+        connection.send(("result", call_id, rank, reply))
 
 
 def _applier(fields: dict[str, Any], use_cpu: bool) -> Any:

@@ -70,6 +70,7 @@ def test_a_sigkilled_worker_is_detected_quickly_and_the_cluster_recovers(cluster
 
 
 def test_keyboard_interrupt_reaches_the_workers_and_leaves_the_cluster_usable(cluster):
+    assert cluster.run(lambda ctx: ctx.rank).values == list(range(WORLD))  # running before the interrupt
     pids = cluster.pids
     timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
@@ -79,6 +80,7 @@ def test_keyboard_interrupt_reaches_the_workers_and_leaves_the_cluster_usable(cl
     timer.join()
     assert time.monotonic() - begin < 10
     assert cluster.running and cluster.pids == pids  # the interrupted rank answered: same workers
+    # messages stayed whole: the next call gets its own answers
     assert cluster.run(lambda ctx: ctx.rank).values == list(range(WORLD))
 
 
