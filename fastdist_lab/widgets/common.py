@@ -165,8 +165,9 @@ def short_error(error: BaseException, limit: int = 2000) -> str:
 
 
 TABLE_STYLE = (
-    "<style>.fdl-table{border-collapse:collapse;font-size:12px}"
-    ".fdl-table th,.fdl-table td{border:1px solid #ddd;padding:1px 6px;text-align:right}"
-    ".fdl-table th{background:#f3f3f3}</style>"
+    "<style>.fdl-table{border-collapse:collapse;font-size:12px;line-height:1.3}"
+    ".fdl-table th,.fdl-table td{border:1px solid #ddd !important;padding:1px 8px !important;"
+    "text-align:left !important;vertical-align:top}"
+    ".fdl-table th{background:#f3f3f3}.fdl-table tbody tr:nth-child(odd){background:#fafafa}</style>"
 )
 """CSS for the panels' tables, included once per HTML widget."""
