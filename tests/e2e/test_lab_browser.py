@@ -25,7 +25,7 @@ import pytest
 
 from fastdist_lab import Layout, LayoutError
 
-from .conftest import JupyterLab
+from .conftest import JupyterLab, skip_or_fail
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -555,3 +555,13 @@ def test_lab_in_chromium(page: Any, jupyter_lab: JupyterLab, screenshots: Path) 
         f"workers still running after stop: {alive}"
     )
     shot("cluster_stopped", cluster)
+
+
+@pytest.mark.parametrize("ci", ["", "0", "false", "true", "1", "yes"])
+def test_missing_browser_skips_outside_ci_fails_in_ci(monkeypatch: pytest.MonkeyPatch, ci: str) -> None:
+    """Without Chromium the browser test is skipped with the reason, except in CI, where it fails."""
+    monkeypatch.setenv("CI", ci)
+    in_ci = ci.lower() in ("true", "1", "yes")
+    with pytest.raises(pytest.fail.Exception if in_ci else pytest.skip.Exception) as raised:
+        skip_or_fail("Chromium is not installed at /usr/bin/chromium")
+    assert "Chromium is not installed" in str(raised.value)
