@@ -251,15 +251,14 @@ def _draw_outlines(ax: Axes, grid: CellGrid, highlight: int | None, members: np.
 
 
 def _blend(area: np.ndarray, alpha: np.ndarray, rgb: tuple[float, float, float]) -> None:
-    """Paint ``rgb`` over the RGB(A) uint8 ``area`` with the uint8 opacity ``alpha`` (in place, integer math)."""
-    rows = np.flatnonzero(alpha.any(axis=1))
+    """Paint ``rgb`` over the RGBA uint8 ``area`` with the uint8 opacity ``alpha`` (in place, only where inked)."""
+    rows, cols = np.nonzero(alpha)  # ``area`` may be a strided view: index it in 2-D so writes land in it
     if rows.size == 0:
         return
-    lo, hi = rows[0], rows[-1] + 1
-    a = alpha[lo:hi, :, None].astype(np.uint16)
-    color = np.round(np.asarray(rgb) * 255).astype(np.uint16)
-    part = area[lo:hi, :, :3]
-    part[...] = ((part.astype(np.uint16) * (255 - a) + color * a + 127) // 255).astype(np.uint8)
+    a = alpha[rows, cols, None].astype(np.float32) * (1 / 255)
+    color = np.asarray(rgb, dtype=np.float32) * 255
+    under = area[rows, cols, :3].astype(np.float32)
+    area[rows, cols, :3] = (under + (color - under) * a + 0.5).astype(np.uint8)
 
 
 def _composed_grid(figure: Figure, layout: Layout, dim: str, highlight: int | None, title_px: int) -> None:
