@@ -10,8 +10,6 @@
 set -uo pipefail
 
 PY=${PYTHON:-python3}
-OUT_DIR=${GPU_CHECK_OUT:-$(mktemp -d -t fastdist-gpu-check-XXXXXX)}
-mkdir -p "$OUT_DIR"
 export PYTHONUNBUFFERED=1
 failures=0
 
@@ -20,6 +18,8 @@ fail() { echo "FAILED: $*"; failures=$((failures + 1)); }
 
 NGPU=$("$PY" -c 'import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)') || {
     echo "cannot import torch with $PY"; exit 2; }
+OUT_DIR=${GPU_CHECK_OUT:-$(mktemp -d -t fastdist-gpu-check-XXXXXX)}
+mkdir -p "$OUT_DIR"
 step "environment"
 "$PY" -c 'import sys, torch; print("python", sys.version.split()[0], "| torch", torch.__version__, "| cuda", torch.version.cuda, "| nccl", torch.cuda.nccl.version() if torch.cuda.is_available() else None)'
 command -v nvidia-smi >/dev/null && nvidia-smi -L

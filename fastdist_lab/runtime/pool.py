@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import os
 import socket
 import time
 from typing import Any
@@ -138,7 +139,7 @@ class ProcessGroupPool:
         self._use_cpu = use_cpu
         self._backend = DistributedBackend.parse(backend)
         self._gloo_hostname = gloo_hostname
-        self._gloo_device: Any = None
+        self._gloo_device: list[Any] | None = None
         self._process_groups: dict[tuple[int, ...], ProcessGroup] = {}
         self.created_seconds: dict[tuple[int, ...], float] = {}
         """Seconds spent creating each group, keyed by its member tuple."""
@@ -200,6 +201,16 @@ class ProcessGroupPool:
         """The groups created so far, keyed by member tuple (a copy)."""
         return dict(self._process_groups)
 
+    def _gloo_devices(self) -> list[Any]:
+        """gloo transport devices: the pinned host, else ``GLOO_SOCKET_IFNAME``'s interfaces, else the default."""
+        gloo = torch.distributed.ProcessGroupGloo
+        if self._gloo_hostname:
+            return [gloo.create_device(hostname=self._gloo_hostname)]
+        interfaces = [name for name in os.environ.get("GLOO_SOCKET_IFNAME", "").split(",") if name.strip()]
+        if interfaces:
+            return [gloo.create_device(interface=name.strip()) for name in interfaces]
+        return [gloo.create_default_device()]
+
     def _new_group(self, members: tuple[int, ...], group_rank: int) -> ProcessGroup:
         prefix = _group_prefix(members)
         store = torch.distributed.PrefixStore(prefix + "/", self.store)
@@ -207,14 +218,10 @@ class ProcessGroupPool:
         if self._backend == DistributedBackend.gloo:
             gloo = torch.distributed.ProcessGroupGloo
             if self._gloo_device is None:
-                self._gloo_device = (
-                    gloo.create_device(hostname=self._gloo_hostname)
-                    if self._gloo_hostname
-                    else gloo.create_default_device()
-                )
+                self._gloo_device = self._gloo_devices()
             options = gloo._Options()
             options._timeout = timeout
-            options._devices = [self._gloo_device]
+            options._devices = self._gloo_device
             options.global_ranks_in_group = list(members)
             options.group_name = prefix
             return gloo(store, group_rank, len(members), options)
