@@ -203,7 +203,7 @@ class LocalCluster:
 
     @property
     def layout(self) -> Layout | None:
-        """The layout applied last (with this cluster's backend), or ``None``."""
+        """The layout applied last, as it was given (workers run it with the cluster's backend), or ``None``."""
         return self._layout
 
     @property
@@ -336,7 +336,7 @@ class LocalCluster:
                 expected_groups(applied), results, report_fields, self._backend, seconds
             )
             if results.ok:
-                self._layout = applied
+                self._layout = layout
             else:  # ranks disagree about their groups now: start over on the next call
                 self._kill_workers()
             return verification

@@ -38,7 +38,8 @@ def test_apply_verifies_every_group_with_collectives(cluster, factors, layout_of
     for dim in layout.dim_names:
         expected = layout.groups(dim).tolist()
         assert frame[frame.dim == dim].members.tolist() == expected
-    assert cluster.layout is not None and cluster.layout.pipeline_first == factors["pipeline_first"]
+    assert cluster.layout == layout  # as given; the workers run it on the cluster's backend
+    assert cluster.run(lambda ctx: ctx.layout.backend.value).values == ["gloo"] * WORLD
     assert "<table" in verification._repr_html_()
 
 
