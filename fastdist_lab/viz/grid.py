@@ -52,6 +52,12 @@ class CellGrid:
         out[self.row, self.col] = values
         return out
 
+    def column_label(self, col: int) -> str:
+        """The header of column ``col``: the local GPU (``+k``, the k-th node of the row, for one-GPU nodes)."""
+        if self.local_world_size == 1 and self.nodes_per_row > 1:
+            return f"+{col}"
+        return str(col % self.local_world_size)
+
 
 def cell_grid(layout: Layout) -> CellGrid:
     """The placement of every rank of ``layout`` (see ``CellGrid``)."""
@@ -186,7 +192,7 @@ def draw_grid(
     _draw_outlines(ax, grid, highlight, members, text=bool(text))
 
     xt, yt = _ticks(grid.cols), _ticks(grid.rows)
-    ax.set_xticks(xt + 0.5, [str(j % grid.local_world_size) for j in xt])
+    ax.set_xticks(xt + 0.5, [grid.column_label(j) for j in xt])
     if grid.nodes_per_row == 1:
         ylabels = [f"node {i}" for i in yt]
     else:
@@ -304,7 +310,7 @@ def _composed_grid(figure: Figure, layout: Layout, dim: str, highlight: int | No
         _blend(area, grey, (0.55, 0.55, 0.55))
     margin = np.zeros(image.shape[:2], dtype=np.uint8)
     for j in range(grid.cols):
-        glyphs.stamp(margin, [str(j % grid.local_world_size)], left + (j + 0.5) * cw, top / 2)
+        glyphs.stamp(margin, [grid.column_label(j)], left + (j + 0.5) * cw, top / 2)
     for i, label in enumerate(ylabels):
         glyphs.stamp(margin, [label], left - 7, top + (i + 0.5) * ch, align="right")
     _blend(image, margin, (0.13, 0.13, 0.13))
