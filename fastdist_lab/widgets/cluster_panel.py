@@ -12,6 +12,7 @@ import traitlets
 
 from ..layout import Layout
 from .common import TABLE_STYLE, Panel, error_html, frame_table, short_error
+from .layout_panel import LayoutPanel
 
 if TYPE_CHECKING:
     from ..runtime import LocalCluster, RankResults, Verification
@@ -58,10 +59,10 @@ def results_html(results: RankResults) -> str:
 class ClusterPanel(Panel):
     """Buttons to start, apply and stop a ``LocalCluster`` for the current layout, and what came back.
 
-    ``set_layout(layout)`` (called by a linked ``LayoutPanel``) changes the layout to apply. Start launches
-    ``layout.world_size`` workers (``backend``: gloo on CPU) and applies the layout; Apply re-applies it to
-    the running workers (when the world size changed, the panel says a restart is needed). Every error and
-    timeout is shown as text in ``status``, never as a traceback.
+    ``layout`` is a ``Layout`` or a ``LayoutPanel`` to follow; ``set_layout(layout)`` changes the layout to
+    apply. Start launches ``layout.world_size`` workers (``backend``: gloo on CPU) and applies the layout;
+    Apply re-applies it to the running workers (when the world size changed, the panel says a restart is
+    needed). Every error and timeout is shown as text in ``status``, never as a traceback.
     """
 
     cluster = traitlets.Any(None, allow_none=True)
@@ -69,7 +70,7 @@ class ClusterPanel(Panel):
 
     def __init__(
         self,
-        layout: Layout | None = None,
+        layout: Layout | LayoutPanel | None = None,
         backend: str = "auto",
         timeout: float = 60,
         apply_on_start: bool = True,
@@ -104,6 +105,9 @@ class ClusterPanel(Panel):
         ]
         self.last_verification: Verification | None = None
         self.last_results: RankResults | None = None
+        if isinstance(layout, LayoutPanel):  # follow the panel's layout
+            layout.observe(lambda change: self.set_layout(change["new"]), names="layout")
+            layout = layout.layout
         self.layout = layout
         self.observe(self._on_state, names=["layout", "cluster"])
         self._refresh()

@@ -11,7 +11,9 @@ import traitlets
 from ..config import PhaseType
 from ..layout import Layout
 from ..seeds import GENERATORS
+from .cluster_panel import ClusterPanel
 from .common import TABLE_STYLE, Debouncer, Panel, error_html, frame_table, short_error
+from .layout_panel import LayoutPanel
 
 _VIEWS = (("ranks sharing a stream", "sharing"), ("stream of every rank and generator", "streams"))
 
@@ -38,7 +40,8 @@ class StreamsPanel(Panel):
     """Step, phase and generator controls; the predicted streams' sharing picture and invariant checks;
     a button that draws the same streams on a running cluster and compares real against predicted.
 
-    ``set_layout(layout)`` and ``set_cluster(cluster)`` link it to the other panels. ``predicted`` and
+    ``layout`` is a ``Layout`` or a ``LayoutPanel`` to follow, ``cluster`` a running ``LocalCluster`` or a
+    ``ClusterPanel`` to follow; ``set_layout(layout)`` and ``set_cluster(cluster)`` change them. ``predicted`` and
     ``real`` are the last ``StreamReport``s, ``error`` the last problem (empty when none).
     """
 
@@ -46,7 +49,13 @@ class StreamsPanel(Panel):
     cluster = traitlets.Any(None, allow_none=True)
     error = traitlets.Unicode("")
 
-    def __init__(self, layout: Layout | None = None, draws: int = 4, debounce: float = 0.05):
+    def __init__(
+        self,
+        layout: Layout | LayoutPanel | None = None,
+        cluster: Any = None,
+        draws: int = 4,
+        debounce: float = 0.05,
+    ):
         super().__init__()
         self.widget.add_class("fdl-streams-panel")
         self.draws = draws
@@ -91,6 +100,13 @@ class StreamsPanel(Panel):
             control.observe(lambda _: self._redraw.schedule(), names="value")
         self.observe(lambda _: self._predict(), names="layout")
         self.observe(lambda _: self._refresh_button(), names="cluster")
+        if isinstance(layout, LayoutPanel):  # follow the panel's layout
+            layout.observe(lambda change: self.set_layout(change["new"]), names="layout")
+            layout = layout.layout
+        if isinstance(cluster, ClusterPanel):  # draw on the panel's cluster
+            cluster.observe(lambda change: self.set_cluster(change["new"]), names="cluster")
+            cluster = cluster.cluster
+        self.cluster = cluster
         self.layout = layout
         if layout is None:
             self._predict()
