@@ -164,3 +164,15 @@ def test_cluster_panel_alone_reports_missing_cluster():
     panel = ClusterPanel(layout, backend="gloo")
     assert panel.apply() is False and "not running" in panel.message
     assert panel.run(lambda ctx: 1) is None
+
+
+def test_panels_built_by_hand_follow_each_other():
+    from fastdist_lab.widgets import LayoutPanel
+
+    lp = LayoutPanel(world_size=4, tensor_parallel=2, pipeline_parallel=1, sequence_data_parallel=2)
+    cp = ClusterPanel(lp, backend="gloo")
+    sp = StreamsPanel(lp, cp)
+    assert cp.layout == sp.layout == lp.layout
+    lp.sequence_data_parallel.value = 1
+    assert cp.layout == sp.layout == lp.layout and lp.layout.sequence_data_parallel == 1
+    assert sp.cluster is None and sp.draw_button.disabled
