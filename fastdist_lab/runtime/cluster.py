@@ -24,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection, answer_challenge, deliver_challenge, wait
@@ -208,8 +209,15 @@ class LocalCluster:
 
     @property
     def running(self) -> bool:
-        """Whether the workers are up and ready for the next call."""
-        return not self._closed and not self._broken and len(self._workers) == self._world_size
+        """Whether the fork server and every worker are alive and ready for the next call.
+
+        ``False`` after a failure that stopped the workers (the next call starts fresh ones) and after ``close()``.
+        """
+        if self._closed or self._broken or len(self._workers) != self._world_size:
+            return False
+        if self._zygote is None or self._zygote.poll() is not None:
+            return False
+        return all(pid_alive(worker.pid) for worker in self._workers)
 
     @property
     def pids(self) -> list[int]:
@@ -557,6 +565,14 @@ class LocalCluster:
         if self._closed:
             raise ClusterError("the cluster is closed; call start() or use a new LocalCluster")
         if not self.running:
+            if not self._broken and self._workers:
+                gone = [w.rank for w in self._workers if not pid_alive(w.pid)]
+                what = f"{_ranks_text(gone)} died" if gone else "the worker server died"
+                warnings.warn(
+                    f"{what} since the last call; starting fresh workers (per-rank state is lost)",
+                    RuntimeWarning,
+                    stacklevel=4,
+                )
             self.restart()
 
     def _coordinates(self, layout: Layout | None) -> list[dict[str, int]] | None:

@@ -44,6 +44,20 @@ def test_a_hung_rank_raises_cluster_timeout_with_stacks_and_the_cluster_recovers
     assert set(cluster.pids).isdisjoint(pids)
 
 
+def test_a_worker_killed_between_calls_shows_as_not_running_and_is_replaced(cluster):
+    from fastdist_lab.runtime.procs import wait_gone
+
+    assert cluster.running
+    victim = cluster.pids[4]
+    os.kill(victim, signal.SIGKILL)
+    assert not wait_gone([victim], 2)
+    assert not cluster.running
+    with pytest.warns(RuntimeWarning, match="rank 4 died since the last call"):
+        results = cluster.run(lambda ctx: ctx.rank)
+    assert results.values == list(range(WORLD))
+    assert cluster.running and victim not in cluster.pids
+
+
 def _sleep_on_rank_2(ctx, seconds):
     import time
 
