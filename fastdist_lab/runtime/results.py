@@ -384,6 +384,8 @@ class Verification:
             members=[" ".join(map(str, m)) for m in frame["members"]],
             seconds=[f"{s:.3f}" for s in frame["seconds"]],
         ).drop(columns=["created", "create_seconds"])
+        if not frame["detail"].astype(bool).any():
+            frame = frame.drop(columns=["detail"])
         return self.summary() + "\n" + frame.to_string(index=False)
 
     def __repr__(self) -> str:
