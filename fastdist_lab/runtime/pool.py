@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
@@ -141,6 +142,7 @@ class ProcessGroupPool:
         self._gloo_hostname = gloo_hostname
         self._gloo_device: list[Any] | None = None
         self._process_groups: dict[tuple[int, ...], ProcessGroup] = {}
+        self._creations: dict[tuple[int, ...], int] = {}
         self.created_seconds: dict[tuple[int, ...], float] = {}
         """Seconds spent creating each group, keyed by its member tuple."""
         self.store: Any = None
@@ -211,8 +213,9 @@ class ProcessGroupPool:
             return [gloo.create_device(interface=name.strip()) for name in interfaces]
         return [gloo.create_default_device()]
 
-    def _new_group(self, members: tuple[int, ...], group_rank: int) -> ProcessGroup:
-        prefix = _group_prefix(members)
+    def _new_group(self, members: tuple[int, ...], group_rank: int, version: int = 0) -> ProcessGroup:
+        # A group released and created again gets a fresh store prefix: the old keys must not be seen again.
+        prefix = _group_prefix(members) + (f"_v{version}" if version else "")
         store = torch.distributed.PrefixStore(prefix + "/", self.store)
         timeout = datetime.timedelta(seconds=self._timeout)
         if self._backend == DistributedBackend.gloo:
@@ -246,11 +249,29 @@ class ProcessGroupPool:
             return None
         group = self._process_groups.get(members)
         if group is None:
+            version = self._creations.get(members, 0)
             begin = time.perf_counter()
-            group = self._new_group(members, group_rank)
+            group = self._new_group(members, group_rank, version)
             self.created_seconds[members] = time.perf_counter() - begin
+            self._creations[members] = version + 1
             self._process_groups[members] = group
         return group
+
+    def release_groups(self, keep: Iterable[Sequence[int]]) -> int:
+        """Shut down and forget every group whose members are not in ``keep``; returns how many went.
+
+        Every member of a group must release it at the same point (for example because all ranks apply the same
+        layouts in the same order); a released group asked for again is created afresh under a new store prefix.
+        """
+        kept = {tuple(int(rank) for rank in members) for members in keep}
+        released = [members for members in self._process_groups if members not in kept]
+        for members in released:
+            group = self._process_groups.pop(members)
+            try:
+                group.shutdown()
+            except Exception as error:  # peers may already have closed their side
+                logger.debug("group shutdown failed: %s", error)
+        return len(released)
 
     def __enter__(self) -> ProcessGroupPool:
         global _default_pool

@@ -146,12 +146,24 @@ def execute(ctx: RankContext, fn: Any = None, args: tuple = (), payload: bytes |
     }
 
 
+def _members_of(config: DistributedConfig | None) -> list[tuple[int, ...]]:
+    if config is None:
+        return []
+    return [tuple(dim.global_ranks) for dim in config.distributed_dims.values()]
+
+
 def _apply(ctx: RankContext, fields: dict[str, Any], use_cpu: bool) -> dict[str, Any]:
+    previous = ctx.config
     ctx.layout = ctx.config = ctx.distributed = None
     layout = Layout(**fields)
     config = layout.config(ctx.rank)
     distributed = Distributed(config, use_cpu=use_cpu, pool=ctx.pool)
     ctx.layout, ctx.config, ctx.distributed = layout, config, distributed
+    if ctx.pool is not None:
+        # Keep the groups of this layout and of the previous one (switching back and forth stays instant);
+        # the rest go, so exploring many layouts does not pile up sockets and threads. Every member of a group
+        # decides the same way, since all ranks apply the same layouts in the same order.
+        ctx.pool.release_groups(_members_of(config) + _members_of(previous))
     return check_rank(distributed)
 
 

@@ -149,3 +149,19 @@ def test_results_round_trip_through_a_report(cluster, tmp_path, layout_of):
     assert loaded.ok and loaded.rows == verification.rows
     assert loaded.results.values == verification.results.values
     assert loaded.to_frame().equals(verification.to_frame())
+
+
+def test_groups_of_older_layouts_are_released_and_recreated_cleanly(cluster, layout_of):
+    a = layout_of(tensor_parallel=2, pipeline_parallel=2, sequence_data_parallel=2)
+    b = layout_of(tensor_parallel=4, pipeline_parallel=2)
+    c = layout_of(pipeline_parallel=8)
+    for layout in (a, b, c):
+        assert cluster.apply(layout).ok
+    # only the groups of the last two layouts stay in each rank's pool
+    counts = cluster.run(lambda ctx: len(ctx.pool.groups)).values
+    assert all(count <= 4 for count in counts), counts
+    again = cluster.apply(a)  # tensor groups such as (0, 1) were released: created afresh, new store prefix
+    assert again.ok, again
+    frame = again.to_frame()
+    assert frame[frame.dim == "tensor"].created.all()
+    assert not frame[frame.dim == "world"].created.any()  # the world group never went away
