@@ -378,17 +378,31 @@ class LocalCluster:
         env = dict(os.environ)
         package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH", "")) if p)
-        self._zygote = subprocess.Popen(
-            [sys.executable, "-m", "fastdist_lab.runtime.zygote"],
-            stdin=subprocess.PIPE,
-            env=env,
-            start_new_session=True,
-            close_fds=True,
-        )
+        # Until it is ready, the server's stderr goes to a log whose tail a start-up error quotes; then it
+        # switches to this process's stderr (handed over as an extra descriptor), which its workers inherit.
+        try:
+            stderr_fd: int | None = os.dup(sys.__stderr__.fileno() if sys.__stderr__ is not None else 2)
+        except (OSError, ValueError, AttributeError):
+            stderr_fd = None
+        try:
+            with open(self._server_log(), "wb") as log:
+                self._zygote = subprocess.Popen(
+                    [sys.executable, "-m", "fastdist_lab.runtime.zygote"],
+                    stdin=subprocess.PIPE,
+                    stderr=log,
+                    env=env,
+                    start_new_session=True,
+                    close_fds=True,
+                    pass_fds=() if stderr_fd is None else (stderr_fd,),
+                )
+        finally:
+            if stderr_fd is not None:
+                os.close(stderr_fd)
         config = {
             "address": self._address,
             "family": self._family,
             "authkey": self._authkey.hex(),
+            "stderr_fd": stderr_fd,
             # prctl's parent-death signal follows the thread that started the child: only from the main thread.
             "die_with_parent": threading.current_thread() is threading.main_thread(),
         }
@@ -404,10 +418,19 @@ class LocalCluster:
             raise ClusterError(f"the worker server said {kind!r} instead of being ready")
         self._report(progress, 1, "torch imported")
 
+    def _server_log(self) -> str:
+        return os.path.join(self._tmpdir or tempfile.gettempdir(), "server.log")
+
     def _check_server(self) -> None:
         if self._zygote is None or self._zygote.poll() is not None:
             code = None if self._zygote is None else self._zygote.returncode
-            raise ClusterError(f"the worker server exited (code {code}); see its output above")
+            try:
+                with open(self._server_log(), encoding="utf-8", errors="replace") as file:
+                    tail = file.read()[-4000:].strip()
+            except OSError:
+                tail = ""
+            detail = f":\n{tail}" if tail else "; see its output above"
+            raise ClusterError(f"the worker server exited (code {code}){detail}")
 
     def _accept(self, begin: float, what: str) -> Connection:
         assert self._listener is not None

@@ -99,6 +99,11 @@ def main() -> int:
 
     from . import worker  # noqa: F401
 
+    stderr_fd = config.get("stderr_fd")
+    if stderr_fd is not None:  # ready: from now on write where the controller writes
+        sys.stderr.flush()
+        os.dup2(stderr_fd, 2)
+        os.close(stderr_fd)
     connection.send(("zygote-ready", os.getpid()))
     children: set[int] = set()
     statuses: dict[int, int] = {}
