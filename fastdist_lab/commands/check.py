@@ -1,4 +1,5 @@
-"""``fastdist-lab check``: start a local cluster, apply the layout, check every group with real collectives."""
+"""``fastdist-lab check``: start a local cluster, apply the layout, check every group with real collectives,
+then compare every rank's real generator streams with the prediction (the main job)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     layout = layout_from_args(args)  # LayoutError -> exit 2 in cli.main
     from ..runtime import ClusterError, LocalCluster
+    from ..streams import compare_on_cluster, comparison_text
 
     try:
         with LocalCluster(
@@ -38,11 +40,15 @@ def run(args: argparse.Namespace) -> int:
             progress=False if args.quiet else None,
         ) as cluster:
             verification = cluster.apply(layout)
+            streams = compare_on_cluster(cluster, timeout=args.timeout) if verification.ok else None
     except ClusterError as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         sys.stderr.write(f"fastdist-lab check: error: {first}\n")
         return 2
     print(verification.to_text())
+    if streams is not None:
+        print()
+        print(comparison_text(streams))
     if args.report:
         verification.save(args.report)
-    return 0 if verification.ok else 1
+    return 0 if verification.ok and streams is not None and streams.attrs["matches"] else 1

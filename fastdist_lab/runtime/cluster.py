@@ -28,7 +28,7 @@ import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection, answer_challenge, deliver_challenge, wait
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
@@ -49,6 +49,9 @@ from .results import (
     Verification,
 )
 from .verify import expected_groups
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 DEATH_GRACE = 1.0
 """Seconds the other ranks still get to answer once one rank died during a call."""
@@ -348,6 +351,16 @@ class LocalCluster:
             else:  # ranks disagree about their groups now: start over on the next call
                 self._kill_workers()
             return verification
+
+    def device_mesh(self, layout: Layout | None = None, timeout: float | None = None) -> pd.DataFrame:
+        """Build the real torch ``DeviceMesh`` of ``layout.device_mesh_spec()`` on every rank and check its groups.
+
+        ``layout`` defaults to the applied one. One row per named dim with an ``ok`` column; see
+        ``fastdist_lab.conventions.device_mesh_check`` (imported here lazily: conventions sit above the runtime).
+        """
+        from ..conventions import device_mesh_check
+
+        return device_mesh_check(self, layout, timeout)
 
     # ------------------------------------------------------------------ start-up
     def _report(self, progress: ProgressCallback | None, done: int, message: str) -> None:

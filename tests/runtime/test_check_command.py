@@ -15,6 +15,8 @@ def test_check_default_layout_passes_and_prints_the_table(capsys, tmp_path):
     for dim in ("tensor", "pipeline", "sequence_data", "model_and_sequence_data"):
         assert dim in out
     assert json.loads(report.read_text())["layout"]["world_size"] == 8
+    # the main job also compares every rank's real generator streams with the prediction
+    assert "real vs predicted (step 0, training): all 40 (rank, generator) streams match exactly" in out
 
 
 def test_check_bad_layout_is_one_line_and_exit_2(capsys):
