@@ -41,23 +41,18 @@ RANK_COLUMNS: tuple[str, ...] = (
 )
 """Columns of ``Layout.ranks``, in order."""
 
-# Grid axes: t(ensor), s(equence data), b(atch data), p(ipeline).
-_DIM_AXES_DATA_FIRST: dict[str, tuple[str, ...]] = {
-    DistributedDimNames.world: ("t", "s", "b", "p"),
-    DistributedDimNames.data: ("s", "b"),
-    DistributedDimNames.pipeline: ("p",),
-    DistributedDimNames.tensor: ("t",),
-    DistributedDimNames.sequence_data: ("s",),
-    DistributedDimNames.batch_data: ("b",),
-    DistributedDimNames.tensor_and_sequence_data: ("t", "s"),
-    DistributedDimNames.tensor_and_data: ("t", "s", "b"),
-    DistributedDimNames.model_and_sequence_data: ("t", "s", "p"),
+DIM_AXES: dict[str, tuple[str, ...]] = {
+    DistributedDimNames.world: ("tensor", "sequence_data", "batch_data", "pipeline"),
+    DistributedDimNames.data: ("sequence_data", "batch_data"),
+    DistributedDimNames.pipeline: ("pipeline",),
+    DistributedDimNames.tensor: ("tensor",),
+    DistributedDimNames.sequence_data: ("sequence_data",),
+    DistributedDimNames.batch_data: ("batch_data",),
+    DistributedDimNames.tensor_and_sequence_data: ("tensor", "sequence_data"),
+    DistributedDimNames.tensor_and_data: ("tensor", "sequence_data", "batch_data"),
+    DistributedDimNames.model_and_sequence_data: ("tensor", "sequence_data", "pipeline"),
 }
-_DIM_AXES_PIPELINE_FIRST = {
-    **_DIM_AXES_DATA_FIRST,
-    DistributedDimNames.world: ("t", "p", "s", "b"),
-    DistributedDimNames.model_and_sequence_data: ("t", "p", "s"),
-}
+"""The grid axes each named dim spans; its members follow the layout's axis order (``Layout.axes``)."""
 
 
 class Layout:
@@ -149,11 +144,12 @@ class Layout:
     # ----------------------------------------------------------------- grid
     @cached_property
     def _axes(self) -> tuple[tuple[str, ...], tuple[int, ...]]:
+        """Grid axis names and sizes, slowest first."""
         tp, pp = self.tensor_parallel, self.pipeline_parallel
         sdp, bdp = self.sequence_data_parallel, self.batch_data_parallel
         if self.pipeline_first:
-            return ("b", "s", "p", "t"), (bdp, sdp, pp, tp)
-        return ("p", "b", "s", "t"), (pp, bdp, sdp, tp)
+            return ("batch_data", "sequence_data", "pipeline", "tensor"), (bdp, sdp, pp, tp)
+        return ("pipeline", "batch_data", "sequence_data", "tensor"), (pp, bdp, sdp, tp)
 
     @cached_property
     def grid(self) -> np.ndarray:
@@ -164,24 +160,29 @@ class Layout:
 
     @property
     def grid_axes(self) -> tuple[str, ...]:
-        """Names of ``grid``'s axes, slowest first: pipeline/batch_data/sequence_data/tensor in this order."""
-        full = {"t": "tensor", "s": "sequence_data", "b": "batch_data", "p": "pipeline"}
-        return tuple(full[a] for a in self._axes[0])
+        """Names of ``grid``'s axes, slowest first."""
+        return self._axes[0]
 
-    def _dim_axes(self, name: str) -> tuple[str, ...]:
-        table = _DIM_AXES_PIPELINE_FIRST if self.pipeline_first else _DIM_AXES_DATA_FIRST
+    @property
+    def axes(self) -> tuple[str, ...]:
+        """The parallel axes, fastest-varying first (tensor first; then data-first or pipeline-first order)."""
+        return self._axes[0][::-1]
+
+    def dim_axes(self, name: str) -> tuple[str, ...]:
+        """The axes dim ``name`` spans, in group-rank order (first axis fastest)."""
         try:
-            return table[name]
+            spanned = DIM_AXES[name]
         except (KeyError, TypeError):
             raise LayoutError(f"dim={name!r} is not a dim; use one of {', '.join(DIM_NAMES)}") from None
+        return tuple(axis for axis in self.axes if axis in spanned)
 
     def groups(self, name: str) -> np.ndarray:
         """Every group of dim ``name``: one row per group, members in group-rank order, rows by first member."""
-        members = self._dim_axes(name)
-        order = self._axes[0]
+        members = self.dim_axes(name)
+        order, sizes = self._axes
         others = [order.index(a) for a in order if a not in members]
         inner = [order.index(a) for a in reversed(members)]
-        size = int(np.prod([self._axes[1][i] for i in inner]))
+        size = int(np.prod([sizes[i] for i in inner]))
         return self.grid.transpose(others + inner).reshape(-1, size)
 
     # ----------------------------------------------------------------- per rank

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..layout import DIM_AXES
 from .base import Convention, ConventionError
 
 
@@ -133,17 +134,8 @@ def deepspeed_topology(pipe: int = 1, data: int = 1, model: int = 1) -> DeepSpee
 
 
 # ---------------------------------------------------------------------- export of a Layout
-LAYOUT_DEVICE_MESH_DIMS: dict[str, tuple[str, ...]] = {
-    "world": ("tensor", "sequence_data", "batch_data", "pipeline"),
-    "data": ("sequence_data", "batch_data"),
-    "pipeline": ("pipeline",),
-    "tensor": ("tensor",),
-    "sequence_data": ("sequence_data",),
-    "batch_data": ("batch_data",),
-    "tensor_and_sequence_data": ("tensor", "sequence_data"),
-    "tensor_and_data": ("tensor", "sequence_data", "batch_data"),
-    "model_and_sequence_data": ("tensor", "sequence_data", "pipeline"),
-}
+LAYOUT_DEVICE_MESH_DIMS = DIM_AXES
+"""The mesh dims each named dim flattens (``fastdist_lab.layout.DIM_AXES``)."""
 
 
 def device_mesh_spec(layout: Any) -> tuple[tuple[int, ...], tuple[str, ...], np.ndarray]:

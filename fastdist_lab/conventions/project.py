@@ -5,20 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..layout import DIM_AXES
 from .base import Convention
 
-LAYOUT_DIM_AXES: dict[str, tuple[str, ...]] = {
-    "world": ("tensor", "sequence_data", "batch_data", "pipeline"),
-    "data": ("sequence_data", "batch_data"),
-    "pipeline": ("pipeline",),
-    "tensor": ("tensor",),
-    "sequence_data": ("sequence_data",),
-    "batch_data": ("batch_data",),
-    "tensor_and_sequence_data": ("tensor", "sequence_data"),
-    "tensor_and_data": ("tensor", "sequence_data", "batch_data"),
-    "model_and_sequence_data": ("tensor", "sequence_data", "pipeline"),
-}
-"""The axes of each of the nine named dims (members then follow the layout's axis order)."""
+LAYOUT_DIM_AXES = DIM_AXES
+"""The axes of each of the nine named dims (``fastdist_lab.layout.DIM_AXES``)."""
 
 DATA_FIRST_AXES = ("tensor", "sequence_data", "batch_data", "pipeline")
 """Axes of a data-first layout, fastest first."""
