@@ -39,6 +39,7 @@ def test_real_device_mesh_reproduces_layout_groups(cluster, pipeline_first):
 def test_applied_layout_and_a_second_check_reuse_the_workers(cluster):
     cluster.apply(layout(False, tp=2, pp=1, sdp=2))
     assert device_mesh_check(cluster)["ok"].all()
+    assert cluster.device_mesh()["ok"].all()  # the same check as a LocalCluster method
     # the temporary default group is gone again: the pool's own groups still work
     verification = cluster.apply(layout(True, tp=1, pp=2, sdp=2))
     assert verification.ok
