@@ -58,6 +58,12 @@ def _same_stream(report: StreamReport, a: tuple[int, str], b: tuple[int, str]) -
     return _seeds_text(sa, sb, report.devices[report.generator_index(ga)])
 
 
+def _rank_generator(report: StreamReport, flat: int) -> tuple[int, str]:
+    """The (rank, generator name) of a flat cell index into the rank x generator table."""
+    rank, column = divmod(int(flat), len(report.generators))
+    return rank, report.generators[column]
+
+
 def _duplicate_in_rows(ids: np.ndarray) -> tuple[int, int, int] | None:
     """The first (row, column, column) whose ids are equal inside one row, or ``None``."""
     if ids.shape[1] < 2:
@@ -267,14 +273,12 @@ def check_no_collisions(report: StreamReport) -> Row:
         cells = np.flatnonzero(ids == stream)
         a = int(cells[0])
         b = int(cells[np.flatnonzero(classes[cells] != classes[a])[0]])
-        count = len(report.generators)
-        (ra, ga), (rb, gb) = divmod(a, count), divmod(b, count)
+        (ra, ga), (rb, gb) = _rank_generator(report, a), _rank_generator(report, b)
         return _row(
             name,
             False,
             f"{colliding.size} stream(s) shared by cells meant to differ; first: rank {ra}'s "
-            f"{report.generators[ga]} and rank {rb}'s {report.generators[gb]} "
-            f"({_same_stream(report, (ra, report.generators[ga]), (rb, report.generators[gb]))})",
+            f"{ga} and rank {rb}'s {gb} ({_same_stream(report, (ra, ga), (rb, gb))})",
         )
     return _row(name, True, f"{report.num_streams} distinct streams; every shared one is shared by design")
 
@@ -306,30 +310,28 @@ def _equal_rows(rows: np.ndarray) -> tuple[int, int] | None:
 def check_draws_agree(report: StreamReport) -> Row:
     """Cells with one stream id drew the same values; cells with different ids drew different values."""
     name = "draws agree with stream ids"
-    count = len(report.generators)
     values = report.values.reshape(-1, report.draws)
     ids, first = report.stream_ids.ravel(), report._ids[1]
     bad = np.flatnonzero((values != values[first[ids]]).any(axis=1))
     if bad.size:
         b = int(bad[0])
         a = int(first[ids[b]])
-        (ra, ga), (rb, gb) = divmod(a, count), divmod(b, count)
+        (ra, ga), (rb, gb) = _rank_generator(report, a), _rank_generator(report, b)
         return _row(
             name,
             False,
-            f"rank {ra}'s {report.generators[ga]} and rank {rb}'s {report.generators[gb]} have "
-            f"{_same_stream(report, (ra, report.generators[ga]), (rb, report.generators[gb]))} "
+            f"rank {ra}'s {ga} and rank {rb}'s {gb} have {_same_stream(report, (ra, ga), (rb, gb))} "
             "but drew different values",
         )
     found = _equal_rows(values[first])
     if found is not None:
         a, b = found
-        (ra, ga), (rb, gb) = divmod(int(first[a]), count), divmod(int(first[b]), count)
+        (ra, ga), (rb, gb) = _rank_generator(report, first[a]), _rank_generator(report, first[b])
         return _row(
             name,
             False,
-            f"rank {ra}'s {report.generators[ga]} ({_cell(report, ra, report.generators[ga])}) and rank {rb}'s "
-            f"{report.generators[gb]} ({_cell(report, rb, report.generators[gb])}) drew the same values",
+            f"rank {ra}'s {ga} ({_cell(report, ra, ga)}) and rank {rb}'s {gb} ({_cell(report, rb, gb)}) "
+            "drew the same values",
         )
     return _row(name, True, f"{first.size} streams, each with its own {report.draws} draw(s), equal wherever shared")
 
