@@ -24,7 +24,7 @@ from matplotlib.patches import Rectangle
 from fastdist_lab import Layout
 from fastdist_lab.viz import plot_layout, to_pixels, to_png
 from fastdist_lab.viz.colors import group_colors
-from fastdist_lab.viz.grid import cell_grid, cell_labels, group_ids
+from fastdist_lab.viz.grid import cell_grid, cell_labels
 
 
 def median_seconds(fn: Callable[[], object], repeat: int) -> float:
@@ -41,7 +41,7 @@ def median_seconds(fn: Callable[[], object], repeat: int) -> float:
 def naive_grid(layout: Layout, dim: str = "data", text: bool = True) -> Figure:
     """The straightforward drawing: one Rectangle (and one Text artist when ``text``) per rank."""
     grid = cell_grid(layout)
-    ids = group_ids(layout, dim)
+    ids = layout.group_index(dim)
     colors = group_colors(int(ids.max()) + 1)
     figure = Figure(figsize=(grid.cols * 0.7 + 1, grid.rows * 0.45 + 1), dpi=100)
     ax = figure.add_subplot()

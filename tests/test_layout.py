@@ -54,6 +54,8 @@ def test_layout_agrees_with_config_for_every_rank(fields):
             assert members.shape == (1, dim.size)
             assert members[0].tolist() == list(dim.global_ranks)
             assert layout.dim_rank(name)[rank] == dim.rank
+            assert groups[name][layout.group_index(name)[rank]].tolist() == list(dim.global_ranks)
+            assert layout.group_of(name, rank).tolist() == list(dim.global_ranks)
 
 
 @given(layouts())
@@ -117,7 +119,7 @@ def test_invalid_layout_and_dim():
         Layout(world_size=8, local_world_size=8, tensor_parallel=3)
     with pytest.raises(LayoutError, match="rank"):
         Layout(world_size=8, local_world_size=8, rank=1)
-    with pytest.raises(LayoutError, match="too large"):
+    with pytest.raises(LayoutError, match="more than a whole-world Layout holds"):
         Layout(world_size=2**30, local_world_size=8)
     layout = Layout(world_size=8, local_world_size=8)
     with pytest.raises(LayoutError, match="dim='expert'"):

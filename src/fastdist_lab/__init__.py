@@ -1,12 +1,14 @@
 """fastdist_lab: see, check and compare the parallel layouts of large-model training.
 
-Layout math (``config``, ``layout``, ``seeds``) is imported eagerly and never touches torch; everything
-heavier (the process-group runtime, pictures, widgets) is imported on first use of its name.
+The numbering and seeds are those of ServiceNow's Fast-LLM (``fast_llm/engine/distributed``, commit 91b28fab).
+Layout math (``config``, ``layout``, ``seeds``, ``numbering``) is imported eagerly and never touches torch;
+everything heavier (the process-group runtime, pictures, widgets) is imported on first use of its name.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any
 
 from .config import (
@@ -19,6 +21,7 @@ from .config import (
     PhaseType,
 )
 from .layout import Layout
+from .numbering import RankGrid
 from .seeds import generator_seeds
 
 __version__ = "0.1.0"
@@ -34,9 +37,17 @@ _LAZY: dict[str, str] = {
     "load_report": ".runtime",
     # generator streams
     "StreamReport": ".streams",
+    # checks that drive a running cluster
+    "check_layout": ".checks",
+    "LayoutCheck": ".checks",
+    "device_mesh_check": ".checks",
     # pictures (matplotlib)
     "plot_layout": ".viz",
     "plot_dims": ".viz",
+    "plot_streams": ".viz",
+    "plot_sharing": ".viz",
+    "plot_conventions": ".viz",
+    "plot_seed_sharing": ".viz",
     # widgets (ipywidgets)
     "LayoutPanel": ".widgets",
     "ClusterPanel": ".widgets",
@@ -57,6 +68,7 @@ __all__ = [
     "Layout",
     "LayoutError",
     "PhaseType",
+    "RankGrid",
     "generator_seeds",
     *_LAZY,
 ]
@@ -73,3 +85,21 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
+
+
+def _layout_html(layout: Layout) -> str:
+    from .viz import layout_html  # matplotlib is imported on the first display, not with the package
+
+    return layout_html(layout)
+
+
+def _register_notebook_display() -> None:
+    """Inside a running IPython (a notebook), show a ``Layout`` with its rank grid (drawn by ``viz``)."""
+    ipython = sys.modules.get("IPython")
+    shell = getattr(ipython, "get_ipython", lambda: None)() if ipython is not None else None
+    formatters = getattr(getattr(shell, "display_formatter", None), "formatters", None)
+    if formatters and "text/html" in formatters:
+        formatters["text/html"].for_type(Layout, _layout_html)
+
+
+_register_notebook_display()

@@ -1,4 +1,4 @@
-"""The ``fastdist-lab`` command line: ``layout``, ``check`` and ``streams``.
+"""The fastdist-lab command line: layout, check and streams.
 
 Bad input prints one line on stderr naming the problem and exits with code 2, never a traceback.
 """
@@ -6,42 +6,50 @@ Bad input prints one line on stderr naming the problem and exits with code 2, ne
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from collections.abc import Sequence
+from types import ModuleType
 
+from .commands import check, layout, streams
 from .config import LayoutError
 
-COMMANDS: dict[str, str] = {
-    "layout": ".commands.layout",
-    "check": ".commands.check",
-    "streams": ".commands.streams",
+COMMANDS: dict[str, ModuleType] = {
+    "layout": layout,
+    "check": check,
+    "streams": streams,
 }
 """Sub-command name -> module (each has ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``)."""
 
 USAGE_ERROR = 2
 
+DESCRIPTION = (
+    "See, check and compare the parallel layouts of large-model training (tensor, pipeline and sequence-data "
+    "parallel), with the numbering and seeds of ServiceNow's Fast-LLM. Run 'fastdist-lab COMMAND --help' for a "
+    "command's flags."
+)
 
-class _OneLineParser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line on stderr and exit code 2."""
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line on stderr and exit code 2, and whose help shows defaults."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        """Print ``message`` as one line on stderr and exit with code 2."""
         sys.stderr.write(f"{self.prog}: error: {message}\n")
         raise SystemExit(USAGE_ERROR)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser with every sub-command registered."""
-    parser = _OneLineParser(prog="fastdist-lab", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineParser)
-    for name, module_name in COMMANDS.items():
-        try:
-            module = importlib.import_module(module_name, __package__)
-        except ModuleNotFoundError:
-            continue
+    parser = OneLineParser(prog="fastdist-lab", description=DESCRIPTION)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser, metavar="COMMAND")
+    for name, module in COMMANDS.items():
         command = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(command)
-        command.set_defaults(_run=module.run)
+        command.set_defaults(run_command=module.run)
     return parser
 
 
@@ -49,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
     args = build_parser().parse_args(argv)
     try:
-        return int(args._run(args))
+        return int(args.run_command(args))
     except LayoutError as error:
         sys.stderr.write(f"fastdist-lab {args.command}: error: {error}\n")
         return USAGE_ERROR

@@ -1,7 +1,9 @@
 """One rank's view of a parallel layout: sizes, coordinates, named process-group dims and seed fields.
 
-Pure Python (no torch, no numpy), so that a layout question is answered in microseconds.
-The semantics are those of ``shared/spec/layout-and-seeds.md``, bit for bit.
+Pure Python (no torch, no numpy), so that a layout question is answered in microseconds. The fields, defaults
+and formulas are those of ServiceNow's Fast-LLM (``fast_llm/engine/distributed/config.py`` at commit 91b28fab),
+bit for bit, without two bugs of that era: a non-contiguous group is a hashable tuple (not a list), and a
+``range`` and a ``tuple`` with the same members are one group (see ``runtime.pool``).
 """
 
 from __future__ import annotations
@@ -12,8 +14,33 @@ import math
 import numbers
 import operator
 import os
-from collections.abc import Iterable
 from typing import Any
+
+from .dims import (
+    DIM_NAMES,
+    MAX_LISTED_MEMBERS,
+    DistributedDim,
+    DistributedDimNames,
+    LayoutError,
+    check_ranks_in_range,
+)
+
+__all__ = [
+    "DEFAULT_SEED_SHIFTS",
+    "DIM_NAMES",
+    "INPUT_FIELDS",
+    "MAX_LISTED_MEMBERS",
+    "MAX_SEED",
+    "SEED_SHIFT_FIELDS",
+    "DistributedBackend",
+    "DistributedConfig",
+    "DistributedDim",
+    "DistributedDimNames",
+    "LayoutError",
+    "PhaseType",
+    "check_ranks_in_range",
+    "validate_fields",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -35,15 +62,8 @@ DEFAULT_SEED_SHIFTS: dict[str, int] = {
 }
 """The big primes the original framework shifts its seeds by, keyed by field name."""
 
-MAX_LISTED_MEMBERS = 2**24
-"""A group that is not a ``range`` is listed as a tuple; beyond this many members that is refused."""
-
 SEED_SHIFT_FIELDS: tuple[str, ...] = tuple(DEFAULT_SEED_SHIFTS)
 """Names of the seed-shift fields, in the spec's order."""
-
-
-class LayoutError(ValueError):
-    """An invalid layout or config; the message names the field(s) and the numbers."""
 
 
 class PhaseType(str, enum.Enum):
@@ -53,11 +73,6 @@ class PhaseType(str, enum.Enum):
     validation = "Validation"
     test = "Test"
     inference = "Inference"
-
-    @property
-    def is_training(self) -> bool:
-        """Whether this is the training phase."""
-        return self is PhaseType.training
 
     @classmethod
     def parse(cls, value: PhaseType | str) -> PhaseType:
@@ -87,137 +102,6 @@ class DistributedBackend(str, enum.Enum):
         if isinstance(value, str) and value.strip().lower() in cls.__members__:
             return cls[value.strip().lower()]
         raise LayoutError(f"backend={value!r} is not a backend; use 'nccl' or 'gloo'")
-
-
-class DistributedDimNames:
-    """The names of the nine distributed dims, as string constants."""
-
-    world = "world"
-    data = "data"
-    pipeline = "pipeline"
-    tensor = "tensor"
-    sequence_data = "sequence_data"
-    batch_data = "batch_data"
-    tensor_and_sequence_data = "tensor_and_sequence_data"
-    tensor_and_data = "tensor_and_data"
-    model_and_sequence_data = "model_and_sequence_data"
-
-
-DIM_NAMES: tuple[str, ...] = (
-    DistributedDimNames.world,
-    DistributedDimNames.data,
-    DistributedDimNames.pipeline,
-    DistributedDimNames.tensor,
-    DistributedDimNames.sequence_data,
-    DistributedDimNames.batch_data,
-    DistributedDimNames.tensor_and_sequence_data,
-    DistributedDimNames.tensor_and_data,
-    DistributedDimNames.model_and_sequence_data,
-)
-"""The nine named dims, in the order the original ``Distributed`` creates their groups."""
-
-
-def check_ranks_in_range(global_ranks: Iterable[int], start: int, stop: int) -> None:
-    """Raise ``LayoutError`` unless every rank lies in ``[start, stop)``."""
-    ranks = list(global_ranks) if not isinstance(global_ranks, range) else global_ranks
-    low, high = min(ranks), max(ranks)
-    if low < start or high >= stop:
-        raise LayoutError(f"global ranks {low}..{high} are not all in [{start}, {stop})")
-
-
-class DistributedDim:
-    """One named process-group dim as seen from one rank: its size, this rank's index and the members.
-
-    ``global_ranks`` is a ``range`` when the members form the progression the spec builds as a range,
-    else a ``tuple`` (hashable). ``global_ranks[rank]`` is always the owning global rank.
-    """
-
-    __slots__ = ("name", "size", "rank", "global_ranks", "_group", "_is_setup")
-
-    def __init__(self, name: str, size: int, rank: int, global_ranks: range | tuple[int, ...]):
-        self.name = name
-        self.size = size
-        self.rank = rank
-        self.global_ranks = global_ranks
-        self._group: Any = None
-        self._is_setup = False
-
-    @classmethod
-    def from_sizes_and_strides(
-        cls, name: str, global_rank: int, sizes_and_strides: Iterable[tuple[int, int]]
-    ) -> DistributedDim:
-        """Build the dim of ``global_rank`` from its (size, stride) pairs, as the spec states."""
-        pairs = list(sizes_and_strides)
-        start, rank, size_so_far = global_rank, 0, 1
-        for index, (size, stride) in enumerate(pairs):
-            if index and stride % pairs[index - 1][1]:
-                raise LayoutError(
-                    f"dim {name}: stride {stride} is not a multiple of the previous stride {pairs[index - 1][1]}"
-                )
-            coordinate = global_rank // stride % size
-            start -= coordinate * stride
-            rank += size_so_far * coordinate
-            size_so_far *= size
-        members: range | tuple[int, ...] = (start,)
-        for size, stride in pairs:
-            if size == 1:
-                continue
-            if len(members) == 1:
-                members = range(start, start + size * stride, stride)
-            elif isinstance(members, range) and stride == members.stop - members.start:
-                members = range(start, start + size * stride, members.step)
-            else:
-                if len(members) * size > MAX_LISTED_MEMBERS:
-                    raise LayoutError(
-                        f"dim {name}: a group of {len(members) * size} non-contiguous ranks is too large to list "
-                        f"(at most {MAX_LISTED_MEMBERS})"
-                    )
-                members = tuple(first + offset for offset in range(0, size * stride, stride) for first in members)
-        return cls(name, size_so_far, rank, members)
-
-    @property
-    def group(self) -> Any:
-        """The process group once ``setup`` was called (``None`` for a dim of size 1)."""
-        if not self._is_setup:
-            raise RuntimeError(f"dim {self.name} has no process group yet; call setup(group) first")
-        return self._group
-
-    def setup(self, group: Any) -> None:
-        """Attach the process group built for this dim (``None`` exactly when size is 1)."""
-        if self._is_setup:
-            raise RuntimeError(f"dim {self.name} is already set up")
-        if (group is None) != (self.size == 1):
-            raise RuntimeError(f"dim {self.name} of size {self.size} got group {group!r}")
-        if group is not None and (group.size(), group.rank()) != (self.size, self.rank):
-            raise RuntimeError(
-                f"dim {self.name}: group has size {group.size()} rank {group.rank()}, "
-                f"expected size {self.size} rank {self.rank}"
-            )
-        self._group = group
-        self._is_setup = True
-
-    def check_ranks_in_range(self, start: int, stop: int) -> None:
-        """Raise ``LayoutError`` unless every member lies in ``[start, stop)``."""
-        check_ranks_in_range(self.global_ranks, start, stop)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, DistributedDim):
-            return NotImplemented
-        return (self.name, self.size, self.rank, self.global_ranks) == (
-            other.name,
-            other.size,
-            other.rank,
-            other.global_ranks,
-        )
-
-    def __hash__(self) -> int:
-        return hash((self.name, self.size, self.rank, tuple(self.global_ranks)))
-
-    def __repr__(self) -> str:
-        return (
-            f"DistributedDim(name={self.name!r}, size={self.size}, rank={self.rank}, "
-            f"global_ranks={self.global_ranks!r})"
-        )
 
 
 def _env_int(name: str, default: int) -> int:
@@ -289,15 +173,31 @@ class DistributedConfig:
         valid_seed_shift: int = DEFAULT_SEED_SHIFTS["valid_seed_shift"],
         test_seed_shift: int = DEFAULT_SEED_SHIFTS["test_seed_shift"],
     ):
-        fields = locals()
-        fields.pop("self")
-        fields.pop("__class__", None)
-        if world_size is None:
-            fields["world_size"] = self.default_world_size()
-        if rank is None:
-            fields["rank"] = self.default_rank()
-        if local_world_size is None:
-            fields["local_world_size"] = self.default_local_world_size()
+        fields: dict[str, Any] = {
+            "world_size": self.default_world_size() if world_size is None else world_size,
+            "rank": self.default_rank() if rank is None else rank,
+            "local_world_size": self.default_local_world_size() if local_world_size is None else local_world_size,
+            "tensor_parallel": tensor_parallel,
+            "pipeline_parallel": pipeline_parallel,
+            "sequence_data_parallel": sequence_data_parallel,
+            "sequence_tensor_parallel": sequence_tensor_parallel,
+            "pipeline_first": pipeline_first,
+            "backend": backend,
+            "timeout": timeout,
+            "seed": seed,
+            "reproducible_init": reproducible_init,
+            "dp_seed_shift": dp_seed_shift,
+            "pp_seed_shift": pp_seed_shift,
+            "pp_gen_seed_shift": pp_gen_seed_shift,
+            "pp_gen_init_seed_shift": pp_gen_init_seed_shift,
+            "tp_seed_shift": tp_seed_shift,
+            "tp_gen_seed_shift": tp_gen_seed_shift,
+            "tp_gen_init_seed_shift": tp_gen_init_seed_shift,
+            "sample_seed_shift": sample_seed_shift,
+            "train_seed_shift": train_seed_shift,
+            "valid_seed_shift": valid_seed_shift,
+            "test_seed_shift": test_seed_shift,
+        }
         for name, value in validate_fields(fields, with_rank=True).items():
             object.__setattr__(self, name, value)
         self._derive()
@@ -483,11 +383,12 @@ def validate_fields(fields: dict[str, Any], *, with_rank: bool) -> dict[str, Any
 
     world, local = out["world_size"], out["local_world_size"]
     tp, pp, sdp = out["tensor_parallel"], out["pipeline_parallel"], out["sequence_data_parallel"]
+    # Without a valid world size every rule below is meaningless: say only what is wrong with it.
     if world is not None and with_rank and out["rank"] is not None and not 0 <= out["rank"] < world:
         errors.append(f"rank={out['rank']} must be in [0, world_size={world})")
     if world is not None and local is not None and world % local:
         errors.append(f"local_world_size={local} must divide world_size={world}")
-    if local is not None and tp is not None and local % tp:
+    if world is not None and local is not None and tp is not None and local % tp:
         errors.append(f"tensor_parallel={tp} must divide local_world_size={local}")
     if world is not None and tp is not None and pp is not None:
         if world % (tp * pp):

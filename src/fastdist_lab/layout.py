@@ -1,27 +1,31 @@
 """The whole world of a parallel layout at once, vectorised with numpy.
 
-Every rank is a point of one grid ``arange(world_size).reshape(...)`` whose axes are the parallel
-factors (tensor fastest). A dim's groups are a transpose and a reshape of that grid: no per-rank loop,
-no sort.
+Every rank is a point of one ``RankGrid`` (``fastdist_lab.numbering``) whose axes are the parallel factors,
+tensor fastest: the numbering of ServiceNow's Fast-LLM (``fast_llm/engine/distributed/config.py`` at commit
+91b28fab). A dim's groups are a transpose and a reshape of that grid, and every per-rank coordinate is a
+mixed-radix number along some axes: no per-rank loop, no sort.
 """
 
 from __future__ import annotations
 
+import difflib
 import html
+import os
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .config import (
+    DEFAULT_SEED_SHIFTS,
     DIM_NAMES,
-    INPUT_FIELDS,
     DistributedConfig,
     DistributedDimNames,
     LayoutError,
     PhaseType,
     validate_fields,
 )
+from .numbering import RankGrid
 from .seeds import GENERATORS, seed_arrays
 
 if TYPE_CHECKING:
@@ -41,6 +45,13 @@ RANK_COLUMNS: tuple[str, ...] = (
 )
 """Columns of ``Layout.ranks``, in order."""
 
+LAYOUT_AXES: dict[bool, tuple[str, ...]] = {
+    False: ("tensor", "sequence_data", "batch_data", "pipeline"),
+    True: ("tensor", "pipeline", "sequence_data", "batch_data"),
+}
+"""The four parallel axes, fastest-varying first, keyed by ``pipeline_first`` (data-first, the default, for large
+models; pipeline-first keeps pipeline neighbours close). The only place the axis order is written."""
+
 DIM_AXES: dict[str, tuple[str, ...]] = {
     DistributedDimNames.world: ("tensor", "sequence_data", "batch_data", "pipeline"),
     DistributedDimNames.data: ("sequence_data", "batch_data"),
@@ -54,11 +65,68 @@ DIM_AXES: dict[str, tuple[str, ...]] = {
 }
 """The grid axes each named dim spans; its members follow the layout's axis order (``Layout.axes``)."""
 
+_COORDINATE_AXES: dict[str, tuple[str, ...]] = {
+    "tensor_rank": DIM_AXES[DistributedDimNames.tensor],
+    "data_rank": DIM_AXES[DistributedDimNames.data],
+    "pipeline_rank": DIM_AXES[DistributedDimNames.pipeline],
+    "sequence_data_rank": DIM_AXES[DistributedDimNames.sequence_data],
+    "batch_data_rank": DIM_AXES[DistributedDimNames.batch_data],
+}
+"""Each parallel coordinate is a rank's position in its group of the matching dim."""
+
+LAYOUT_FIELDS: tuple[str, ...] = (
+    "world_size",
+    "local_world_size",
+    "tensor_parallel",
+    "pipeline_parallel",
+    "sequence_data_parallel",
+    "sequence_tensor_parallel",
+    "pipeline_first",
+    "backend",
+    "timeout",
+    "seed",
+    "reproducible_init",
+    *DEFAULT_SEED_SHIFTS,
+)
+"""Every input field of a ``Layout``: those of ``DistributedConfig`` except ``rank``."""
+
+
+def _env_int(name: str) -> int | None:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise LayoutError(f"environment variable {name}={raw!r} is not an integer") from None
+
+
+def _unknown_fields(names: list[str]) -> LayoutError:
+    parts = []
+    for name in sorted(names):
+        if name == "rank":
+            parts.append("rank (a Layout holds every rank; use layout.config(rank) for one)")
+            continue
+        close = difflib.get_close_matches(name, LAYOUT_FIELDS, n=1, cutoff=0.5)
+        parts.append(f"{name} (did you mean {close[0]}?)" if close else name)
+    return LayoutError(f"Layout got unexpected field(s): {', '.join(parts)}")
+
 
 class Layout:
     """Every rank of a layout at once: coordinates, the groups of each named dim, topology and seeds.
 
-    Takes every ``DistributedConfig`` field except ``rank``; validates like it (``LayoutError``).
+    Takes every ``DistributedConfig`` field except ``rank`` and validates like it (``LayoutError`` naming the
+    field and the numbers). One default everywhere: ``world_size`` comes from ``WORLD_SIZE`` (else 1) and
+    ``local_world_size`` from ``LOCAL_WORLD_SIZE``, else the whole world is **one node**.
+
+    Example::
+
+        >>> layout = Layout(world_size=16, local_world_size=8, tensor_parallel=2, pipeline_parallel=2,
+        ...                 sequence_data_parallel=2)
+        >>> layout.groups("data")[0].tolist()
+        [0, 2, 4, 6]
+        >>> int(layout.coordinates["data_rank"][5])
+        2
     """
 
     def __init__(
@@ -77,25 +145,40 @@ class Layout:
         reproducible_init: bool = False,
         **seed_shifts: int,
     ):
-        fields = dict(locals())
-        for key in ("self", "seed_shifts", "__class__"):
-            fields.pop(key, None)
-        defaults = DistributedConfig(world_size=1, rank=0, local_world_size=1).fields()
-        unknown = sorted(set(seed_shifts) - set(defaults))
-        if unknown or "rank" in seed_shifts:
-            raise LayoutError(f"Layout got unknown field(s) {', '.join(unknown or ['rank'])}; a Layout has every rank")
-        for name in INPUT_FIELDS:
-            if name != "rank" and name not in fields:
-                fields[name] = seed_shifts.get(name, defaults[name])
+        unknown = [name for name in seed_shifts if name not in DEFAULT_SEED_SHIFTS]
+        if unknown:
+            raise _unknown_fields(unknown)
         if world_size is None:
-            fields["world_size"] = DistributedConfig.default_world_size()
+            env_world = _env_int("WORLD_SIZE")
+            world_size = 1 if env_world is None else env_world
         if local_world_size is None:
-            fields["local_world_size"] = DistributedConfig.default_local_world_size()
+            env_local = _env_int("LOCAL_WORLD_SIZE")
+            if env_local is not None:
+                local_world_size = env_local
+            elif isinstance(world_size, int) and not isinstance(world_size, bool) and world_size > 0:
+                local_world_size = world_size  # one node unless told
+            else:
+                local_world_size = 1  # the world size is wrong: let the error say only that
+        fields: dict[str, Any] = {
+            "world_size": world_size,
+            "local_world_size": local_world_size,
+            "tensor_parallel": tensor_parallel,
+            "pipeline_parallel": pipeline_parallel,
+            "sequence_data_parallel": sequence_data_parallel,
+            "sequence_tensor_parallel": sequence_tensor_parallel,
+            "pipeline_first": pipeline_first,
+            "backend": backend,
+            "timeout": timeout,
+            "seed": seed,
+            "reproducible_init": reproducible_init,
+            **{name: seed_shifts.get(name, value) for name, value in DEFAULT_SEED_SHIFTS.items()},
+        }
         self._fields = validate_fields(fields, with_rank=False)
         if self._fields["world_size"] > MAX_LAYOUT_WORLD_SIZE:
             raise LayoutError(
-                f"world_size={self._fields['world_size']} is too large for a whole-world Layout "
-                f"(at most {MAX_LAYOUT_WORLD_SIZE}); use DistributedConfig for one rank"
+                f"world_size={self._fields['world_size']} is more than a whole-world Layout holds (at most "
+                f"{MAX_LAYOUT_WORLD_SIZE:,} ranks); one rank's view (DistributedConfig, or "
+                "`fastdist-lab layout --rank R`) has no limit"
             )
 
     @classmethod
@@ -104,6 +187,10 @@ class Layout:
         fields = config.fields()
         fields.pop("rank")
         return cls(**fields)
+
+    def replace(self, **changes: Any) -> Layout:
+        """A new layout with ``changes`` applied to this one's fields (validated like the constructor)."""
+        return type(self)(**{**self._fields, **changes})
 
     # ----------------------------------------------------------------- sizes
     def fields(self) -> dict[str, Any]:
@@ -142,31 +229,36 @@ class Layout:
         return DIM_NAMES
 
     # ----------------------------------------------------------------- grid
-    @cached_property
-    def _axes(self) -> tuple[tuple[str, ...], tuple[int, ...]]:
-        """Grid axis names and sizes, slowest first."""
-        tp, pp = self.tensor_parallel, self.pipeline_parallel
-        sdp, bdp = self.sequence_data_parallel, self.batch_data_parallel
-        if self.pipeline_first:
-            return ("batch_data", "sequence_data", "pipeline", "tensor"), (bdp, sdp, pp, tp)
-        return ("pipeline", "batch_data", "sequence_data", "tensor"), (pp, bdp, sdp, tp)
+    @property
+    def axes(self) -> tuple[str, ...]:
+        """The parallel axes, fastest-varying first (tensor first; then data-first or pipeline-first order)."""
+        return LAYOUT_AXES[self.pipeline_first]
+
+    def axis_sizes(self) -> dict[str, int]:
+        """The size of each parallel axis, fastest first."""
+        sizes = {
+            "tensor": self.tensor_parallel,
+            "sequence_data": self.sequence_data_parallel,
+            "batch_data": self.batch_data_parallel,
+            "pipeline": self.pipeline_parallel,
+        }
+        return {axis: sizes[axis] for axis in self.axes}
 
     @cached_property
+    def rank_grid(self) -> RankGrid:
+        """This layout's numbering: the four axes, fastest first (see ``fastdist_lab.numbering``)."""
+        sizes = self.axis_sizes()
+        return RankGrid(tuple(sizes), tuple(sizes.values()), error=LayoutError)
+
+    @property
     def grid(self) -> np.ndarray:
-        """All global ranks as a 4-d array, slowest axis first (see ``grid_axes``)."""
-        grid = np.arange(self.world_size, dtype=np.int64).reshape(self._axes[1])
-        grid.setflags(write=False)  # groups() may return views of it
-        return grid
+        """All global ranks as a read-only 4-d array, slowest axis first (see ``grid_axes``)."""
+        return self.rank_grid.grid
 
     @property
     def grid_axes(self) -> tuple[str, ...]:
         """Names of ``grid``'s axes, slowest first."""
-        return self._axes[0]
-
-    @property
-    def axes(self) -> tuple[str, ...]:
-        """The parallel axes, fastest-varying first (tensor first; then data-first or pipeline-first order)."""
-        return self._axes[0][::-1]
+        return self.rank_grid.grid_axes
 
     def dim_axes(self, name: str) -> tuple[str, ...]:
         """The axes dim ``name`` spans, in group-rank order (first axis fastest)."""
@@ -174,63 +266,48 @@ class Layout:
             spanned = DIM_AXES[name]
         except (KeyError, TypeError):
             raise LayoutError(f"dim={name!r} is not a dim; use one of {', '.join(DIM_NAMES)}") from None
-        return tuple(axis for axis in self.axes if axis in spanned)
+        return self.rank_grid.ordered(spanned)
 
     def groups(self, name: str) -> np.ndarray:
         """Every group of dim ``name``: one row per group, members in group-rank order, rows by first member."""
-        members = self.dim_axes(name)
-        order, sizes = self._axes
-        others = [order.index(a) for a in order if a not in members]
-        inner = [order.index(a) for a in reversed(members)]
-        size = int(np.prod([sizes[i] for i in inner]))
-        return self.grid.transpose(others + inner).reshape(-1, size)
+        return self.rank_grid.groups(self.dim_axes(name))
+
+    def group_index(self, name: str) -> np.ndarray:
+        """Each global rank's row in ``groups(name)`` (array indexed by global rank)."""
+        return self.rank_grid.group_index(self.dim_axes(name))
+
+    def dim_rank(self, name: str) -> np.ndarray:
+        """Each global rank's index inside its group of dim ``name`` (array indexed by global rank)."""
+        return self.rank_grid.group_rank(self.dim_axes(name))
+
+    def group_of(self, name: str, rank: int) -> np.ndarray:
+        """The members of ``rank``'s group of dim ``name``, in group-rank order."""
+        return self.rank_grid.group_of(self.dim_axes(name), rank)
 
     # ----------------------------------------------------------------- per rank
     @cached_property
-    def _coordinates(self) -> dict[str, np.ndarray]:
+    def coordinates(self) -> dict[str, np.ndarray]:
+        """Every rank's ``node``, ``local_rank`` and parallel coordinates (``RANK_COLUMNS``), arrays by rank."""
         ranks = np.arange(self.world_size, dtype=np.int64)
-        tp, pp, dp, sdp = self.tensor_parallel, self.pipeline_parallel, self.data_parallel, self.sequence_data_parallel
-        above_tensor = ranks // tp
-        if self.pipeline_first:
-            data, pipeline = above_tensor // pp, above_tensor % pp
-        else:
-            data, pipeline = above_tensor % dp, above_tensor // dp
-        return {
-            "node": ranks // self.local_world_size,
-            "local_rank": ranks % self.local_world_size,
-            "tensor_rank": ranks % tp,
-            "data_rank": data,
-            "pipeline_rank": pipeline,
-            "sequence_data_rank": data % sdp,
-            "batch_data_rank": data // sdp,
-        }
+        out = {"node": ranks // self.local_world_size, "local_rank": ranks % self.local_world_size}
+        for column, axes in _COORDINATE_AXES.items():
+            out[column] = self.rank_grid.group_rank(self.rank_grid.ordered(axes))
+        for values in out.values():
+            values.setflags(write=False)
+        return {column: out[column] for column in RANK_COLUMNS}
 
     @cached_property
     def ranks(self) -> pd.DataFrame:
         """One row per global rank (the index, ``rank``) with its node, local rank and parallel coordinates."""
         import pandas as pd
 
-        frame = pd.DataFrame(self._coordinates, columns=list(RANK_COLUMNS))
+        frame = pd.DataFrame(self.coordinates, columns=list(RANK_COLUMNS))
         frame.index.name = "rank"
         return frame
 
     def config(self, rank: int) -> DistributedConfig:
         """The ``DistributedConfig`` of global rank ``rank``."""
-        return DistributedConfig(rank=rank, **self._fields)
-
-    def dim_rank(self, name: str) -> np.ndarray:
-        """Each global rank's index inside its group of dim ``name`` (array indexed by global rank)."""
-        groups = self.groups(name)
-        out = np.empty(self.world_size, dtype=np.int64)
-        out[groups] = np.arange(groups.shape[1], dtype=np.int64)
-        return out
-
-    def group_of(self, name: str, rank: int) -> np.ndarray:
-        """The members of ``rank``'s group of dim ``name``."""
-        if not 0 <= rank < self.world_size:
-            raise LayoutError(f"rank={rank} must be in [0, world_size={self.world_size})")
-        groups = self.groups(name)
-        return groups[(groups == rank).any(axis=1)][0]
+        return DistributedConfig(rank=self.rank_grid.check_rank(rank), **self._fields)
 
     # ----------------------------------------------------------------- summaries
     def topology(self) -> pd.DataFrame:
@@ -257,11 +334,21 @@ class Layout:
         """The seed of every generator of every rank after ``set_step(step, phase)``: exact ``uint64`` columns."""
         import pandas as pd
 
-        c = self._coordinates
+        c = self.coordinates
         seeds = seed_arrays(self._fields, c["tensor_rank"], c["data_rank"], c["pipeline_rank"], step, phase)
         frame = pd.DataFrame({name: seeds[name] for name in GENERATORS})
         frame.index.name = "rank"
         return frame
+
+    def device_mesh_spec(self) -> tuple[tuple[int, ...], tuple[str, ...], np.ndarray]:
+        """``(mesh_shape, mesh_dim_names, mesh)`` whose row-major ``init_device_mesh`` numbering is this layout's.
+
+        torch's ``init_device_mesh`` takes shapes slowest first (last dim fastest), so this is ``grid``'s shape
+        and axis names: data-first ``(pipeline, batch_data, sequence_data, tensor)``, pipeline-first
+        ``(batch_data, sequence_data, pipeline, tensor)``; ``mesh`` equals ``grid``.
+        """
+        grid = self.grid
+        return tuple(int(s) for s in grid.shape), self.grid_axes, np.array(grid)
 
     def summary(self) -> dict[str, Any]:
         """The sizes of this layout as a flat dict."""
@@ -294,42 +381,15 @@ class Layout:
             f"data_parallel={s['data_parallel']}, nodes={s['num_nodes']})"
         )
 
-    def _repr_html_(self) -> str:
-        """Summary table, groups per dim and (up to 4,096 ranks) the rank grid as an inline PNG."""
+    def summary_html(self) -> str:
+        """The summary and the groups per dim as HTML tables (no picture: pictures live in ``fastdist_lab.viz``)."""
         summary = "".join(
             f"<tr><th style='text-align:left'>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>"
             for k, v in self.summary().items()
         )
         topology = self.topology().to_html()
-        picture = ""
-        if self.world_size <= 4096:
-            import base64
+        return f"<div><b>Layout</b><table>{summary}</table><b>Groups per dim</b>{topology}</div>"
 
-            png = self._repr_png_()
-            if png:
-                data = base64.b64encode(png).decode("ascii")
-                picture = f"<div><img alt='rank grid' src='data:image/png;base64,{data}'/></div>"
-        return (
-            "<div class='fastdist-layout' style='display:flex;flex-wrap:wrap;gap:1.5em;align-items:flex-start'>"
-            f"<div><b>Layout</b><table>{summary}</table><b>Groups per dim</b>{topology}</div>{picture}</div>"
-        )
-
-    def _repr_png_(self) -> bytes | None:
-        """The rank grid coloured by tensor groups, as PNG bytes (None when matplotlib is missing)."""
-        try:
-            from .viz import plot_layout, to_png
-        except ImportError:
-            return None
-        return to_png(plot_layout(self))
-
-    def as_convention(self) -> Any:
-        """This layout as a ``fastdist_lab.conventions.Convention`` (axes fastest first; dims as aliases)."""
-        from .conventions import layout_convention
-
-        return layout_convention(self)
-
-    def device_mesh_spec(self) -> tuple[tuple[int, ...], tuple[str, ...], np.ndarray]:
-        """``(mesh_shape, mesh_dim_names, mesh)`` whose row-major ``init_device_mesh`` numbering is this layout's."""
-        from .conventions import device_mesh_spec
-
-        return device_mesh_spec(self)
+    def _repr_html_(self) -> str:
+        """The summary tables; in a notebook ``fastdist_lab.viz`` adds the rank grid (see ``viz.notebook``)."""
+        return f"<div class='fastdist-layout'>{self.summary_html()}</div>"

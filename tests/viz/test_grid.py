@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -13,8 +16,8 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from fastdist_lab import Layout, LayoutError  # noqa: E402
 from fastdist_lab.config import DIM_NAMES  # noqa: E402
-from fastdist_lab.viz import plot_dims, plot_layout, to_pixels, to_png  # noqa: E402
-from fastdist_lab.viz.grid import TEXT_LIMIT, _edges, cell_grid, cell_labels, draw_grid, group_ids  # noqa: E402
+from fastdist_lab.viz import layout_html, plot_dims, plot_layout, to_pixels, to_png  # noqa: E402
+from fastdist_lab.viz.grid import TEXT_LIMIT, _edges, cell_grid, cell_labels, draw_grid  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -66,7 +69,7 @@ def test_cells_share_a_colour_exactly_when_they_share_a_group(dim, pipeline_firs
     image = np.asarray(ax.images[0].get_array())
     grid = cell_grid(lay)
     colours = [tuple(image[grid.row[r], grid.col[r]]) for r in range(lay.world_size)]
-    ids = group_ids(lay, dim)
+    ids = lay.group_index(dim)
     for a in range(lay.world_size):
         for b in range(lay.world_size):
             assert (colours[a] == colours[b]) == (ids[a] == ids[b]), (dim, a, b)
@@ -150,10 +153,22 @@ def test_plot_dims_draws_one_panel_per_named_dim():
     assert to_png(figure).startswith(PNG_MAGIC)
 
 
-def test_layout_reprs_show_the_grid_inline():
+def test_layout_html_shows_the_grid_inline():
     lay = Layout(world_size=8, local_world_size=8, tensor_parallel=2, pipeline_parallel=2, sequence_data_parallel=2)
-    png = lay._repr_png_()
-    assert png.startswith(PNG_MAGIC)
-    page = lay._repr_html_()
+    page = layout_html(lay)
     assert "data:image/png;base64," in page and "Groups per dim" in page and "world_size" in page
+    assert "data:image/png" not in lay._repr_html_()  # core draws no picture itself
     assert plt.get_fignums() == []
+
+
+def test_in_ipython_a_layout_displays_with_its_grid_drawn_by_viz():
+    code = (
+        "import sys\n"
+        "from IPython.core.interactiveshell import InteractiveShell\n"
+        "shell = InteractiveShell.instance()\n"
+        "import fastdist_lab\n"
+        "assert 'matplotlib' not in sys.modules  # registered lazily: nothing drawn yet\n"
+        "data, _ = shell.display_formatter.format(fastdist_lab.Layout(world_size=4, tensor_parallel=2))\n"
+        "assert 'data:image/png;base64,' in data['text/html'], data['text/html'][:200]\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -11,7 +11,8 @@ from matplotlib.figure import Figure
 
 from fastdist_lab import Layout
 from fastdist_lab.streams import predict
-from fastdist_lab.viz.streams import plot_sharing, plot_streams, stream_colors
+from fastdist_lab.viz.colors import group_colors
+from fastdist_lab.viz.streams import plot_sharing, plot_streams
 
 LAYOUT = Layout(world_size=16, local_world_size=8, tensor_parallel=2, pipeline_parallel=2, sequence_data_parallel=2)
 
@@ -40,7 +41,7 @@ def test_plot_streams_axes(report) -> None:
 
 
 def test_plot_sharing_axes(report) -> None:
-    fig = report.plot_sharing("pp")
+    fig = plot_sharing(report, "pp")
     (ax,) = fig.axes
     assert "pp stream" in ax.get_title() and "8 distinct pp streams" in ax.get_title()
     assert ax.get_xlabel() == ax.get_ylabel() == "rank"
@@ -75,9 +76,9 @@ def test_unknown_generator(report) -> None:
         plot_sharing(report, "dropout")
 
 
-def test_stream_colors_are_distinct() -> None:
+def test_the_one_palette_gives_distinct_colours() -> None:
     for count in (5, 20, 300):
-        colours = stream_colors(count)
+        colours = group_colors(count)
         assert colours.shape == (count, 3)
         assert len({tuple(np.round(c, 6)) for c in colours}) == count
 
@@ -87,8 +88,9 @@ def test_no_pyplot_and_no_open_figures() -> None:
         "import sys\n"
         "from fastdist_lab import Layout\n"
         "from fastdist_lab.streams import predict\n"
+        "from fastdist_lab.viz import plot_sharing, plot_streams\n"
         "r = predict(Layout(world_size=8, local_world_size=8, tensor_parallel=2))\n"
-        "r.plot_streams(); r.plot_sharing('tp')\n"
+        "plot_streams(r); plot_sharing(r, 'tp')\n"
         "assert 'matplotlib.pyplot' not in sys.modules, 'pyplot imported'\n"
         "import matplotlib.pyplot as plt\n"
         "assert plt.get_fignums() == [], plt.get_fignums()\n"

@@ -69,6 +69,20 @@ def test_streams_panel_controls_change_the_prediction_and_picture():
     assert panel.draw_real() is False and "no running cluster" in panel.error
 
 
+def test_a_new_report_is_drawn_even_when_its_id_is_reused(monkeypatch):
+    # CPython reuses the id() of a freed object; a panel that keyed its picture on id(report) would think a new
+    # report already drawn. Every object "sharing" one id shows it deterministically.
+    import fastdist_lab.widgets.streams_panel as module
+
+    layout = Layout(world_size=8, local_world_size=8, tensor_parallel=2, pipeline_parallel=2, sequence_data_parallel=2)
+    panel = StreamsPanel(layout)
+    first = panel.png
+    monkeypatch.setattr(module, "id", lambda obj: 0, raising=False)  # every id() in the panel's module is 0
+    panel.set_layout(layout.replace(tensor_parallel=1, sequence_data_parallel=1))
+    panel.flush()
+    assert panel.png != first
+
+
 def test_broken_seed_shift_shows_a_failing_check():
     layout = Layout(world_size=8, local_world_size=8, tensor_parallel=2, pipeline_parallel=2, tp_seed_shift=0)
     panel = StreamsPanel(layout)
@@ -98,6 +112,15 @@ def test_cluster_panel_starts_applies_and_shows_every_group_ok(running_lab):
     assert len(cells) == len(cp.last_verification.to_frame())
     assert cp.rank_output.value.count("<tr>") == 1 + 4  # header + one row per rank
     assert cp.start_button.disabled and not cp.apply_button.disabled and not cp.stop_button.disabled
+
+
+def test_the_rank_summary_does_not_make_workers_import_ipywidgets(running_lab):
+    # The panel's per-rank function travels by reference: its module must be light on the workers.
+    cp = running_lab.cluster_panel
+    loaded = cp.cluster.run(
+        lambda ctx: sorted(m for m in ("ipywidgets", "matplotlib") if m in __import__("sys").modules)
+    )
+    assert loaded.values == [[]] * 4
 
 
 def test_real_streams_match_the_prediction(running_lab):

@@ -20,6 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds allowed for start-up and the check")
     parser.add_argument("--report", default=None, help="also write the JSON report here")
     parser.add_argument("--quiet", action="store_true", help="no start-up progress on stderr")
+    parser.add_argument("--verbose", action="store_true", help="also print every group with its members")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -28,8 +29,8 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"fastdist-lab check: error: --timeout={args.timeout} must be > 0\n")
         return 2
     layout = layout_from_args(args)  # LayoutError -> exit 2 in cli.main
+    from ..checks import check_layout
     from ..runtime import ClusterError, LocalCluster
-    from ..streams import compare_on_cluster, comparison_text
 
     try:
         with LocalCluster(
@@ -39,16 +40,12 @@ def run(args: argparse.Namespace) -> int:
             timeout=args.timeout,
             progress=False if args.quiet else None,
         ) as cluster:
-            verification = cluster.apply(layout)
-            streams = compare_on_cluster(cluster, timeout=args.timeout) if verification.ok else None
+            result = check_layout(cluster, layout, timeout=args.timeout)
     except ClusterError as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         sys.stderr.write(f"fastdist-lab check: error: {first}\n")
         return 2
-    print(verification.to_text())
-    if streams is not None:
-        print()
-        print(comparison_text(streams))
+    print(result.to_text(verbose=args.verbose))
     if args.report:
-        verification.save(args.report)
-    return 0 if verification.ok and streams is not None and streams.attrs["matches"] else 1
+        result.verification.save(args.report)
+    return 0 if result.ok else 1

@@ -4,37 +4,120 @@ from __future__ import annotations
 
 import argparse
 
+from ..config import DistributedConfig, LayoutError
 from ..layout import Layout
 
 DEFAULT_LAYOUT = {"world_size": 8, "tensor_parallel": 2, "pipeline_parallel": 2, "sequence_data_parallel": 2}
 """The main job's default layout: world 8, tensor 2, pipeline 2, sequence-data 2 (one node)."""
 
+_FACTOR_FLAGS = {
+    "tensor_parallel": "--tensor-parallel",
+    "pipeline_parallel": "--pipeline-parallel",
+    "sequence_data_parallel": "--sequence-data-parallel",
+}
+
 
 def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``--world-size``, ``--local-world-size``, the parallel factors, ``--pipeline-first`` and ``--seed``."""
-    group = parser.add_argument_group("layout")
-    group.add_argument("--world-size", type=int, default=DEFAULT_LAYOUT["world_size"], help="number of ranks")
-    group.add_argument(
-        "--local-world-size", type=int, default=None, help="ranks (GPUs) per node (default: world size, one node)"
+    group = parser.add_argument_group(
+        "layout", "without flags: the main job's layout, 8 ranks on one node, tensor 2, pipeline 2, sequence-data 2"
     )
-    group.add_argument("--tensor-parallel", "--tp", type=int, default=DEFAULT_LAYOUT["tensor_parallel"])
-    group.add_argument("--pipeline-parallel", "--pp", type=int, default=DEFAULT_LAYOUT["pipeline_parallel"])
-    group.add_argument("--sequence-data-parallel", "--sdp", type=int, default=DEFAULT_LAYOUT["sequence_data_parallel"])
-    group.add_argument("--pipeline-first", action="store_true", help="pipeline ranks vary before data ranks")
-    group.add_argument("--seed", type=int, default=1234)
-    group.add_argument("--reproducible-init", action="store_true")
+    group.add_argument(
+        "--world-size", type=int, default=DEFAULT_LAYOUT["world_size"], help="number of ranks (GPUs) in the job"
+    )
+    group.add_argument(
+        "--local-world-size",
+        type=int,
+        default=None,
+        help="ranks (GPUs) per node; default: the world size (one node)",
+    )
+    group.add_argument(
+        "--tensor-parallel",
+        "--tp",
+        type=int,
+        default=None,
+        help=f"tensor-parallel size: ranks that split each layer (default {DEFAULT_LAYOUT['tensor_parallel']})",
+    )
+    group.add_argument(
+        "--pipeline-parallel",
+        "--pp",
+        type=int,
+        default=None,
+        help=f"pipeline-parallel size: stages of layers (default {DEFAULT_LAYOUT['pipeline_parallel']})",
+    )
+    group.add_argument(
+        "--sequence-data-parallel",
+        "--sdp",
+        type=int,
+        default=None,
+        help="sequence-data-parallel size: data ranks that share one sequence "
+        f"(default {DEFAULT_LAYOUT['sequence_data_parallel']})",
+    )
+    group.add_argument(
+        "--pipeline-first",
+        action="store_true",
+        help="pipeline ranks vary before data ranks (small models); default: data first",
+    )
+    group.add_argument("--seed", type=int, default=1234, help="base seed of every random generator")
+    group.add_argument(
+        "--reproducible-init",
+        action="store_true",
+        help="initialise weights alike on every data and pipeline rank (the init generators ignore those ranks)",
+    )
+
+
+def _factors(args: argparse.Namespace) -> tuple[dict[str, int], list[str]]:
+    """The parallel factors the flags give, defaults filled in, and the flags that were left at their default."""
+    values, defaulted = {}, []
+    for name, flag in _FACTOR_FLAGS.items():
+        given = getattr(args, name)
+        if given is None:
+            values[name] = DEFAULT_LAYOUT[name]
+            defaulted.append(f"{flag} {DEFAULT_LAYOUT[name]}")
+        else:
+            values[name] = given
+    return values, defaulted
+
+
+def _with_defaults_named(error: LayoutError, defaulted: list[str]) -> LayoutError:
+    if not defaulted:
+        return error
+    return LayoutError(f"{error} (defaults used: {', '.join(defaulted)}; give the sizes you want)")
 
 
 def layout_from_args(args: argparse.Namespace, **extra: object) -> Layout:
-    """The ``Layout`` the layout flags describe (raises ``LayoutError`` when invalid)."""
-    return Layout(
-        world_size=args.world_size,
-        local_world_size=args.world_size if args.local_world_size is None else args.local_world_size,
-        tensor_parallel=args.tensor_parallel,
-        pipeline_parallel=args.pipeline_parallel,
-        sequence_data_parallel=args.sequence_data_parallel,
-        pipeline_first=args.pipeline_first,
-        seed=args.seed,
-        reproducible_init=args.reproducible_init,
-        **extra,  # type: ignore[arg-type]
-    )
+    """The ``Layout`` the layout flags describe (raises ``LayoutError`` naming any defaulted flag when invalid)."""
+    factors, defaulted = _factors(args)
+    try:
+        return Layout(
+            world_size=args.world_size,
+            local_world_size=args.local_world_size,
+            pipeline_first=args.pipeline_first,
+            seed=args.seed,
+            reproducible_init=args.reproducible_init,
+            **factors,
+            **extra,  # type: ignore[arg-type]
+        )
+    except LayoutError as error:
+        raise _with_defaults_named(error, defaulted) from None
+
+
+def config_from_args(args: argparse.Namespace, rank: int) -> DistributedConfig:
+    """One rank's ``DistributedConfig`` from the layout flags: no whole-world table, so any world size works."""
+    factors, defaulted = _factors(args)
+    world = args.world_size
+    local = args.local_world_size
+    if local is None:
+        local = world if isinstance(world, int) and world > 0 else 1
+    try:
+        return DistributedConfig(
+            world_size=world,
+            rank=rank,
+            local_world_size=local,
+            pipeline_first=args.pipeline_first,
+            seed=args.seed,
+            reproducible_init=args.reproducible_init,
+            **factors,
+        )
+    except LayoutError as error:
+        raise _with_defaults_named(error, defaulted) from None

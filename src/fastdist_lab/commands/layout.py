@@ -8,7 +8,7 @@ import sys
 
 from ..config import DIM_NAMES
 from ..seeds import generator_seeds
-from .common import add_layout_arguments, layout_from_args
+from .common import add_layout_arguments, config_from_args, layout_from_args
 
 HELP = "print which rank holds which coordinates and which ranks form each group"
 
@@ -16,23 +16,36 @@ HELP = "print which rank holds which coordinates and which ranks form each group
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the flags of ``layout``."""
     add_layout_arguments(parser)
-    parser.add_argument("--rank", type=int, default=None, help="show one rank's dims and seeds instead")
-    parser.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    parser.add_argument(
+        "--rank", type=int, default=None, help="show one rank's groups and seeds instead (any world size)"
+    )
+    parser.add_argument("--format", choices=("table", "csv", "json"), default="table", help="output format")
 
 
-def _members(members: object) -> list[int]:
-    return [int(m) for m in members]  # type: ignore[attr-defined]
+MEMBERS_SHOWN = 16
+"""Members of one group printed in the table format (the JSON format lists up to ``JSON_MEMBERS``)."""
+
+JSON_MEMBERS = 65536
+"""Groups up to this size are listed member by member in the JSON format of ``--rank``."""
 
 
-def _print_rank(layout, rank: int, fmt: str) -> None:
-    config = layout.config(rank)
+def members_text(members: range | tuple[int, ...], limit: int = MEMBERS_SHOWN) -> str:
+    """The members of a group as a list, shortened in the middle past ``limit`` members."""
+    if len(members) <= limit:
+        return "[" + ", ".join(str(int(m)) for m in members) + "]"
+    head = ", ".join(str(int(m)) for m in members[: limit // 2])
+    return f"[{head}, ..., {int(members[-1])}] ({len(members):,} ranks)"
+
+
+def _print_rank(args: argparse.Namespace, fmt: str) -> None:
+    config = config_from_args(args, args.rank)  # one rank's view: any world size, no whole-world table
     dims = [
         {
             "dim": d.name,
             "size": d.size,
             "rank": d.rank,
+            "members": [int(m) for m in d.global_ranks] if d.size <= JSON_MEMBERS else None,
             "global_ranks": repr(d.global_ranks),
-            "members": _members(d.global_ranks),
         }
         for d in config.distributed_dims.values()
     ]
@@ -42,22 +55,26 @@ def _print_rank(layout, rank: int, fmt: str) -> None:
         return
     import pandas as pd
 
-    frame = pd.DataFrame(dims).drop(columns="members").set_index("dim")
+    rows = [
+        {"dim": d.name, "size": d.size, "rank": d.rank, "members": members_text(d.global_ranks)}
+        for d in config.distributed_dims.values()
+    ]
+    frame = pd.DataFrame(rows).set_index("dim")
     if fmt == "csv":
         frame.to_csv(sys.stdout)
         return
-    print(repr(layout))
-    print("rank " + ", ".join(f"{k}={v}" for k, v in config.coordinates().items() if k != "rank") + f" (rank {rank})")
+    print(repr(config))
+    print(f"rank {args.rank}: " + ", ".join(f"{k}={v}" for k, v in config.coordinates().items() if k != "rank"))
     print(frame.to_string())
     print("seeds after set_step(0, training): " + ", ".join(f"{k}={v}" for k, v in seeds.items()))
 
 
 def run(args: argparse.Namespace) -> int:
     """Print the layout the flags describe; return the exit code."""
-    layout = layout_from_args(args)
     if args.rank is not None:
-        _print_rank(layout, args.rank, args.format)
+        _print_rank(args, args.format)
         return 0
+    layout = layout_from_args(args)
     ranks = layout.ranks
     if args.format == "json":
         doc = {

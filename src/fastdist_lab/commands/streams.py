@@ -9,9 +9,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from typing import Any
 
 from ..config import DEFAULT_SEED_SHIFTS, LayoutError, PhaseType
+from ..seeds import check_step, step_note
 from .common import add_layout_arguments, layout_from_args
 
 HELP = "show which ranks share each generator stream and check the seeds (--real: draw them on workers too)"
@@ -23,11 +25,11 @@ MAX_GROUPS_SHOWN = 16
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the flags of ``streams``."""
     add_layout_arguments(parser)
-    parser.add_argument("--step", type=int, default=0, help="training step passed to set_step (default 0)")
+    parser.add_argument("--step", type=int, default=0, help="training step passed to set_step (>= 0)")
     parser.add_argument(
         "--phase", choices=[p.name for p in PhaseType], default="training", help="phase passed to set_step"
     )
-    parser.add_argument("--draws", type=int, default=4, help="values drawn from each generator (default 4)")
+    parser.add_argument("--draws", type=int, default=4, help="values drawn from each generator")
     parser.add_argument(
         "--seed-shift",
         action="append",
@@ -38,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--real", action="store_true", help="also draw on a local cluster and compare")
     parser.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto", help="backend for --real")
     parser.add_argument("--timeout", type=float, default=60, help="deadline in seconds per cluster call (--real)")
-    parser.add_argument("--format", choices=("table", "json"), default="table")
+    parser.add_argument("--format", choices=("table", "json"), default="table", help="output format")
 
 
 def parse_seed_shifts(items: list[str]) -> dict[str, int]:
@@ -86,6 +88,16 @@ def run(args: argparse.Namespace) -> int:
 
     Returns 0 when every check passes (and real equals predicted), 1 when not, 2 when the cluster failed.
     """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the note below says it once, in one line
+        check_step(args.step)  # a negative step is refused before anything starts
+        note = step_note(args.step)
+        if note is not None:
+            sys.stderr.write(f"fastdist-lab streams: note: {note}\n")
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from ..streams import predict
 
     layout = layout_from_args(args, **parse_seed_shifts(args.seed_shift))

@@ -3,16 +3,15 @@
 A ``Convention`` is a list of named axes with sizes, fastest-varying first; from it follow every rank's
 coordinates and the groups of any set of axes. ``Megatron`` reproduces Megatron-Core's ``RankGenerator``;
 ``DeviceMesh`` torch's row-major ``init_device_mesh`` numbering, with ``torchtitan``, ``picotron`` and
-``DeepSpeed`` presets; ``Layout.as_convention()`` this project's layout. ``equivalent(a, b, mapping)`` says
+``DeepSpeed`` presets; ``as_convention(layout)`` this project's layout. ``equivalent(a, b, mapping)`` says
 whether the mapped axes give the same groups and shows the first group that differs. ``seeds`` compares
-which ranks share random streams under each framework's seeding rules. Pure numpy; torch only in
-``device_mesh_check``.
+which ranks share random streams under each framework's seeding rules. Pure numpy, no torch (the real
+``DeviceMesh`` check on a running cluster is ``fastdist_lab.checks.device_mesh_check``).
 """
 
 from __future__ import annotations
 
-from .base import Convention, ConventionError, as_convention
-from .check import device_mesh_check
+from .base import Convention, ConventionError
 from .device_mesh import (
     DeepSpeed,
     DeviceMesh,
@@ -25,7 +24,7 @@ from .device_mesh import (
 )
 from .equivalence import Equivalence, GroupDifference, SubsetResult, compare_groups, equivalent
 from .megatron import LAYOUT_DIM_TOKENS, LAYOUT_TO_MEGATRON, MEGATRON_GROUPS, Megatron, megatron_dim_table
-from .project import LAYOUT_DIM_AXES, LayoutConvention, layout_convention
+from .project import LayoutConvention, as_convention, layout_convention
 from .seeds import STREAMS, megatron_seeds, seed_streams, sharing_table, stream_groups, torchtitan_seeds
 
 __all__ = [
@@ -35,7 +34,6 @@ __all__ = [
     "DeviceMesh",
     "Equivalence",
     "GroupDifference",
-    "LAYOUT_DIM_AXES",
     "LAYOUT_DIM_TOKENS",
     "LAYOUT_TO_MEGATRON",
     "LayoutConvention",
@@ -46,7 +44,6 @@ __all__ = [
     "as_convention",
     "compare_groups",
     "deepspeed_topology",
-    "device_mesh_check",
     "device_mesh_spec",
     "equivalent",
     "layout_convention",

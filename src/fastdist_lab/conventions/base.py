@@ -1,9 +1,9 @@
 """A rank convention: named axes with sizes, fastest-varying first, and the groups of any set of axes.
 
-Every framework numbers its GPUs as a mixed-radix number: global rank = sum(coordinate_i * stride_i), where
-the stride of an axis is the product of the sizes of the axes that vary faster than it. What differs between
-frameworks is the order of the axes (and how members and groups are enumerated), so one class holds the
-arithmetic and the framework classes only say how they name and order things. Pure numpy, no torch.
+Every framework numbers its GPUs as a mixed-radix number (``fastdist_lab.numbering.RankGrid``, the one numbering
+core of this project); what differs between frameworks is the order of the axes and how their specs name
+them, so a ``Convention`` holds a ``RankGrid`` and the framework classes only say how they name and order
+things. Pure numpy, no torch.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from itertools import combinations
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from ..numbering import RankGrid
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -32,8 +34,6 @@ class Convention:
     follow the spec's axes with the convention's fastest axis fastest; groups are enumerated over the other
     axes, fastest first. Subclasses change only how a spec names its axes (``member_axes``).
     """
-
-    kind = "convention"
 
     def __init__(
         self,
@@ -70,55 +70,42 @@ class Convention:
         if world > MAX_CONVENTION_WORLD_SIZE:
             raise ConventionError(f"world size {world} is too large (at most {MAX_CONVENTION_WORLD_SIZE})")
         self.world_size = world
+        self.rank_grid = RankGrid(self.axes, self.sizes, error=ConventionError)
+        """The numbering of this convention (``fastdist_lab.numbering.RankGrid``)."""
 
     # ------------------------------------------------------------------ numbering
     def size(self, axis: str) -> int:
         """The size of ``axis``."""
-        return self.sizes[self._index(axis)]
+        return self.rank_grid.size(axis)
 
     @property
     def strides(self) -> dict[str, int]:
         """Each axis's rank distance between neighbours: the product of the sizes of the faster axes."""
-        out, stride = {}, 1
-        for axis, size in zip(self.axes, self.sizes):
-            out[axis] = stride
-            stride *= size
-        return out
+        return dict(self.rank_grid.strides)
 
     @property
     def grid(self) -> np.ndarray:
         """All global ranks as an array whose axes are this convention's, slowest first (row-major)."""
-        return np.arange(self.world_size, dtype=np.int64).reshape(self.sizes[::-1])
+        return self.rank_grid.grid
 
     @property
     def grid_axes(self) -> tuple[str, ...]:
         """The names of ``grid``'s axes, slowest first."""
-        return self.axes[::-1]
+        return self.rank_grid.grid_axes
 
     def coordinates(self, rank: int) -> dict[str, int]:
         """The coordinate of global ``rank`` along every axis."""
-        self._check_rank(rank)
-        return {axis: rank // stride % self.size(axis) for axis, stride in self.strides.items()}
+        return self.rank_grid.coordinates_of(rank)
 
     def rank_of(self, **coordinates: int) -> int:
         """The global rank at ``coordinates`` (axes left out are 0)."""
-        unknown = sorted(set(coordinates) - set(self.axes))
-        if unknown:
-            raise ConventionError(f"unknown axes {unknown}; {self.name} has {self.axes}")
-        rank = 0
-        for axis, stride in self.strides.items():
-            value = coordinates.get(axis, 0)
-            if not 0 <= value < self.size(axis):
-                raise ConventionError(f"{axis}={value} must be in [0, {self.size(axis)})")
-            rank += value * stride
-        return rank
+        return self.rank_grid.rank_of(**coordinates)
 
     def coordinate_table(self) -> pd.DataFrame:
         """One row per global rank (index ``rank``), one column per axis (fastest first)."""
         import pandas as pd
 
-        ranks = np.arange(self.world_size, dtype=np.int64)
-        frame = pd.DataFrame({axis: ranks // stride % self.size(axis) for axis, stride in self.strides.items()})
+        frame = pd.DataFrame({axis: self.rank_grid.coordinate(axis) for axis in self.axes})
         frame.index.name = "rank"
         return frame
 
@@ -133,57 +120,36 @@ class Convention:
 
     def canonical_axes(self, spec: str | Sequence[str]) -> tuple[str, ...]:
         """The axes ``spec`` names (axes or aliases, any order) in this convention's order, fastest first."""
-        names = self._expand(spec)
-        return tuple(axis for axis in self.axes if axis in names)
+        return self.rank_grid.ordered(self.expand(spec))
 
     def groups(self, spec: str | Sequence[str]) -> np.ndarray:
         """Every group of the axes ``spec`` names: one row per group, members in group-rank order."""
-        return self.groups_of_axes(self.member_axes(spec))
+        return self.rank_grid.groups(self.member_axes(spec))
 
     def groups_of_axes(self, member_axes: Sequence[str]) -> np.ndarray:
         """The groups over ``member_axes`` (first listed fastest inside a group); groups ordered by the
         remaining axes, this convention's fastest first."""
-        member_axes = tuple(member_axes)
-        for axis in member_axes:
-            self._index(axis)
-        if len(set(member_axes)) != len(member_axes):
-            raise ConventionError(f"axes {member_axes} repeat a name")
-        grid_position = {axis: len(self.axes) - 1 - i for i, axis in enumerate(self.axes)}
-        others = [grid_position[a] for a in self.grid_axes if a not in member_axes]
-        inner = [grid_position[a] for a in reversed(member_axes)]
-        size = int(np.prod([self.size(a) for a in member_axes], dtype=np.int64))
-        return self.grid.transpose(others + inner).reshape(-1, size)
+        return self.rank_grid.groups(member_axes)
 
     def group_of(self, spec: str | Sequence[str], rank: int) -> tuple[int, ...]:
         """The members of ``rank``'s group of ``spec``, in group-rank order."""
-        self._check_rank(rank)
-        groups = self.groups(spec)
-        return tuple(int(r) for r in groups[np.nonzero((groups == rank).any(axis=1))[0][0]])
+        return tuple(int(r) for r in self.rank_grid.group_of(self.member_axes(spec), rank))
+
+    def group_index(self, spec: str | Sequence[str]) -> np.ndarray:
+        """Each global rank's row in ``groups(spec)`` (array indexed by global rank)."""
+        return self.rank_grid.group_index(self.member_axes(spec))
 
     def group_rank(self, spec: str | Sequence[str]) -> np.ndarray:
         """Each global rank's index inside its group of ``spec`` (array indexed by global rank)."""
-        groups = self.groups(spec)
-        out = np.empty(self.world_size, dtype=np.int64)
-        out[groups] = np.arange(groups.shape[1], dtype=np.int64)
-        return out
+        return self.rank_grid.group_rank(self.member_axes(spec))
 
     def group_table(self, spec: str | Sequence[str]) -> np.ndarray:
         """For every global rank, the members of its group: shape (world_size, group size)."""
-        return self._table(self.groups(spec))
-
-    def _table(self, groups: np.ndarray) -> np.ndarray:
-        row = np.empty(self.world_size, dtype=np.int64)
-        row[groups] = np.arange(groups.shape[0], dtype=np.int64)[:, None]
-        return groups[row]
+        return self.rank_grid.group_table(self.member_axes(spec))
 
     # ------------------------------------------------------------------ helpers
-    def _index(self, axis: str) -> int:
-        try:
-            return self.axes.index(axis)
-        except ValueError:
-            raise ConventionError(f"{axis!r} is not an axis of {self.name}; use one of {self.axes}") from None
-
-    def _expand(self, spec: str | Sequence[str]) -> set[str]:
+    def expand(self, spec: str | Sequence[str]) -> set[str]:
+        """The axis names a spec (an axis, an alias, or a sequence of them) stands for."""
         items = [spec] if isinstance(spec, str) else list(spec)
         if not items:
             raise ConventionError("a group spec needs at least one axis")
@@ -192,13 +158,9 @@ class Convention:
             if item in self.aliases:
                 names.update(self.aliases[item])
             else:
-                self._index(item)
+                self.rank_grid.index(item)
                 names.add(item)
         return names
-
-    def _check_rank(self, rank: int) -> None:
-        if not 0 <= rank < self.world_size:
-            raise ConventionError(f"rank={rank} must be in [0, world_size={self.world_size})")
 
     def describe(self) -> str:
         """The axes and sizes, fastest first, as ``tp=2 < cp=1 < dp=4 < pp=2``."""
@@ -221,19 +183,6 @@ class Convention:
         return f"<{self.name}: world {self.world_size}, fastest first {self.describe()}>"
 
 
-def as_convention(obj: object) -> Convention:
-    """``obj`` as a ``Convention``: a convention itself, or a ``Layout`` through ``Layout.as_convention``."""
-    if isinstance(obj, Convention):
-        return obj
-    from ..layout import Layout
-
-    if isinstance(obj, Layout):
-        from .project import layout_convention
-
-        return layout_convention(obj)
-    raise ConventionError(f"{obj!r} is neither a Convention nor a Layout")
-
-
 def _as_names(value: str | Iterable[str]) -> tuple[str, ...]:
     return (value,) if isinstance(value, str) else tuple(value)
 
@@ -250,8 +199,8 @@ def normalise_mapping(
         mapping = default_mapping(left, right)
     entries = []
     for key, value in mapping.items():
-        a = tuple(sorted(left._expand(_as_names(key)), key=left.axes.index))
-        b = tuple(sorted(right._expand(_as_names(value)), key=right.axes.index))
+        a = tuple(sorted(left.expand(_as_names(key)), key=left.axes.index))
+        b = tuple(sorted(right.expand(_as_names(value)), key=right.axes.index))
         entries.append((a, b))
     used_a = [x for a, _ in entries for x in a]
     used_b = [x for _, b in entries for x in b]

@@ -11,11 +11,10 @@ torchtitan's ``ParallelDims`` mesh ``(pp, dp_replicate, dp_shard, cp, tp)``, pic
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
-from ..layout import DIM_AXES
+from ..layout import DIM_AXES, Layout
 from .base import Convention, ConventionError
 
 
@@ -27,8 +26,6 @@ class DeviceMesh(Convention):
     row-major over the names in the order given (torch requires mesh order for slicing; any order is accepted
     here). ``mesh`` is ``arange(n).reshape(shape)``.
     """
-
-    kind = "device_mesh"
 
     def __init__(
         self,
@@ -66,7 +63,7 @@ class DeviceMesh(Convention):
             elif item in self.aliases:
                 names.extend(self.aliases[item])
             else:
-                self._index(item)
+                self.rank_grid.index(item)
                 names.append(item)
         if len(set(names)) != len(names):
             raise ConventionError(f"mesh dims {names} repeat a name")
@@ -118,8 +115,6 @@ class DeepSpeed(DeviceMesh):
     """DeepSpeed's ``PipeModelDataParallelTopology(num_pp, num_mp, num_dp)``: axes ``(pipe, data, model)``,
     model fastest; ``groups("data")`` are its ``get_axis_comm_lists("data")``."""
 
-    kind = "deepspeed"
-
     def __init__(self, pipe: int = 1, data: int = 1, model: int = 1):
         super().__init__((pipe, data, model), DEEPSPEED_AXES, name="DeepSpeed")
 
@@ -134,36 +129,21 @@ def deepspeed_topology(pipe: int = 1, data: int = 1, model: int = 1) -> DeepSpee
 
 
 # ---------------------------------------------------------------------- export of a Layout
-LAYOUT_DEVICE_MESH_DIMS = DIM_AXES
-"""The mesh dims each named dim flattens (``fastdist_lab.layout.DIM_AXES``)."""
-
-
-def device_mesh_spec(layout: Any) -> tuple[tuple[int, ...], tuple[str, ...], np.ndarray]:
+def device_mesh_spec(layout: Layout) -> tuple[tuple[int, ...], tuple[str, ...], np.ndarray]:
     """``(mesh_shape, mesh_dim_names, mesh)`` such that ``init_device_mesh(dev, mesh_shape,
-    mesh_dim_names=mesh_dim_names)`` numbers ranks like ``layout`` (``mesh`` equals ``layout.grid``).
-
-    Data-first: ``(pp, bdp, sdp, tp)`` named ``("pipeline", "batch_data", "sequence_data", "tensor")``;
-    pipeline-first: ``(bdp, sdp, pp, tp)`` named ``("batch_data", "sequence_data", "pipeline", "tensor")``.
-    """
-    names = tuple(layout.grid_axes)
-    shape = tuple(int(s) for s in layout.grid.shape)
-    mesh = np.arange(layout.world_size, dtype=np.int64).reshape(shape)
-    return shape, names, mesh
+    mesh_dim_names=mesh_dim_names)`` numbers ranks like ``layout`` (``Layout.device_mesh_spec``)."""
+    return layout.device_mesh_spec()
 
 
-def layout_device_mesh(layout: Any) -> DeviceMesh:
+def layout_device_mesh(layout: Layout) -> DeviceMesh:
     """``layout`` exported as a ``DeviceMesh`` whose flattened aliases are the nine named dims."""
-    shape, names, _ = device_mesh_spec(layout)
-    flattened = {}
-    for dim, axes in LAYOUT_DEVICE_MESH_DIMS.items():
-        if dim not in names:
-            flattened[dim] = tuple(n for n in names if n in axes)
+    shape, names, _ = layout.device_mesh_spec()
+    flattened = {dim: layout.dim_axes(dim)[::-1] for dim in DIM_AXES if dim not in names}
     return DeviceMesh(shape, names, name="DeviceMesh export", flattened=flattened)
 
 
-def layout_mesh_dims(layout: Any, dim: str) -> tuple[str, ...]:
-    """The mesh dim names (mesh order) to slice and ``_flatten`` for this project's dim ``dim``."""
-    if dim not in LAYOUT_DEVICE_MESH_DIMS:
-        raise ConventionError(f"dim={dim!r} is not a dim; use one of {', '.join(LAYOUT_DEVICE_MESH_DIMS)}")
-    names = tuple(layout.grid_axes)
-    return tuple(n for n in names if n in LAYOUT_DEVICE_MESH_DIMS[dim])
+def layout_mesh_dims(layout: Layout, dim: str) -> tuple[str, ...]:
+    """The mesh dim names (mesh order, slowest first) to slice and ``_flatten`` for this project's dim ``dim``."""
+    if dim not in DIM_AXES:
+        raise ConventionError(f"dim={dim!r} is not a dim; use one of {', '.join(DIM_AXES)}")
+    return layout.dim_axes(dim)[::-1]

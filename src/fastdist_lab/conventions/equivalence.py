@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .base import Convention, as_convention, axis_subsets, normalise_mapping
+from .base import Convention, axis_subsets, normalise_mapping
+from .project import as_convention
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -102,25 +103,20 @@ class Equivalence:
         )
 
 
-def differing_ranks(left_groups: np.ndarray, right_groups: np.ndarray, world_size: int) -> np.ndarray:
+def differing_ranks(
+    left: Convention, left_axes: Sequence[str], right: Convention, right_axes: Sequence[str]
+) -> np.ndarray:
     """Boolean mask over global ranks: True where the rank's group (members in order) differs between the two.
 
     O(world_size) memory: a left group can only equal the right group that holds its first member, and a rank's
     groups are equal exactly when its left group equals that right group.
     """
+    left_groups, right_groups = left.groups_of_axes(left_axes), right.groups_of_axes(right_axes)
     if left_groups.shape != right_groups.shape:
-        return np.ones(world_size, dtype=bool)
-    right_row = np.empty(world_size, dtype=np.int64)
-    right_row[right_groups] = np.arange(right_groups.shape[0], dtype=np.int64)[:, None]
+        return np.ones(left.world_size, dtype=bool)
+    right_row = right.rank_grid.group_index(right_axes)
     same_row = (right_groups[right_row[left_groups[:, 0]]] == left_groups).all(axis=1)
-    out = np.empty(world_size, dtype=bool)
-    out[left_groups] = ~same_row[:, None]
-    return out
-
-
-def group_containing(groups: np.ndarray, rank: int) -> tuple[int, ...]:
-    """The row of ``groups`` that holds ``rank``."""
-    return _t(groups[np.nonzero((groups == rank).any(axis=1))[0][0]])
+    return ~same_row[left.rank_grid.group_index(left_axes)]
 
 
 def compare_groups(
@@ -133,13 +129,14 @@ def compare_groups(
     equal ranks inside the group.
     """
     la, ra = left.canonical_axes(left_axes), right.canonical_axes(right_axes)
-    a, b = left.groups_of_axes(la), right.groups_of_axes(ra)
-    differs = differing_ranks(a, b, left.world_size)
+    differs = differing_ranks(left, la, right, ra)
     count = int(differs.sum())
     if not count:
         return SubsetResult(la, ra, True, 0, None)
     rank = int(np.argmax(differs))
-    difference = GroupDifference(la, ra, rank, group_containing(a, rank), group_containing(b, rank))
+    difference = GroupDifference(
+        la, ra, rank, _t(left.rank_grid.group_of(la, rank)), _t(right.rank_grid.group_of(ra, rank))
+    )
     return SubsetResult(la, ra, False, count, difference)
 
 
@@ -154,7 +151,7 @@ def equivalent(
 ) -> Equivalence:
     """Whether two conventions give the same groups, member order included, for every set of mapped axes.
 
-    ``layout_or_convention`` is a ``Layout`` (taken as ``layout.as_convention()``) or a ``Convention``;
+    ``layout_or_convention`` is a ``Layout`` (taken as ``as_convention(layout)``) or a ``Convention``;
     ``convention`` a ``Convention`` (or a ``Layout``). ``mapping`` maps axes of the first to axes of the second,
     e.g. ``{"tensor": "tp", "sequence_data": "cp", "batch_data": "dp", "pipeline": "pp"}``; a value (or key)
     may be a tuple of axes, e.g. ``{"batch_data": ("dp_replicate", "dp_shard")}``. Without it, the known mapping

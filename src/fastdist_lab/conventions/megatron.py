@@ -22,7 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..layout import DIM_AXES
 from .base import Convention, ConventionError
+from .equivalence import compare_groups
+from .project import LayoutConvention, layout_convention
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -76,8 +79,6 @@ class Megatron(Convention):
     with each group's members in the same order (one row per group).
     """
 
-    kind = "megatron"
-
     def __init__(self, tp: int = 1, pp: int = 1, dp: int = 1, cp: int = 1, ep: int = 1, order: str = DEFAULT_ORDER):
         sizes = {
             "tp": _check_size("tp", tp),
@@ -109,13 +110,10 @@ class Megatron(Convention):
         super().__init__(tokens, [sizes[t] for t in tokens], name=f"Megatron {order.lower()}")
 
     # ------------------------------------------------------------------ Megatron's API
-    def member_axes(self, spec: str | Any) -> tuple[str, ...]:
-        """The masked axes of ``spec`` (a token like ``"dp-cp"`` or a sequence of tokens), in order-string order."""
-        return super().member_axes(spec)
-
-    def _expand(self, spec: str | Any) -> set[str]:
+    def expand(self, spec: str | Any) -> set[str]:
+        """The axes a token like ``"dp-cp"`` (or a sequence of tokens) masks; members follow the order string."""
         items = [spec] if isinstance(spec, str) else list(spec)
-        return super()._expand([part for item in items for part in str(item).lower().split("-")])
+        return super().expand([part for item in items for part in str(item).lower().split("-")])
 
     def get_ranks(self, token: str) -> list[list[int]]:
         """``groups(token)`` as nested lists, exactly what Megatron's ``RankGenerator.get_ranks`` returns."""
@@ -166,7 +164,7 @@ class Megatron(Convention):
 
     def default_mapping_from(self, other: Convention) -> dict[str, str] | None:
         """The axis mapping from this project's layout convention to Megatron (else ``None``)."""
-        if getattr(other, "kind", "") == "fastdist":
+        if isinstance(other, LayoutConvention):
             return dict(LAYOUT_TO_MEGATRON)
         return None
 
@@ -182,15 +180,12 @@ def megatron_dim_table(layout: Any, megatron: Megatron | None = None) -> pd.Data
     groups (members in order) are the same as under ``megatron`` (default ``Megatron.from_layout(layout)``)."""
     import pandas as pd
 
-    from .equivalence import compare_groups
-    from .project import LAYOUT_DIM_AXES, layout_convention
-
     ours = layout_convention(layout)
     theirs = megatron if megatron is not None else Megatron.from_layout(layout)
     token_names = {token: name for name, token in MEGATRON_GROUPS.items()}
     rows = []
     for dim, token in LAYOUT_DIM_TOKENS.items():
-        result = compare_groups(ours, LAYOUT_DIM_AXES[dim], theirs, token.split("-"))
+        result = compare_groups(ours, DIM_AXES[dim], theirs, token.split("-"))
         rows.append(
             {
                 "dim": dim,

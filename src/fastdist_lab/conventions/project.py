@@ -1,35 +1,24 @@
-"""This project's own layout as a ``Convention``: tensor fastest, then sequence-data, batch-data, pipeline
-(data-first) or pipeline, sequence-data, batch-data (pipeline-first); the nine named dims are aliases."""
+"""This project's own layout as a ``Convention``: the layout's own axes and numbering (``Layout.rank_grid``), with
+the nine named dims as aliases; and ``as_convention``, which takes either."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..layout import DIM_AXES
-from .base import Convention
-
-LAYOUT_DIM_AXES = DIM_AXES
-"""The axes of each of the nine named dims (``fastdist_lab.layout.DIM_AXES``)."""
-
-DATA_FIRST_AXES = ("tensor", "sequence_data", "batch_data", "pipeline")
-"""Axes of a data-first layout, fastest first."""
-
-PIPELINE_FIRST_AXES = ("tensor", "pipeline", "sequence_data", "batch_data")
-"""Axes of a pipeline-first layout, fastest first."""
+from ..layout import DIM_AXES, Layout
+from .base import Convention, ConventionError
 
 
 class LayoutConvention(Convention):
     """A ``Layout`` seen as a convention; ``groups(dim)`` equals ``Layout.groups(dim)`` for the nine dims."""
 
-    kind = "fastdist"
-
-    def __init__(self, tensor: int, sequence_data: int, batch_data: int, pipeline: int, pipeline_first: bool):
-        sizes = {"tensor": tensor, "sequence_data": sequence_data, "batch_data": batch_data, "pipeline": pipeline}
-        axes = PIPELINE_FIRST_AXES if pipeline_first else DATA_FIRST_AXES
-        order = "pipeline-first" if pipeline_first else "data-first"
-        aliases = {dim: axes_ for dim, axes_ in LAYOUT_DIM_AXES.items() if dim not in axes}
-        super().__init__(axes, [sizes[a] for a in axes], name=f"fastdist {order}", aliases=aliases)
-        self.pipeline_first = pipeline_first
+    def __init__(self, layout: Layout):
+        sizes = layout.axis_sizes()
+        axes = tuple(sizes)
+        order = "pipeline-first" if layout.pipeline_first else "data-first"
+        aliases = {dim: spanned for dim, spanned in DIM_AXES.items() if dim not in axes}
+        super().__init__(axes, tuple(sizes.values()), name=f"fastdist {order}", aliases=aliases)
+        self.pipeline_first = layout.pipeline_first
 
     def default_mapping_to(self, other: Convention) -> dict[str, Any] | None:
         """Identity on the four axes when ``other`` names them the same way (e.g. the DeviceMesh export)."""
@@ -38,12 +27,15 @@ class LayoutConvention(Convention):
         return None
 
 
-def layout_convention(layout: Any) -> LayoutConvention:
+def layout_convention(layout: Layout) -> LayoutConvention:
     """``layout`` (a ``Layout``) as a ``LayoutConvention``."""
-    return LayoutConvention(
-        tensor=layout.tensor_parallel,
-        sequence_data=layout.sequence_data_parallel,
-        batch_data=layout.batch_data_parallel,
-        pipeline=layout.pipeline_parallel,
-        pipeline_first=layout.pipeline_first,
-    )
+    return LayoutConvention(layout)
+
+
+def as_convention(obj: object) -> Convention:
+    """``obj`` as a ``Convention``: a convention itself, or a ``Layout`` as its ``LayoutConvention``."""
+    if isinstance(obj, Convention):
+        return obj
+    if isinstance(obj, Layout):
+        return LayoutConvention(obj)
+    raise ConventionError(f"{obj!r} is neither a Convention nor a Layout")

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..config import MAX_SEED
+from ..seeds import DEVICE_TYPES, stream_ids
 from .base import ConventionError
 
 if TYPE_CHECKING:
@@ -71,7 +73,7 @@ def megatron_seeds(
 
 def torchtitan_seeds(pipeline_rank: np.ndarray, seed: int) -> np.ndarray:
     """torchtitan's seed per rank with ``distinct_seed_mesh_dims=["pp"]``: (seed + pp_rank) mod 2**64."""
-    return (seed + pipeline_rank.astype(object)) % (2**64)
+    return (seed + pipeline_rank.astype(object)) % MAX_SEED
 
 
 def seed_streams(
@@ -111,26 +113,19 @@ def seed_streams(
     return frame
 
 
-def stream_ids(values: Any, device: str = "cuda") -> np.ndarray:
-    """Per rank, a small id of its stream: equal ids share a stream; ids numbered by first rank.
-
-    On ``device="cuda"`` (Philox) the whole 64-bit seed picks the stream; on ``"cpu"`` torch's mt19937 reads only
-    the low 32 bits, so seeds equal modulo 2**32 share a stream there.
-    """
-    if device not in ("cuda", "cpu"):
-        raise ConventionError(f"device={device!r}; use 'cuda' or 'cpu'")
-    values = [int(v) % (2**32) if device == "cpu" else int(v) for v in values]
-    first: dict[Any, int] = {}
-    return np.array([first.setdefault(v, len(first)) for v in values], dtype=np.int64)
-
-
 def stream_groups(layout: Any, stream: str, device: str = "cuda", **kwargs: Any) -> list[tuple[int, ...]]:
     """The sets of ranks sharing one stream of ``stream`` (a key of ``STREAMS``) on ``device``, ordered by first
     rank; ``kwargs`` go to ``seed_streams``."""
     if stream not in STREAMS:
         raise ConventionError(f"stream={stream!r}; use one of {', '.join(STREAMS)}")
+    _check_device(device)
     ids = stream_ids(seed_streams(layout, **kwargs)[stream], device)
     return [tuple(int(r) for r in np.nonzero(ids == i)[0]) for i in range(int(ids.max()) + 1)]
+
+
+def _check_device(device: str) -> None:
+    if device not in DEVICE_TYPES:
+        raise ConventionError(f"device={device!r}; use one of {', '.join(DEVICE_TYPES)}")
 
 
 def _along(ids: np.ndarray, groups: np.ndarray) -> str:
@@ -156,12 +151,12 @@ def sharing_table(
     """Per stream: how many distinct streams, ranks per stream, and along each layout axis whether the stream is
     ``shared`` by the whole group, ``differs`` on every member, or ``partly`` (``-`` for an axis of size 1).
 
-    ``device`` says how seeds pick streams (see ``stream_ids``): the dropout generators of all three frameworks
-    are CUDA generators in training, the default."""
+    ``device`` says how seeds pick streams (see ``fastdist_lab.seeds.stream_key``): the dropout generators of all
+    three frameworks are CUDA generators in training, the default."""
     import pandas as pd
 
+    _check_device(device)
     frame = seed_streams(layout, seed, step, phase, data_parallel_random_init)
-    conv = layout.as_convention()
     rows = []
     for stream, meaning in STREAMS.items():
         ids = stream_ids(frame[stream], device)
@@ -171,7 +166,7 @@ def sharing_table(
             str(int(counts[0])) if (counts == counts[0]).all() else f"{counts.min()}..{counts.max()}"
         )
         for axis in AXES:
-            row[axis] = _along(ids, conv.groups(axis))
+            row[axis] = _along(ids, layout.groups(axis))
         row["what"] = meaning
         rows.append(row)
     return pd.DataFrame(rows).set_index("stream")

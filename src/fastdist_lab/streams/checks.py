@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..config import PhaseType
-from .draws import stream_key
+from ..seeds import stream_key
 
 if TYPE_CHECKING:
     from .report import StreamReport
@@ -311,7 +311,7 @@ def check_draws_agree(report: StreamReport) -> Row:
     """Cells with one stream id drew the same values; cells with different ids drew different values."""
     name = "draws agree with stream ids"
     values = report.values.reshape(-1, report.draws)
-    ids, first = report.stream_ids.ravel(), report._ids[1]
+    ids, first = report.stream_ids.ravel(), report.stream_first
     bad = np.flatnonzero((values != values[first[ids]]).any(axis=1))
     if bad.size:
         b = int(bad[0])

@@ -1,16 +1,13 @@
-"""The one draw both predictions and real workers make, and the stream identity of a (seed, device) pair.
+"""The one draw both predictions and real workers make: ``torch.rand(draws, dtype=torch.float64)``.
 
-A stream is what a torch generator produces after ``manual_seed(seed)`` on one device type: the same seed on
-the same device type gives the same numbers (CPU and CUDA generators differ), so ``(device type, seed key)``
-is the stream's identity, where the key is the part of the seed the device's generator uses: torch's CPU
-generator (mt19937) keeps only the **low 32 bits** of its 64-bit seed (``manual_seed(s)`` and
-``manual_seed(s + 2**32)`` give the same numbers), CUDA's Philox generator the whole seed.
-The draws are ``torch.rand(draws, dtype=torch.float64)``: doubles, compared exactly.
+Doubles, compared exactly. Which seeds give the same stream is ``fastdist_lab.seeds.stream_key`` (torch's CPU
+generator reads only the low 32 bits of a seed; ``manual_seed(s)`` and ``manual_seed(s + 2**32)`` give the same
+numbers on the CPU).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,14 +16,6 @@ if TYPE_CHECKING:
 
 DRAW_FUNCTION = "torch.rand(draws, dtype=torch.float64, generator=g)"
 """The draw every prediction and every real worker makes, as text (shown in reports)."""
-
-
-def device_type(device: Any) -> str:
-    """The device type (``"cpu"``, ``"cuda"``, ...) of a ``torch.device``, a device string or a generator."""
-    device = getattr(device, "device", device)
-    device = getattr(device, "type", device)
-    text = str(device)
-    return text.split(":", 1)[0]
 
 
 def draw_values(generator: torch.Generator, draws: int) -> np.ndarray:
@@ -99,47 +88,3 @@ def cpu_draws(seeds: np.ndarray, draws: int) -> np.ndarray:
     out ^= out >> u32(18)
     joined = (out[0::2].astype(np.uint64) << np.uint64(32)) | out[1::2].astype(np.uint64)
     return ((joined & np.uint64(2**53 - 1)).astype(np.float64) * 2.0**-53).T.copy()
-
-
-CPU_SEED_MASK = np.uint64(0xFFFFFFFF)
-"""The bits of a seed torch's CPU generator uses (its mt19937 is initialised from the low 32 bits only)."""
-
-
-def stream_key(seeds: np.ndarray, device: str) -> np.ndarray:
-    """The part of each uint64 seed that determines the stream on ``device`` (low 32 bits on the CPU)."""
-    seeds = np.asarray(seeds, dtype=np.uint64)
-    return seeds & CPU_SEED_MASK if device_type(device) == "cpu" else seeds
-
-
-def stream_keys(seeds: np.ndarray, devices: tuple[str, ...]) -> np.ndarray:
-    """``stream_key`` of every (rank, generator) cell of a (rank, generator) seed array, per generator's device."""
-    keys = np.array(seeds, dtype=np.uint64, copy=True)
-    for column, device in enumerate(devices):
-        keys[:, column] = stream_key(keys[:, column], device)
-    return keys
-
-
-def stream_ids(seeds: np.ndarray, devices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Number the distinct ``(device, key)`` pairs of two equal-shape arrays in order of first appearance.
-
-    ``seeds`` is uint64 (stream keys, see ``stream_keys``), ``devices`` small integer codes. Returns
-    ``(ids, first, count)``: ``ids`` has the input's shape (equal ids = same pair), ``first[i]`` is the flat
-    index where stream ``i`` first appears, ``count[i]`` how many cells hold it.
-    """
-    flat_seeds = seeds.ravel()
-    flat_devices = devices.ravel()
-    if flat_seeds.size == 0:
-        return np.zeros(seeds.shape, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
-    order = np.lexsort((flat_seeds, flat_devices))
-    sorted_seeds, sorted_devices = flat_seeds[order], flat_devices[order]
-    new = np.ones(order.size, dtype=bool)
-    new[1:] = (sorted_seeds[1:] != sorted_seeds[:-1]) | (sorted_devices[1:] != sorted_devices[:-1])
-    provisional = np.cumsum(new) - 1
-    # lexsort is stable: the first element of each run of equal keys is its smallest flat index.
-    first = order[new]
-    renumber = np.empty(first.size, dtype=np.int64)
-    by_first = np.argsort(first, kind="stable")
-    renumber[by_first] = np.arange(first.size, dtype=np.int64)
-    ids = np.empty(order.size, dtype=np.int64)
-    ids[order] = renumber[provisional]
-    return ids.reshape(seeds.shape), first[by_first], np.bincount(ids, minlength=first.size)

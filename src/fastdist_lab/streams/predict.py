@@ -9,8 +9,8 @@ import numpy as np
 
 from ..config import DistributedConfig, PhaseType
 from ..layout import Layout
-from ..seeds import GENERATORS
-from .draws import MT_MAX_DRAWS, check_draws, cpu_draws, device_type, draw_seeds, stream_ids, stream_keys
+from ..seeds import GENERATORS, device_type, number_streams, stream_keys
+from .draws import MT_MAX_DRAWS, check_draws, cpu_draws, draw_seeds
 from .report import StreamReport
 
 logger = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ def predict(
     devices = predicted_devices(device)
     names = sorted(set(devices))
     codes = np.broadcast_to(np.array([names.index(d) for d in devices], dtype=np.int64), seeds.shape)
-    ids, first, counts = stream_ids(stream_keys(seeds, devices), codes)
+    ids, first, counts = number_streams(stream_keys(seeds, devices), codes)
     flat_seeds, flat_codes = seeds.ravel(), codes.ravel()
     values = np.empty((first.size, count), dtype=np.float64)
     for code, name in enumerate(names):
@@ -71,6 +71,6 @@ def predict(
         if streams.size:
             target = device if device_type(device) == name else name
             values[streams] = _draw(flat_seeds[first[streams]], str(target), count)
-    report = StreamReport(layout, step, phase, seeds, devices, values[ids], source="predicted")
-    report.__dict__["_ids"] = (ids, first, counts)  # already computed: prime the cached property
-    return report
+    return StreamReport(
+        layout, step, phase, seeds, devices, values[ids], source="predicted", numbering=(ids, first, counts)
+    )

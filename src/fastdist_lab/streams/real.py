@@ -6,13 +6,12 @@ generator on the same device with ``set_state``), and the pp/tp generators get t
 ``set_step``. What is drawn:
 
 - ``pp`` / ``tp``: the first values after ``distributed.set_step(step, phase)``;
-- ``pp_init`` / ``tp_init`` / ``default_cpu``: the first values after ``Distributed`` construction seeded them.
-  Taken from ``distributed.initial_states[name]`` when the runtime keeps the states captured right after
-  seeding; else from the generator's current state when it is still untouched since its last
-  ``manual_seed`` (its state equals that of a generator freshly seeded with its ``initial_seed()``); else,
-  when something already drew from it (typically torch's global default generator), from a fresh generator
-  seeded with the generator's own ``initial_seed()``. ``StreamReport.origins`` says which, per cell
-  (``"set_step"``, ``"initial_state"``, ``"untouched"``, ``"initial_seed"``).
+- ``pp_init`` / ``tp_init`` / ``default_cpu``: the first values after ``Distributed`` construction seeded them:
+  from the generator's current state when it is still untouched since its last ``manual_seed`` (its state
+  equals that of a generator freshly seeded with its ``initial_seed()``); else, when something already drew
+  from it (typically torch's global default generator), from a fresh generator seeded with the generator's own
+  ``initial_seed()``. ``StreamReport.origins`` says which, per cell (``"set_step"``, ``"untouched"``,
+  ``"initial_seed"``).
 
 The seed of each cell is read back from the generator itself (``initial_seed()``), not recomputed.
 """
@@ -24,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..config import PhaseType
-from ..seeds import GENERATORS
-from .draws import check_draws, device_type, draw_values
+from ..seeds import GENERATORS, device_type
+from .draws import check_draws, draw_values
 from .report import StreamReport
 
 if TYPE_CHECKING:
@@ -42,11 +41,11 @@ _ATTRIBUTES = {
 """Generator name -> attribute of ``Distributed``."""
 
 
-def _copy(generator: torch.Generator, state: Any = None) -> torch.Generator:
+def _copy(generator: torch.Generator) -> torch.Generator:
     import torch
 
     twin = torch.Generator(device=generator.device)
-    twin.set_state(generator.get_state() if state is None else state)
+    twin.set_state(generator.get_state())
     return twin
 
 
@@ -66,7 +65,6 @@ def rank_streams(ctx: Any, step: int, phase: str, draws: int) -> dict[str, Any]:
     if distributed is None:
         raise RuntimeError(f"rank {ctx.rank} has no Distributed: apply a layout to the cluster first")
     generators = {name: getattr(distributed, attribute) for name, attribute in _ATTRIBUTES.items()}
-    kept = getattr(distributed, "initial_states", None) or {}
     seeds, devices, origins, values = [], [], [], []
 
     saved = {name: generators[name].get_state() for name in ("pp", "tp")}
@@ -84,9 +82,7 @@ def rank_streams(ctx: Any, step: int, phase: str, draws: int) -> dict[str, Any]:
             origin = "set_step"
         else:
             seed = generator.initial_seed()
-            if name in kept:
-                twin, origin = _copy(generator, kept[name]), "initial_state"
-            elif _untouched(generator):
+            if _untouched(generator):
                 twin, origin = _copy(generator), "untouched"
             else:
                 twin = torch.Generator(device=generator.device)

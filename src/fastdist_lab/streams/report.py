@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import html
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..config import PhaseType
 from ..layout import RANK_COLUMNS, Layout
-from ..seeds import GENERATORS
-from .draws import DRAW_FUNCTION, stream_ids, stream_keys
+from ..seeds import GENERATORS, number_streams, stream_keys
+from .draws import DRAW_FUNCTION
 
 if TYPE_CHECKING:
     import pandas as pd
-    from matplotlib.figure import Figure
 
 
 class StreamReport:
@@ -40,6 +38,7 @@ class StreamReport:
         source: str = "predicted",
         generators: tuple[str, ...] = GENERATORS,
         origins: np.ndarray | None = None,
+        numbering: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
     ):
         self.layout = layout
         self.step = int(step)
@@ -60,6 +59,19 @@ class StreamReport:
             raise ValueError(f"origins of shape {self.origins.shape} do not fit {world} ranks x {count} generators")
         if self.values.ndim != 3 or self.values.shape[:2] != (world, count):
             raise ValueError(f"values of shape {self.values.shape} do not fit {world} ranks x {count} generators")
+        if numbering is None:
+            names = sorted(set(self.devices))
+            codes = np.array([names.index(d) for d in self.devices], dtype=np.int64)
+            numbering = number_streams(stream_keys(self.seeds, self.devices), np.broadcast_to(codes, self.seeds.shape))
+        ids, first, counts = numbering
+        if ids.shape != self.seeds.shape:
+            raise ValueError(f"stream ids of shape {ids.shape} do not fit {world} ranks x {count} generators")
+        self.stream_ids: np.ndarray = ids
+        """The stream id of every (rank, generator) cell, numbered by first appearance (rank-major)."""
+        self.stream_first: np.ndarray = first
+        """For each stream id, the flat (rank-major) index of the first cell that has it."""
+        self.stream_counts: np.ndarray = counts
+        """For each stream id, how many cells have it."""
 
     # ------------------------------------------------------------------ identity
     @property
@@ -67,25 +79,10 @@ class StreamReport:
         """How many values were drawn from each generator."""
         return self.values.shape[2]
 
-    @cached_property
-    def _device_codes(self) -> tuple[list[str], np.ndarray]:
-        names = sorted(set(self.devices))
-        per_generator = np.array([names.index(d) for d in self.devices], dtype=np.int64)
-        return names, np.broadcast_to(per_generator, self.seeds.shape)
-
-    @cached_property
-    def _ids(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return stream_ids(stream_keys(self.seeds, self.devices), self._device_codes[1])
-
-    @property
-    def stream_ids(self) -> np.ndarray:
-        """The stream id of every (rank, generator) cell, numbered by first appearance (rank-major)."""
-        return self._ids[0]
-
     @property
     def num_streams(self) -> int:
         """How many distinct streams the world holds."""
-        return int(self._ids[1].size)
+        return int(self.stream_first.size)
 
     def generator_index(self, generator: str) -> int:
         """The column of ``generator`` (one of ``GENERATORS``); ``ValueError`` naming the choices otherwise."""
@@ -193,19 +190,6 @@ class StreamReport:
         """The rows of ``compare(other)`` that differ (empty when ``matches(other)`` at the same step/phase)."""
         frame = self.compare(other)
         return frame[~frame["ok"]].reset_index(drop=True)
-
-    # ------------------------------------------------------------------ pictures
-    def plot_streams(self, **kwargs: Any) -> Figure:
-        """Rank x generator, each cell coloured by its stream id (see ``fastdist_lab.viz.streams.plot_streams``)."""
-        from ..viz.streams import plot_streams
-
-        return plot_streams(self, **kwargs)
-
-    def plot_sharing(self, generator: str = "tp", **kwargs: Any) -> Figure:
-        """Rank x rank: which ranks share ``generator``'s stream (see ``fastdist_lab.viz.streams.plot_sharing``)."""
-        from ..viz.streams import plot_sharing
-
-        return plot_sharing(self, generator, **kwargs)
 
     # ------------------------------------------------------------------ display
     def summary(self) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Colours for group ids: a light qualitative palette, extended by golden-ratio hues for many groups."""
+"""The one palette of every picture: light qualitative colours for group and stream ids, extended by
+golden-ratio hues for many ids (black text stays readable on each)."""
 
 from __future__ import annotations
 

@@ -11,14 +11,16 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 
-from ..conventions import Convention, as_convention, equivalent
+from ..conventions import Convention, as_convention, equivalent, seed_streams
 from ..conventions.base import normalise_mapping
 from ..conventions.equivalence import differing_ranks
+from ..conventions.seeds import STREAMS
+from ..seeds import stream_ids
+from .colors import group_colors
 
 TEXT_LIMIT = 256
 """Worlds up to this many ranks get their rank written in each cell."""
@@ -26,27 +28,11 @@ TEXT_LIMIT = 256
 _DIFF = "#d62728"
 
 
-def _palette(count: int) -> np.ndarray:
-    """``count`` light RGB colours (tab20's light half, then Pastel1 and Pastel2), repeating when exhausted."""
-    light = [colormaps["tab20"](i)[:3] for i in range(1, 20, 2)]
-    light += [colormaps["Pastel1"](i)[:3] for i in range(8)] + [colormaps["Pastel2"](i)[:3] for i in range(7)]
-    base = np.array(light)
-    return base[np.arange(count) % len(base)]
-
-
 def _shape(world: int, cols: int | None) -> tuple[int, int]:
     if cols is None:
         cols = min(world, 8)
     cols = max(1, min(int(cols), world))
     return -(-world // cols), cols
-
-
-def _canonical_ids(groups: np.ndarray, world: int) -> np.ndarray:
-    """Per rank, the index of its group when groups are ordered by their smallest member."""
-    order = np.argsort(groups.min(axis=1), kind="stable")
-    ids = np.empty(world, dtype=np.int64)
-    ids[groups[order]] = np.arange(groups.shape[0], dtype=np.int64)[:, None]
-    return ids
 
 
 def _draw_panel(
@@ -60,7 +46,7 @@ def _draw_panel(
 ) -> None:
     world = values.shape[0]
     image = np.ones((rows * cols, 3))
-    image[:world] = _palette(int(values.max()) + 1)[values]
+    image[:world] = group_colors(int(values.max()) + 1)[values]
     ax.imshow(image.reshape(rows, cols, 3), extent=(0, cols, rows, 0), interpolation="nearest", aspect="auto")
     if outline is not None and outline.any():
         ranks = np.nonzero(outline)[0]
@@ -123,8 +109,8 @@ def plot_conventions(
         raise ValueError(f"world sizes differ: {a.name} has {a.world_size} ranks, {b.name} {b.world_size}")
     world = a.world_size
     ga, gb = a.groups_of_axes(left_axes), b.groups_of_axes(right_axes)
-    differs = differing_ranks(ga, gb, world)
-    ids_a = _canonical_ids(ga, world)
+    differs = differing_ranks(a, left_axes, b, right_axes)
+    ids_a = a.rank_grid.group_index(left_axes)
     # match colours: a right group identical (as a set) to a left group takes that group's colour
     key_a = {tuple(sorted(g)): i for i, g in zip(ids_a[ga[:, 0]], ga.tolist())}
     colour_b = np.empty(world, dtype=np.int64)
@@ -139,10 +125,8 @@ def plot_conventions(
         figsize = (min(16.0, 1.6 + 0.75 * ncols) * 2, min(12.0, 1.2 + 0.55 * rows))
     fig = Figure(figsize=figsize, layout="constrained")
     axes = fig.subplots(1, 2)
-    pos_a = np.empty(world, dtype=np.int64)
-    pos_a[ga] = np.arange(ga.shape[1])
-    pos_b = np.empty(world, dtype=np.int64)
-    pos_b[gb] = np.arange(gb.shape[1])
+    pos_a = a.rank_grid.group_rank(left_axes)
+    pos_b = b.rank_grid.group_rank(right_axes)
     show_text = world <= TEXT_LIMIT
     labels_a = [f"{r}\n#{pos_a[r]}" for r in range(world)] if show_text else None
     labels_b = [f"{r}\n#{pos_b[r]}" for r in range(world)] if show_text else None
@@ -168,8 +152,6 @@ def plot_seed_sharing(
     """One panel per random stream (``conventions.seeds.STREAMS`` or the names in ``streams``) on ``layout``'s
     GPUs: ranks of one colour share that stream (on ``device``: CPU generators read only 32 bits of the seed).
     Cell text: the rank and its stream id."""
-    from ..conventions.seeds import STREAMS, seed_streams, stream_ids
-
     names = list(STREAMS) if streams is None else [streams] if isinstance(streams, str) else list(streams)
     unknown = [n for n in names if n not in STREAMS]
     if unknown:

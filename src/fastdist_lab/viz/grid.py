@@ -75,14 +75,6 @@ def cell_grid(layout: Layout) -> CellGrid:
     return CellGrid(rows, per_row * local, per_row, local, row, col)
 
 
-def group_ids(layout: Layout, dim: str) -> np.ndarray:
-    """For every global rank, the index of its group of ``dim`` (groups numbered by first member)."""
-    groups = layout.groups(dim)
-    out = np.empty(layout.world_size, dtype=np.int64)
-    out[groups] = np.arange(groups.shape[0], dtype=np.int64)[:, None]
-    return out
-
-
 def _check_highlight(layout: Layout, highlight: int | None) -> int | None:
     if highlight is None:
         return None
@@ -101,7 +93,7 @@ def _check_dim(dim: str) -> str:
 
 def cell_labels(layout: Layout) -> list[str]:
     """Each rank's cell text: the rank, then ``t d p`` coordinates (and ``s b`` when sequence-data > 1)."""
-    c = layout._coordinates
+    c = layout.coordinates
     t, d, p = c["tensor_rank"], c["data_rank"], c["pipeline_rank"]
     if layout.sequence_data_parallel > 1:
         s, b = c["sequence_data_rank"], c["batch_data_rank"]
@@ -222,7 +214,7 @@ def _dim_title(layout: Layout, dim: str) -> str:
 
 
 def _rank_colors(layout: Layout, dim: str, highlight: int | None) -> tuple[np.ndarray, np.ndarray | None]:
-    ids = group_ids(layout, dim)
+    ids = layout.group_index(dim)
     colors = group_colors(int(ids.max()) + 1)[ids]
     if highlight is None:
         return colors, None

@@ -10,40 +10,22 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib.colors import ListedColormap, hsv_to_rgb
+from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 
+from ..seeds import number_streams
+from .colors import group_colors
+
 if TYPE_CHECKING:
     from ..streams import StreamReport
-
-_TAB20 = np.array(
-    [
-        (0.682, 0.780, 0.910), (1.000, 0.733, 0.471), (0.596, 0.875, 0.541), (1.000, 0.596, 0.588),
-        (0.773, 0.690, 0.835), (0.769, 0.612, 0.580), (0.969, 0.714, 0.824), (0.859, 0.859, 0.553),
-        (0.620, 0.855, 0.898), (0.851, 0.851, 0.851), (0.553, 0.827, 0.780), (1.000, 1.000, 0.702),
-        (0.745, 0.729, 0.855), (0.992, 0.706, 0.384), (0.702, 0.871, 0.412), (0.988, 0.804, 0.898),
-        (0.800, 0.922, 0.773), (1.000, 0.929, 0.435), (0.502, 0.694, 0.827), (0.984, 0.502, 0.447),
-    ]
-)  # fmt: skip
 
 _LINES = {
     "pipeline": {"color": "#c0392b", "linewidth": 2.0, "linestyle": "-"},
     "data": {"color": "#2c6fbb", "linewidth": 1.0, "linestyle": "--"},
     "tensor": {"color": "#f39c12", "linewidth": 1.8, "linestyle": "-"},
 }
-
-
-def stream_colors(count: int) -> np.ndarray:
-    """``count`` light RGB colours, neighbours in index order clearly distinct (vectorised for many)."""
-    if count <= len(_TAB20):
-        return _TAB20[:count].copy()
-    index = np.arange(count)
-    hsv = np.stack(
-        [(index * 0.6180339887498949) % 1.0, 0.30 + 0.15 * (index // 7 % 3), 0.97 - 0.10 * (index // 3 % 2)], axis=1
-    )
-    return hsv_to_rgb(hsv)
 
 
 def _shown(report: StreamReport, max_ranks: int) -> tuple[int, str]:
@@ -78,11 +60,8 @@ def plot_streams(report: StreamReport, *, max_ranks: int = 256, annotate: bool |
     """
     shown, note = _shown(report, max_ranks)
     ids = report.stream_ids[:shown]
-    _, first, local = np.unique(ids.ravel(), return_index=True, return_inverse=True)
-    renumber = np.empty(first.size, dtype=np.int64)
-    renumber[np.argsort(first, kind="stable")] = np.arange(first.size)
-    local = renumber[np.asarray(local).ravel()].reshape(ids.shape)
-    image = stream_colors(first.size)[local]
+    local, first, _ = number_streams(ids.astype(np.uint64))  # the shown streams, numbered by first appearance
+    image = group_colors(first.size)[local]
 
     count = len(report.generators)
     height = min(12.0, 1.6 + 0.28 * shown)

@@ -6,6 +6,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from ..layout import Layout
 from .cluster_panel import ClusterPanel
 from .layout_panel import LayoutPanel
 from .streams_panel import StreamsPanel
@@ -67,7 +68,7 @@ class Lab(widgets.VBox):
 
 
 def lab(
-    world_size: int = 8,
+    world_size: int | Layout = 8,
     local_world_size: int | None = None,
     tensor_parallel: int = 2,
     pipeline_parallel: int = 2,
@@ -78,15 +79,20 @@ def lab(
 ) -> Lab:
     """The lab: a ``LayoutPanel`` (default world 8 = tensor 2 x pipeline 2 x sequence-data 2 on one node), a
     ``ClusterPanel`` and a ``StreamsPanel``, linked, in one widget. No cluster is started until Start is clicked.
+
+    ``lab(layout)`` opens the lab on an existing ``Layout`` (its sizes, order and seed).
     """
-    layout_panel = LayoutPanel(
-        world_size=world_size,
-        local_world_size=local_world_size,
-        tensor_parallel=tensor_parallel,
-        pipeline_parallel=pipeline_parallel,
-        sequence_data_parallel=sequence_data_parallel,
-        pipeline_first=pipeline_first,
-    )
+    if isinstance(world_size, Layout):
+        layout_panel = LayoutPanel.from_layout(world_size)
+    else:
+        layout_panel = LayoutPanel(
+            world_size=world_size,
+            local_world_size=local_world_size,
+            tensor_parallel=tensor_parallel,
+            pipeline_parallel=pipeline_parallel,
+            sequence_data_parallel=sequence_data_parallel,
+            pipeline_first=pipeline_first,
+        )
     cluster_panel = ClusterPanel(layout_panel.layout, backend=backend, timeout=timeout)
     streams_panel = StreamsPanel(layout_panel.layout)
     return Lab(layout_panel, cluster_panel, streams_panel)

@@ -10,25 +10,13 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as widgets
 import traitlets
 
+from ..checks import rank_summary
 from ..layout import Layout
 from .common import TABLE_STYLE, Panel, error_html, frame_table, short_error
 from .layout_panel import LayoutPanel
 
 if TYPE_CHECKING:
     from ..runtime import LocalCluster, RankResults, Verification
-
-
-def rank_summary(ctx: Any) -> str:
-    """Run on every rank after ``apply``: the rank's coordinates and the sizes of its real process groups."""
-    import os
-
-    config, dist = ctx.config, ctx.distributed
-    sizes = []
-    for name in ("tensor", "pipeline", "data"):
-        group = getattr(dist, f"{name}_group", None)
-        sizes.append(f"{name} group {1 if group is None else group.size()}")
-    print(f"rank {ctx.rank} (pid {os.getpid()}): t{config.tensor_rank} d{config.data_rank} p{config.pipeline_rank}")
-    return ", ".join(sizes)
 
 
 def verification_html(verification: Verification) -> str:

@@ -37,7 +37,7 @@ def _members_text(members: np.ndarray, limit: int = 48) -> str:
 def ranks_html(layout: Layout, limit: int = MAX_TABLE_RANKS) -> str:
     """The ranks table of ``layout`` as HTML: one ``<tr>`` per rank (the first ``limit`` ranks) in ``<tbody>``."""
     shown = min(layout.world_size, limit)
-    c = layout._coordinates
+    c = layout.coordinates
     columns = [np.arange(shown)] + [c[name][:shown] for name in RANK_COLUMNS]
     rows = zip(*(col.tolist() for col in columns))
     table = html_table(_RANK_HEADERS, rows)
@@ -188,6 +188,20 @@ class LayoutPanel(Panel):
         self._redraw.flush()
 
     # ----------------------------------------------------------------- construction helpers
+    @classmethod
+    def from_layout(cls, layout: Layout, **options: Any) -> LayoutPanel:
+        """A panel showing ``layout`` (its sizes, order and seed); ``options`` as for the constructor."""
+        return cls(
+            world_size=layout.world_size,
+            local_world_size=layout.local_world_size,
+            tensor_parallel=layout.tensor_parallel,
+            pipeline_parallel=layout.pipeline_parallel,
+            sequence_data_parallel=layout.sequence_data_parallel,
+            pipeline_first=layout.pipeline_first,
+            seed=layout.seed,
+            **options,
+        )
+
     def _factor(self, description: str, value: int, css: str) -> FactorDropdown:
         control = FactorDropdown(
             options=[(str(value), value)],

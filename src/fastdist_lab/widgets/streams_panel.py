@@ -11,6 +11,7 @@ import traitlets
 from ..config import PhaseType
 from ..layout import Layout
 from ..seeds import GENERATORS
+from ..viz import plot_sharing, plot_streams, to_png
 from .cluster_panel import ClusterPanel
 from .common import TABLE_STYLE, Debouncer, Panel, error_html, frame_table, short_error
 from .layout_panel import LayoutPanel
@@ -161,18 +162,18 @@ class StreamsPanel(Panel):
         self._redraw.schedule()
 
     def _render(self) -> None:
-        from ..viz import to_png
-
         report = self.real if self.real is not None else self.predicted
         if report is None:
             return
-        key = (id(report), self.generator.value, self.view.value)
-        if key == self._drawn:
+        # The report itself is kept (not its id(): ids are reused once an object is freed).
+        key = (report, self.generator.value, self.view.value)
+        drawn = self._drawn
+        if drawn is not None and drawn[0] is report and drawn[1:] == key[1:]:
             return
         if self.view.value == "sharing":
-            figure = report.plot_sharing(self.generator.value)
+            figure = plot_sharing(report, self.generator.value)
         else:
-            figure = report.plot_streams()
+            figure = plot_streams(report)
         self.picture.value = to_png(figure)
         figure.clear()
         self.sharing.value = sharing_html(report, self.generator.value)

@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .base import ConventionError
-from .device_mesh import device_mesh_spec, layout_mesh_dims
+from ..conventions import ConventionError, layout_mesh_dims
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -71,7 +70,10 @@ def mesh_worker(
             mesh = init_device_mesh(device.type, shape, mesh_dim_names=names)
             out: dict[str, Any] = {"mesh": mesh.mesh.tolist(), "coordinate": list(mesh.get_coordinate() or [])}
             for dim, mesh_dims in dims.items():
-                sub = mesh[mesh_dims[0]] if len(mesh_dims) == 1 else mesh[mesh_dims]._flatten(f"fastdist_{dim}")
+                if len(mesh_dims) == 1:
+                    sub = mesh[mesh_dims[0]]
+                else:  # torch's only way to a flattened mesh dim (what torchtitan uses too)
+                    sub = mesh[mesh_dims]._flatten(f"fastdist_{dim}")  # noqa: SLF001
                 group = sub.get_group()
                 mine = torch.tensor([ctx.rank], dtype=torch.int64, device=device)
                 gathered = [torch.zeros_like(mine) for _ in range(group.size())]
@@ -113,7 +115,7 @@ def device_mesh_check(
         raise ConventionError("no layout: pass layout=... or apply one to the cluster first")
     if layout.world_size != cluster.world_size:
         raise ConventionError(f"layout has world_size={layout.world_size}, the cluster {cluster.world_size} ranks")
-    shape, names, mesh = device_mesh_spec(layout)
+    shape, names, mesh = layout.device_mesh_spec()
     if spec is not None:
         shape, names = tuple(int(s) for s in spec[0]), tuple(spec[1])
         if sorted(names) != sorted(layout.grid_axes) or len(shape) != len(names):

@@ -1,0 +1,175 @@
+"""The one numbering core: named axes with sizes, fastest-varying first, as a mixed-radix number.
+
+Every framework numbers its GPUs the same way: global rank = sum(coordinate_a * stride_a), where the stride of
+an axis is the product of the sizes of the axes that vary faster than it. Fast-LLM (``distributed.py`` and its
+config at commit 91b28fab) puts tensor fastest, then sequence-data, batch-data and pipeline (or pipeline before
+the data axes with ``pipeline_first``); Megatron-Core, torch's ``DeviceMesh``, picotron and DeepSpeed only order
+the axes differently. So ``Layout``, every convention, the checks and the pictures all use this one class, and a
+group is always "the ranks that differ only along some axes": a transpose and a reshape of one rank grid, or,
+per rank, the mixed-radix number of its coordinates along those axes.
+
+Pure numpy: whole-world answers in milliseconds, no per-rank Python loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cached_property
+
+import numpy as np
+
+
+class RankGrid:
+    """Named axes with sizes, fastest-varying first; global rank = sum(coordinate * stride).
+
+    ``groups(member_axes)`` returns every group over ``member_axes`` as a 2-d array, one row per group: members run
+    over ``member_axes`` with the FIRST listed fastest, and rows are enumerated over the remaining axes, this grid's
+    fastest first (which orders rows by their first, smallest member). ``group_index`` and ``group_rank`` give, for
+    every global rank, its row and its position in that row without building the groups.
+
+    ``error`` is the exception type raised for a bad axis name or rank (callers pass their own ``ValueError``
+    subclass, e.g. ``LayoutError``); sizes are validated by the caller.
+    """
+
+    def __init__(self, axes: Sequence[str], sizes: Sequence[int], *, error: type[ValueError] = ValueError):
+        self.axes: tuple[str, ...] = tuple(axes)
+        self.sizes: tuple[int, ...] = tuple(int(size) for size in sizes)
+        self.error = error
+        if len(self.axes) != len(self.sizes):
+            raise error(f"{len(self.axes)} axes {self.axes} but {len(self.sizes)} sizes {self.sizes}")
+        if len(set(self.axes)) != len(self.axes):
+            raise error(f"axis names must be distinct, got {self.axes}")
+        if any(size < 1 for size in self.sizes):
+            raise error(f"every axis size must be >= 1, got {dict(zip(self.axes, self.sizes))}")
+        self.world_size = int(np.prod(self.sizes, dtype=object))
+
+    # ------------------------------------------------------------------ axes
+    def index(self, axis: str) -> int:
+        """The position of ``axis`` in ``axes`` (fastest first)."""
+        try:
+            return self.axes.index(axis)
+        except ValueError:
+            raise self.error(f"{axis!r} is not an axis; use one of {', '.join(self.axes)}") from None
+
+    def size(self, axis: str) -> int:
+        """The size of ``axis``."""
+        return self.sizes[self.index(axis)]
+
+    @cached_property
+    def strides(self) -> dict[str, int]:
+        """Each axis's rank distance between neighbours: the product of the sizes of the faster axes."""
+        out, stride = {}, 1
+        for axis, size in zip(self.axes, self.sizes):
+            out[axis] = stride
+            stride *= size
+        return out
+
+    @property
+    def grid_axes(self) -> tuple[str, ...]:
+        """The names of ``grid``'s axes, slowest first (row-major order, as numpy and torch take shapes)."""
+        return self.axes[::-1]
+
+    @cached_property
+    def grid(self) -> np.ndarray:
+        """All global ranks as a read-only array whose axes are ``grid_axes`` (slowest first)."""
+        grid = np.arange(self.world_size, dtype=np.int64).reshape(self.sizes[::-1])
+        grid.setflags(write=False)  # groups() returns views of it
+        return grid
+
+    def ordered(self, axes: Sequence[str]) -> tuple[str, ...]:
+        """``axes`` (checked) in this grid's order, fastest first."""
+        wanted = set(axes)
+        for axis in wanted:
+            self.index(axis)
+        return tuple(axis for axis in self.axes if axis in wanted)
+
+    def _checked(self, member_axes: Sequence[str]) -> tuple[str, ...]:
+        member_axes = tuple(member_axes)
+        for axis in member_axes:
+            self.index(axis)
+        if len(set(member_axes)) != len(member_axes):
+            raise self.error(f"axes {member_axes} repeat a name")
+        return member_axes
+
+    # ------------------------------------------------------------------ per rank
+    def coordinate(self, axis: str) -> np.ndarray:
+        """Every global rank's coordinate along ``axis`` (array indexed by global rank)."""
+        ranks = np.arange(self.world_size, dtype=np.int64)
+        return ranks // self.strides[axis] % self.size(axis)
+
+    def check_rank(self, rank: int) -> int:
+        """``rank`` as an int, or ``error`` unless it is in ``[0, world_size)``."""
+        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)):
+            raise self.error(f"rank={rank!r} must be an integer")
+        if not 0 <= rank < self.world_size:
+            raise self.error(f"rank={rank} must be in [0, world_size={self.world_size})")
+        return int(rank)
+
+    def coordinates_of(self, rank: int) -> dict[str, int]:
+        """The coordinate of global ``rank`` along every axis (fastest first)."""
+        rank = self.check_rank(rank)
+        return {axis: rank // stride % size for (axis, stride), size in zip(self.strides.items(), self.sizes)}
+
+    def rank_of(self, **coordinates: int) -> int:
+        """The global rank at ``coordinates`` (axes left out are 0)."""
+        unknown = sorted(set(coordinates) - set(self.axes))
+        if unknown:
+            raise self.error(f"unknown axes {unknown}; use {', '.join(self.axes)}")
+        rank = 0
+        for (axis, stride), size in zip(self.strides.items(), self.sizes):
+            value = coordinates.get(axis, 0)
+            if not 0 <= value < size:
+                raise self.error(f"{axis}={value} must be in [0, {size})")
+            rank += value * stride
+        return rank
+
+    def _radix(self, axes: Sequence[str]) -> np.ndarray:
+        """Per rank, the mixed-radix number of its coordinates along ``axes`` (first listed fastest)."""
+        out = np.zeros(self.world_size, dtype=np.int64)
+        weight = 1
+        for axis in axes:
+            out += self.coordinate(axis) * weight
+            weight *= self.size(axis)
+        return out
+
+    def group_rank(self, member_axes: Sequence[str]) -> np.ndarray:
+        """Every global rank's position inside its group over ``member_axes`` (array indexed by global rank)."""
+        return self._radix(self._checked(member_axes))
+
+    def group_index(self, member_axes: Sequence[str]) -> np.ndarray:
+        """Every global rank's row in ``groups(member_axes)`` (array indexed by global rank)."""
+        members = set(self._checked(member_axes))
+        return self._radix([axis for axis in self.axes if axis not in members])
+
+    # ------------------------------------------------------------------ groups
+    def group_size(self, member_axes: Sequence[str]) -> int:
+        """How many ranks one group over ``member_axes`` holds."""
+        return int(np.prod([self.size(axis) for axis in self._checked(member_axes)], dtype=np.int64))
+
+    def groups(self, member_axes: Sequence[str]) -> np.ndarray:
+        """Every group over ``member_axes``: one row per group, members in group-rank order (first axis fastest)."""
+        member_axes = self._checked(member_axes)
+        position = {axis: len(self.axes) - 1 - i for i, axis in enumerate(self.axes)}
+        others = [position[a] for a in self.grid_axes if a not in member_axes]
+        inner = [position[a] for a in reversed(member_axes)]
+        return self.grid.transpose(others + inner).reshape(-1, self.group_size(member_axes))
+
+    def group_of(self, member_axes: Sequence[str], rank: int) -> np.ndarray:
+        """The members of ``rank``'s group over ``member_axes``, in group-rank order."""
+        rank = self.check_rank(rank)
+        return self.groups(member_axes)[int(self.group_index(member_axes)[rank])]
+
+    def group_table(self, member_axes: Sequence[str]) -> np.ndarray:
+        """For every global rank, the members of its group: shape ``(world_size, group size)``."""
+        return self.groups(member_axes)[self.group_index(member_axes)]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RankGrid):
+            return NotImplemented
+        return (self.axes, self.sizes) == (other.axes, other.sizes)
+
+    def __hash__(self) -> int:
+        return hash((self.axes, self.sizes))
+
+    def __repr__(self) -> str:
+        return "RankGrid(" + " < ".join(f"{a}={s}" for a, s in zip(self.axes, self.sizes)) + ", fastest first)"
