@@ -87,12 +87,14 @@ def chromium_executable() -> Path:
 
 
 @pytest.fixture()
-def screenshots(request: pytest.FixtureRequest) -> Path:
+def screenshots(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh folder for this run's screenshots and logs, printed at the end of the session.
 
-    ``tests/e2e/screenshots/<UTC timestamp>/`` unless ``FASTDIST_LAB_E2E_SCREENSHOTS`` names another parent.
+    Under pytest's own temporary directory (nothing is left in the working tree) unless
+    ``FASTDIST_LAB_E2E_SCREENSHOTS`` names a parent folder to keep them in.
     """
-    parent = Path(os.environ.get("FASTDIST_LAB_E2E_SCREENSHOTS", REPO / "tests" / "e2e" / "screenshots"))
+    kept = os.environ.get("FASTDIST_LAB_E2E_SCREENSHOTS")
+    parent = Path(kept) if kept else tmp_path_factory.getbasetemp() / "e2e-screenshots"
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     folder = parent / f"{stamp}-{request.node.name}"
     folder.mkdir(parents=True, exist_ok=True)

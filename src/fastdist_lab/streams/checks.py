@@ -1,7 +1,7 @@
 """The invariants a ``StreamReport`` is checked against, vectorised over the whole world.
 
 Each check returns one row ``{"check", "ok", "detail"}``; a failing detail names the ranks, the generators
-and the seed. What "should" share a stream is the seed's design (see ``shared/spec/layout-and-seeds.md``):
+and the seed. What "should" share a stream is Fast-LLM's design (commit 91b28fab; ``docs/formulas.md``):
 pp streams are shared by the ranks of a tensor group, every tp stream is its rank's own, and the init
 generators (and torch's default CPU generator, seeded like ``pp_init``) are shared across data and pipeline
 ranks exactly when ``reproducible_init`` is set.
