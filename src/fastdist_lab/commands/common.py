@@ -67,22 +67,25 @@ def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _factors(args: argparse.Namespace) -> tuple[dict[str, int], list[str]]:
-    """The parallel factors the flags give, defaults filled in, and the flags that were left at their default."""
+    """The parallel factors the flags give, defaults filled in, and the fields that were left at their default."""
     values, defaulted = {}, []
-    for name, flag in _FACTOR_FLAGS.items():
+    for name in _FACTOR_FLAGS:
         given = getattr(args, name)
         if given is None:
             values[name] = DEFAULT_LAYOUT[name]
-            defaulted.append(f"{flag} {DEFAULT_LAYOUT[name]}")
+            defaulted.append(name)
         else:
             values[name] = given
     return values, defaulted
 
 
 def _with_defaults_named(error: LayoutError, defaulted: list[str]) -> LayoutError:
-    if not defaulted:
+    """``error``, telling which of the sizes it names were not given but defaulted (they are easy to overlook)."""
+    text = str(error)
+    named = [f"{_FACTOR_FLAGS[name]} {DEFAULT_LAYOUT[name]}" for name in defaulted if f"{name}=" in text]
+    if not named:
         return error
-    return LayoutError(f"{error} (defaults used: {', '.join(defaulted)}; give the sizes you want)")
+    return LayoutError(f"{text} (not given, so the defaults: {', '.join(named)}; give the sizes you want)")
 
 
 def layout_from_args(args: argparse.Namespace, **extra: object) -> Layout:

@@ -1,0 +1,94 @@
+"""What a new user meets first: one default everywhere, errors that name the bad value, helpful --help."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from fastdist_lab import Layout, LayoutError
+from fastdist_lab.cli import build_parser, main
+
+
+def run_cli(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "fastdist_lab", *argv], capture_output=True, text=True, timeout=120
+    )  # fmt: skip
+
+
+def test_a_layout_is_one_node_unless_told(monkeypatch):
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    layout = Layout(world_size=16, tensor_parallel=2)
+    assert layout.local_world_size == 16 and layout.num_nodes == 1
+    assert Layout(world_size=16, local_world_size=8).num_nodes == 2
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # torchrun's variable is a way of being told
+    assert Layout(world_size=16).local_world_size == 4
+
+
+def test_keyword_typos_suggest_the_field():
+    with pytest.raises(LayoutError, match=r"unexpected field\(s\): tensor \(did you mean tensor_parallel\?\)"):
+        Layout(world_size=16, tensor=2)
+    with pytest.raises(LayoutError, match=r"rank \(a Layout holds every rank; use layout.config\(rank\)"):
+        Layout(world_size=16, rank=3)
+
+
+def test_a_wrong_world_size_is_the_only_thing_said():
+    with pytest.raises(LayoutError) as caught:
+        Layout(world_size=0)
+    assert str(caught.value) == "world_size=0 must be > 0"
+    result = run_cli("layout", "--world-size", "0")
+    assert result.returncode == 2 and result.stderr == "fastdist-lab layout: error: world_size=0 must be > 0\n"
+
+
+def test_defaulted_sizes_are_named_when_they_are_the_problem():
+    result = run_cli("layout", "--world-size", "4", "--tp", "2", "--pp", "2")
+    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1
+    assert "sequence_data_parallel=2 must divide data_parallel=1" in result.stderr
+    assert "not given, so the defaults: --sequence-data-parallel 2" in result.stderr
+    assert "--tensor-parallel" not in result.stderr.split("defaults:")[1]  # given explicitly
+
+
+def test_one_rank_of_a_huge_world_and_an_out_of_range_rank(capsys):
+    assert main(["layout", "--world-size", str(2**30), "--rank", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "[0, 1, 2, 3, 4, 5, 6, 7, ..., 1073741823] (1,073,741,824 ranks)" in out
+    assert main(["layout", "--rank", "100000000"]) == 2
+    err = capsys.readouterr().err
+    assert err == "fastdist-lab layout: error: rank=100000000 must be in [0, world_size=8)\n"
+    assert "DistributedConfig" not in err
+
+
+def test_one_rank_shows_members_not_ranges(capsys):
+    assert main(["layout", "--world-size", "16", "--local-world-size", "8", "--rank", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "range(" not in out
+    assert "[5, 13]" in out  # its pipeline group
+
+
+def test_streams_refuses_a_negative_step_and_says_when_steps_wrap(capsys):
+    assert main(["streams", "--step", "-1"]) == 2
+    assert (
+        capsys.readouterr().err == "fastdist-lab streams: error: step=-1 must be >= 0 (training steps count from 0)\n"
+    )
+    assert main(["streams", "--step", str(2**70), "--format", "json"]) == 0
+    err = capsys.readouterr().err
+    assert err == (
+        "fastdist-lab streams: note: step 1180591620717411303424 gives the seeds of step 0: the seed arithmetic of "
+        "Fast-LLM is modulo 2**64\n"
+    )
+
+
+def test_help_shows_defaults_and_explains_every_flag():
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices
+    assert "`" not in parser.format_help()
+    for name, command in commands.items():
+        text = command.format_help()
+        assert "`" not in text, name
+        for action in command._actions:
+            if action.dest in ("help",):
+                continue
+            assert action.help, f"{name} {action.option_strings} has no help"
+        assert "(default: 8)" in text or name not in ("layout", "check", "streams"), name
