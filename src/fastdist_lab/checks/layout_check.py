@@ -3,6 +3,7 @@ compared with the prediction, on a running cluster (``fastdist-lab check``, the 
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -60,7 +61,8 @@ class LayoutCheck:
         """The layout, what was checked, one row per dim, every failure in full (``verbose``: every group), and
         the streams verdict; as ``fastdist-lab check`` prints it."""
         verification = self.verification
-        lines = [f"layout: {self.layout!r}", f"checked: {WHAT_IS_CHECKED}.", "", verification.summary()]
+        lines = [f"layout: {self.layout!r}", *textwrap.wrap(f"checked: {WHAT_IS_CHECKED}.", 110), ""]
+        lines.append(verification.summary())
         lines.append(self.dim_summary().to_string())
         failures = [row for row in verification.rows if not row["ok"]]
         if failures:
