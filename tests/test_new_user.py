@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -92,3 +93,16 @@ def test_help_shows_defaults_and_explains_every_flag():
                 continue
             assert action.help, f"{name} {action.option_strings} has no help"
         assert "(default: 8)" in text or name not in ("layout", "check", "streams"), name
+
+
+def test_big_worlds_are_summarised_unless_every_row_is_asked_for(capsys):
+    flags = ["layout", "--world-size", "65536", "--local-world-size", "8", "--tp", "8", "--pp", "8", "--sdp", "2"]
+    assert main(flags) == 0
+    out = capsys.readouterr().out
+    assert "65,536 ranks: rows not listed (more than 4,096); --all-rows lists every one" in out
+    assert len(out.splitlines()) < 60 and "nodes_spanned" in out
+    assert main([*flags, "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert "ranks" not in doc and len(doc["topology"]) == 9 and doc["layout"]["world_size"] == 65536
+    assert main([*flags, "--all-rows", "--format", "csv"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 65536 + 1

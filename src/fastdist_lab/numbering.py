@@ -92,10 +92,32 @@ class RankGrid:
         return member_axes
 
     # ------------------------------------------------------------------ per rank
+    def _radix(self, axes: Sequence[str]) -> np.ndarray:
+        """Per rank, the mixed-radix number of its coordinates along ``axes`` (first listed fastest).
+
+        Built by broadcasting one small ``arange`` per axis over the grid's shape: no integer division, which
+        numpy does slowly on int64 (a 2**24-rank world takes milliseconds, not seconds).
+        """
+        shape = self.sizes[::-1]
+        terms, weight = [], 1
+        for axis in axes:
+            size = self.size(axis)
+            if size > 1:
+                view = [1] * len(shape)
+                view[len(self.axes) - 1 - self.index(axis)] = size
+                terms.append((np.arange(size, dtype=np.int64) * weight).reshape(view))
+            weight *= size
+        if not terms:
+            return np.zeros(self.world_size, dtype=np.int64)
+        out = np.empty(shape, dtype=np.int64)
+        out[...] = terms[0]  # the first term writes every cell, the others add: one pass each
+        for term in terms[1:]:
+            out += term
+        return out.reshape(-1)
+
     def coordinate(self, axis: str) -> np.ndarray:
         """Every global rank's coordinate along ``axis`` (array indexed by global rank)."""
-        ranks = np.arange(self.world_size, dtype=np.int64)
-        return ranks // self.strides[axis] % self.size(axis)
+        return self._radix((axis,))
 
     def check_rank(self, rank: int) -> int:
         """``rank`` as an int, or ``error`` unless it is in ``[0, world_size)``."""
@@ -123,15 +145,6 @@ class RankGrid:
             rank += value * stride
         return rank
 
-    def _radix(self, axes: Sequence[str]) -> np.ndarray:
-        """Per rank, the mixed-radix number of its coordinates along ``axes`` (first listed fastest)."""
-        out = np.zeros(self.world_size, dtype=np.int64)
-        weight = 1
-        for axis in axes:
-            out += self.coordinate(axis) * weight
-            weight *= self.size(axis)
-        return out
-
     def group_rank(self, member_axes: Sequence[str]) -> np.ndarray:
         """Every global rank's position inside its group over ``member_axes`` (array indexed by global rank)."""
         return self._radix(self._checked(member_axes))
@@ -148,11 +161,17 @@ class RankGrid:
 
     def groups(self, member_axes: Sequence[str]) -> np.ndarray:
         """Every group over ``member_axes``: one row per group, members in group-rank order (first axis fastest)."""
+        return self.arrange(self.grid, member_axes)
+
+    def arrange(self, values: np.ndarray, member_axes: Sequence[str]) -> np.ndarray:
+        """Per-rank ``values`` (indexed by global rank) laid out like ``groups(member_axes)``: row = group, column =
+        position in the group. A transpose and a reshape (one strided copy), never a gather."""
         member_axes = self._checked(member_axes)
         position = {axis: len(self.axes) - 1 - i for i, axis in enumerate(self.axes)}
         others = [position[a] for a in self.grid_axes if a not in member_axes]
         inner = [position[a] for a in reversed(member_axes)]
-        return self.grid.transpose(others + inner).reshape(-1, self.group_size(member_axes))
+        shaped = np.asarray(values).reshape(self.sizes[::-1])
+        return shaped.transpose(others + inner).reshape(-1, self.group_size(member_axes))
 
     def group_of(self, member_axes: Sequence[str], rank: int) -> np.ndarray:
         """The members of ``rank``'s group over ``member_axes``, in group-rank order."""

@@ -6,11 +6,17 @@ import argparse
 import json
 import sys
 
+import numpy as np
+
 from ..config import DIM_NAMES
+from ..layout import Layout
 from ..seeds import generator_seeds
 from .common import add_layout_arguments, config_from_args, layout_from_args
 
 HELP = "print which rank holds which coordinates and which ranks form each group"
+
+SUMMARY_LIMIT = 4096
+"""Worlds above this many ranks are summarised unless ``--all-rows`` is given."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,6 +26,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--rank", type=int, default=None, help="show one rank's groups and seeds instead (any world size)"
     )
     parser.add_argument("--format", choices=("table", "csv", "json"), default="table", help="output format")
+    parser.add_argument(
+        "--all-rows",
+        action="store_true",
+        help=f"list every rank and group even above {SUMMARY_LIMIT:,} ranks (else a summary is printed)",
+    )
 
 
 MEMBERS_SHOWN = 16
@@ -69,12 +80,40 @@ def _print_rank(args: argparse.Namespace, fmt: str) -> None:
     print("seeds after set_step(0, training): " + ", ".join(f"{k}={v}" for k, v in seeds.items()))
 
 
+def _summary(layout: Layout, fmt: str) -> None:
+    """A world too large to list: its sizes, every dim's topology, and the first and last ranks' coordinates."""
+    topology = layout.topology()
+    note = f"{layout.world_size:,} ranks: rows not listed (more than {SUMMARY_LIMIT:,}); --all-rows lists every one"
+    if fmt == "json":
+        doc = {"layout": layout.summary(), "topology": topology.reset_index().to_dict(orient="records"), "note": note}
+        print(json.dumps(doc))
+        return
+    if fmt == "csv":
+        topology.to_csv(sys.stdout)
+        return
+    import pandas as pd
+
+    ranks = layout.ranks
+    shown = pd.concat([ranks.head(4), ranks.tail(4)])
+    print(repr(layout))
+    print(note)
+    print(shown.to_string())
+    print()
+    print(topology.to_string())
+    for name in DIM_NAMES:
+        groups = layout.groups(name)
+        print(f"{name} (size {groups.shape[1]:,}, {groups.shape[0]:,} groups): first {members_text(groups[0])}")
+
+
 def run(args: argparse.Namespace) -> int:
     """Print the layout the flags describe; return the exit code."""
     if args.rank is not None:
         _print_rank(args, args.format)
         return 0
     layout = layout_from_args(args)
+    if layout.world_size > SUMMARY_LIMIT and not args.all_rows:
+        _summary(layout, args.format)
+        return 0
     ranks = layout.ranks
     if args.format == "json":
         doc = {
@@ -87,12 +126,8 @@ def run(args: argparse.Namespace) -> int:
         frame = ranks.copy()
         for name in DIM_NAMES:
             groups = layout.groups(name)
-            text = [" ".join(map(str, row)) for row in groups.tolist()]
-            index = [0] * layout.world_size
-            for i, row in enumerate(groups.tolist()):
-                for member in row:
-                    index[member] = i
-            frame[f"{name}_group"] = [text[i] for i in index]
+            text = np.array([" ".join(map(str, row)) for row in groups.tolist()], dtype=object)
+            frame[f"{name}_group"] = text[layout.group_index(name)]
         frame.to_csv(sys.stdout)
     else:
         print(repr(layout))
