@@ -16,6 +16,7 @@ COMMANDS: dict[str, str] = {
     "layout": ".commands.layout",
     "check": ".commands.check",
     "streams": ".commands.streams",
+    "cost": ".commands.cost",
 }
 """Sub-command name -> module (each has ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``)."""
 
