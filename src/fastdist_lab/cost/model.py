@@ -25,17 +25,17 @@ GPT2_VOCAB_SIZE = 50257
 """GPT-2's byte-level BPE vocabulary, which GPT-3 reuses (Radford et al. 2019, Section 2.2)."""
 
 PRESETS: dict[str, dict[str, Any]] = {
-    # Brown et al. 2020, "Language Models are Few-Shot Learners", Table 2.1 (GPT-3 XL: n_layers 24,
-    # d_model 2048, n_heads 24, d_head 128) and Section 2.1 (n_ctx 2048, d_ff = 4 d_model, tied embeddings
-    # as GPT-2, LayerNorm).
+    # GPT-3 XL (1.3B): Brown et al. 2020, "Language Models are Few-Shot Learners", Table 2.1 (n_layers 24,
+    # d_model 2048) and Section 2.1 (n_ctx 2048, d_ff = 4 d_model, GPT-2's tied embeddings and LayerNorm).
+    # Heads: 32 of 64 channels, as Megatron-LM's GPT-3 1.3B scripts
+    # (examples/academic_paper_scripts/detxoify_lm/*-1.3b.sh); Table 2.1's 24 heads of 128 channels would make
+    # the attention 3072 wide and the model 1.5B, not the 1.3B the same table gives.
     "gpt3-1.3b": dict(
-        hidden_size=2048, num_layers=24, num_attention_heads=24, kv_channels=128,
-        vocab_size=GPT2_VOCAB_SIZE, seq_length=2048,
+        hidden_size=2048, num_layers=24, num_attention_heads=32, vocab_size=GPT2_VOCAB_SIZE, seq_length=2048,
     ),
     # Brown et al. 2020, Table 2.1 (GPT-3 175B: n_layers 96, d_model 12288, n_heads 96, d_head 128), n_ctx 2048.
     "gpt3-175b": dict(
-        hidden_size=12288, num_layers=96, num_attention_heads=96, kv_channels=128,
-        vocab_size=GPT2_VOCAB_SIZE, seq_length=2048,
+        hidden_size=12288, num_layers=96, num_attention_heads=96, vocab_size=GPT2_VOCAB_SIZE, seq_length=2048,
     ),
     # Touvron et al. 2023, "Llama 2", Table 1 (context 4k; GQA only for 34B/70B) and the released
     # meta-llama/Llama-2-7b-hf config.json: hidden_size 4096, intermediate_size 11008, 32 heads, 32 layers,
@@ -77,7 +77,8 @@ class Transformer:
     ``hidden_size // num_attention_heads``; the resolved values are stored. Bad values raise ``CostError``.
 
     Presets (``Transformer.preset(name, **changes)``; sources of every number in ``PRESETS``):
-    ``gpt3-1.3b`` and ``gpt3-175b`` (Brown et al. 2020, Table 2.1), ``llama2-7b`` and ``llama2-70b``
+    ``gpt3-1.3b`` and ``gpt3-175b`` (Brown et al. 2020, Table 2.1; 1.3B's heads as Megatron-LM's scripts),
+    ``llama2-7b`` and ``llama2-70b``
     (Touvron et al. 2023, Table 1, and the released config.json files), ``mistral-7b`` (Jiang et al. 2023,
     Table 1) and ``llama3-8b`` (the released config.json).
 

@@ -124,8 +124,9 @@ class CostReport:
         per_dim["dominant"] = False
         if len(per_dim):
             per_dim.loc[per_dim["seconds"].idxmax(), "dominant"] = True
+        per_dim = pd.DataFrame(per_dim, columns=list(TIME_COLUMNS))
         per_dim.attrs["hardware"] = hw
-        return pd.DataFrame(per_dim, columns=list(TIME_COLUMNS))
+        return per_dim
 
     # ------------------------------------------------------------------ output
     def summary(self) -> dict[str, Any]:
@@ -142,7 +143,8 @@ class CostReport:
 
     def to_dict(self, hardware: Hardware | str | None = None) -> dict[str, Any]:
         """Everything as plain Python (for JSON): summary, memory, communication, time on ``hardware``."""
-        time = self.time(hardware)
+        hw = Hardware.coerce(hardware)
+        time = self.time(hw)
         memory = self.memory.reset_index()
         return {
             "summary": self.summary(),
@@ -151,7 +153,7 @@ class CostReport:
                 {k: _plain(v) for k, v in row.items()} for row in self.communication.to_dict(orient="records")
             ],
             "time": {
-                "hardware": dataclasses.asdict(time.attrs["hardware"]),
+                "hardware": dataclasses.asdict(hw),
                 "per_dim": [{k: _plain(v) for k, v in row.items()} for row in time.reset_index().to_dict("records")],
             },
         }
