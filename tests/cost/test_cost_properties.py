@@ -128,6 +128,8 @@ def test_communication_rows_follow_the_layout(setup):
             assert row.group_size == topology.loc[row.dim, "group_size"]
             assert row.nodes_spanned == topology.loc[row.dim, "nodes_spanned"]
             np.testing.assert_array_equal(groups, layout.groups(row.dim))
+    listed = [(r.dim, r.collective, r.calls_per_step, r.bytes_per_call) for r in report.rows]
+    assert listed == list(comm[["dim", "collective", "calls_per_step", "bytes_per_call"]].itertuples(index=False))
     dims = set(comm["dim"])
     assert ("tensor" in dims) == (layout.tensor_parallel > 1)
     assert ("sequence_data" in dims) == (layout.sequence_data_parallel > 1)

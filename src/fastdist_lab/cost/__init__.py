@@ -9,7 +9,7 @@ theoretical memory estimator where that covers the set-up (``tests/cost/crossche
 
 from __future__ import annotations
 
-from .communication import COLLECTIVES, COMMUNICATION_COLUMNS, bus_factor, nodes_spanned
+from .communication import COLLECTIVES, COMMUNICATION_COLUMNS, CollectiveRow, bus_factor, nodes_spanned
 from .errors import CostError
 from .hardware import HARDWARE_PRESETS, Hardware
 from .memory import MEMORY_COLUMNS
@@ -26,6 +26,7 @@ __all__ = [
     "RECOMPUTE",
     "TIME_COLUMNS",
     "VOCAB_PADDING",
+    "CollectiveRow",
     "CostError",
     "CostReport",
     "Hardware",

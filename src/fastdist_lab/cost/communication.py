@@ -81,7 +81,7 @@ def nodes_spanned(groups: np.ndarray, local_world_size: int) -> int:
 
 
 @dataclass(frozen=True)
-class Row:
+class CollectiveRow:
     """One (dim, collective): calls per step and bytes per call of one rank, and the groups it runs on."""
 
     dim: str
@@ -93,7 +93,7 @@ class Row:
 
 def step_rows(
     layout: Any, model: Transformer, training: Training, sizes: Sizes, stages: dict[str, np.ndarray]
-) -> list[Row]:
+) -> list[CollectiveRow]:
     """The rows of one step (see the module docstring), tensor first, then sequence_data, pipeline, data."""
     tp, pp, dp, sdp = sizes.tensor_parallel, sizes.pipeline_parallel, sizes.data_parallel, sizes.sequence_data_parallel
     m, full = sizes.microbatches, int(training.recompute == "full")
@@ -103,12 +103,19 @@ def step_rows(
     ends[-1] += 1  # one embedding (first stage) and one output-layer collective (last stage)
     activation = ACTIVATION_BYTES * sizes.tokens * training.micro_batch_size * model.hidden_size
     grad_calls = m if training.zero_stage >= 2 else 1
-    rows: list[Row] = []
+    rows: list[CollectiveRow] = []
+
+    groups_of: dict[str, np.ndarray] = {}
+
+    def dim_groups(dim: str) -> np.ndarray:
+        if dim not in groups_of:
+            groups_of[dim] = layout.groups(dim)
+        return groups_of[dim]
 
     def add(dim: str, collective: str, calls: Any, size: Any, groups: np.ndarray | None = None) -> None:
         calls, size = int(np.max(calls)), int(np.max(size))
         if calls > 0 and size > 0:
-            rows.append(Row(dim, collective, calls, size, layout.groups(dim) if groups is None else groups))
+            rows.append(CollectiveRow(dim, collective, calls, size, dim_groups(dim) if groups is None else groups))
 
     if tp > 1:
         tensor = DistributedDimNames.tensor
@@ -131,7 +138,7 @@ def step_rows(
         add(pipeline, "send_recv", m * (2 if pp > 2 else 1), message)
         if model.tied_embeddings:
             embedding = model.embedding_parameters(tp) // tp * training.bytes_per_gradient
-            add(pipeline, "all_reduce", grad_calls, embedding, layout.groups(pipeline)[:, [0, -1]])
+            add(pipeline, "all_reduce", grad_calls, embedding, dim_groups(pipeline)[:, [0, -1]])
     if dp > 1:
         data = DistributedDimNames.data
         parameters = stages["parameters"]
@@ -144,7 +151,7 @@ def step_rows(
     return rows
 
 
-def row_columns(rows: list[Row], local_world_size: int) -> dict[str, np.ndarray]:
+def row_columns(rows: list[CollectiveRow], local_world_size: int) -> dict[str, np.ndarray]:
     """The ``COMMUNICATION_COLUMNS`` of ``rows`` as numpy arrays."""
     calls = np.array([r.calls_per_step for r in rows], dtype=np.int64)
     size = np.array([r.bytes_per_call for r in rows], dtype=np.int64)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .communication import COMMUNICATION_COLUMNS, Row, row_columns, step_rows
+from .communication import COMMUNICATION_COLUMNS, CollectiveRow, row_columns, step_rows
 from .errors import CostError
 from .hardware import Hardware
 from .memory import MEMORY_COLUMNS, stage_memory
@@ -48,7 +48,7 @@ class CostReport:
         training: Training,
         sizes: Sizes,
         stages: dict[str, np.ndarray],
-        rows: list[Row],
+        rows: list[CollectiveRow],
     ):
         self.layout = layout
         self.model = model
@@ -88,12 +88,21 @@ class CostReport:
 
     # ------------------------------------------------------------------ communication
     @cached_property
+    def _columns(self) -> dict[str, np.ndarray]:
+        return row_columns(self._rows, self.sizes.local_world_size)
+
+    @cached_property
     def communication(self) -> pd.DataFrame:
         """One row per (dim, collective) that moves bytes in a step; columns ``COMMUNICATION_COLUMNS``."""
         import pandas as pd
 
-        columns = row_columns(self._rows, self.sizes.local_world_size)
-        return pd.DataFrame({name: columns[name] for name in COMMUNICATION_COLUMNS})
+        return pd.DataFrame({name: self._columns[name] for name in COMMUNICATION_COLUMNS})
+
+    @property
+    def rows(self) -> tuple[CollectiveRow, ...]:
+        """The communication rows as objects: ``dim``, ``collective``, ``calls_per_step``, ``bytes_per_call``
+        and ``groups`` (every group of the dim, one per line), in ``communication``'s order."""
+        return tuple(self._rows)
 
     def groups(self, dim: str, collective: str) -> np.ndarray:
         """The groups the row (``dim``, ``collective``) runs on, one per line (all of them at once in training)."""
@@ -112,19 +121,24 @@ class CostReport:
         import pandas as pd
 
         hw = Hardware.coerce(hardware)
-        frame = self.communication
-        rate = np.where(frame["inter_node"].to_numpy(bool), hw.inter_node_GBps, hw.intra_node_GBps) * 1e9
-        per_row = frame.assign(seconds=frame["bus_bytes_per_step"].to_numpy(float) / rate)
-        per_dim = per_row.groupby("dim", sort=False).agg(
-            bytes_per_step=("bytes_per_step", "sum"),
-            bus_bytes_per_step=("bus_bytes_per_step", "sum"),
-            inter_node=("inter_node", "any"),
-            seconds=("seconds", "sum"),
+        columns = self._columns
+        rate = np.where(columns["inter_node"], hw.inter_node_GBps, hw.intra_node_GBps) * 1e9
+        seconds = columns["bus_bytes_per_step"] / rate
+        dims = list(dict.fromkeys(columns["dim"].tolist()))
+        rows = [columns["dim"] == dim for dim in dims]
+        per_dim = pd.DataFrame(
+            {
+                "bytes_per_step": [int(columns["bytes_per_step"][r].sum()) for r in rows],
+                "bus_bytes_per_step": [float(columns["bus_bytes_per_step"][r].sum()) for r in rows],
+                "inter_node": [bool(columns["inter_node"][r].any()) for r in rows],
+                "seconds": [float(seconds[r].sum()) for r in rows],
+                "dominant": False,
+            },
+            index=pd.Index(dims, name="dim", dtype=object),
+            columns=list(TIME_COLUMNS),
         )
-        per_dim["dominant"] = False
-        if len(per_dim):
-            per_dim.loc[per_dim["seconds"].idxmax(), "dominant"] = True
-        per_dim = pd.DataFrame(per_dim, columns=list(TIME_COLUMNS))
+        if dims:
+            per_dim.iloc[int(np.argmax(per_dim["seconds"].to_numpy())), -1] = True
         per_dim.attrs["hardware"] = hw
         return per_dim
 
