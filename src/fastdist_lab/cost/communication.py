@@ -119,29 +119,35 @@ def step_rows(
 
     if tp > 1:
         tensor = DistributedDimNames.tensor
+        # Shoeybi et al. 2019, Figure 3 / Korthikanti et al. 2022, Section 4.2.2: 4 per layer, 2 more if recomputed.
         calls = m * (layers * (4 + 2 * full) + ends)
         if sizes.sequence_parallel:
             add(tensor, "all_gather", calls, activation)
             add(tensor, "reduce_scatter", calls, activation)
+            # Norm gradients: Fast-LLM fsdp.py reduce_gradients, all_reduce over the tensor group.
             add(tensor, "all_reduce", grad_calls, stages["replicated"] * training.bytes_per_gradient)
         else:
             add(tensor, "all_reduce", calls, activation)
     if sdp > 1:
         sequence = DistributedDimNames.sequence_data
+        # Fast-LLM attention.py: gather_op of key_value (forward), reduce_scatter_op of its gradient (backward).
         kv = ACTIVATION_BYTES * 2 * model.seq_length * training.micro_batch_size
         kv = kv * model.num_query_groups * model.kv_channels // tp
         add(sequence, "all_gather", m * layers * (1 + full), kv)
         add(sequence, "reduce_scatter", m * layers, kv)
     if pp > 1:
         pipeline = DistributedDimNames.pipeline
+        # Narayanan et al. 2021, Section 2.2: one activation forward, one gradient backward per micro-batch.
         message = activation // tp if sizes.sequence_parallel else activation
         add(pipeline, "send_recv", m * (2 if pp > 2 else 1), message)
         if model.tied_embeddings:
+            # Megatron-LM finalize_model_grads.py _allreduce_word_embedding_grads: first and last stage only.
             embedding = model.embedding_parameters(tp) // tp * training.bytes_per_gradient
             add(pipeline, "all_reduce", grad_calls, embedding, dim_groups(pipeline)[:, [0, -1]])
     if dp > 1:
         data = DistributedDimNames.data
         parameters = stages["parameters"]
+        # Rajbhandari et al. 2020, Section 7.2.1 (all-reduce = reduce-scatter + all-gather); Fast-LLM fsdp.py.
         if training.zero_stage == 0:
             add(data, "all_reduce", 1, parameters * training.bytes_per_gradient)
         else:

@@ -103,9 +103,10 @@ def activation_terms(model: Transformer, training: Training, sizes: Sizes) -> di
         embedding = 8 * s * b + sbh
         output = 2 * (s * b * vocab / t + sbh)
         layer_input, overhead = 2 * sbh, 1.05
-    # Sequence-data parallel: keys and values gathered from the other ranks stay saved for backward.
+    # Sequence-data parallel: the keys and values gathered from the other ranks (Fast-LLM attention.py
+    # gather_op over sequence_data) are inputs of the fused attention, saved for its backward.
     gathered = ACTIVATION_BYTES * 2 * (model.seq_length - s) * b * model.num_query_groups * model.kv_channels / t
-    if training.recompute == "full":
+    if training.recompute == "full":  # Korthikanti et al. 2022, Table 2, "full activation recompute": 2 s b h
         stored, working = layer_input, layer + gathered
     else:
         stored, working = layer + gathered, 0.0
