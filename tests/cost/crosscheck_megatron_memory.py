@@ -19,7 +19,10 @@ Megatron-LM's training would pass and compares, within ``--tolerance`` (0.5%):
   sequence parallel is on (tp > 1) with selective recompute, else ``compute_activation_memory_without_sp``
   (the choice ``report_theoretical_memory`` makes).
 
-Exit status 0 when every configuration agrees, 1 (listing the first mismatches) when not.
+Not swept: the interleaved (virtual-stage) schedule, which fastdist_lab does not model; full recompute,
+sequence parallel without selective recompute, sequence-data (context) parallel and ZeRO 2-3, which
+Megatron-LM's estimator does not cover. Exit status 0 when every configuration agrees, 1 (listing the first
+mismatches) when not.
 """
 
 from __future__ import annotations

@@ -23,6 +23,8 @@ Where this model differs from that estimator on purpose:
 - ZeRO stages 2 and 3 also shard gradients and weights (Rajbhandari et al. 2020, Figure 1);
 - ``recompute="full"`` keeps each layer's input (Korthikanti et al. 2022, Table 2, "full activation
   recompute": ``2 s b h`` per layer) plus one layer's working set.
+
+Not modelled: interleaved (virtual-stage) pipeline schedules, mixture-of-experts, linear biases.
 """
 
 from __future__ import annotations
