@@ -57,6 +57,13 @@ _LAZY: dict[str, str] = {
     "Megatron": ".conventions",
     "DeviceMesh": ".conventions",
     "equivalent": ".conventions",
+    # what a layout costs (memory per stage, bytes per group per step)
+    "Transformer": ".cost",
+    "Training": ".cost",
+    "Hardware": ".cost",
+    "estimate": ".cost",
+    "CostReport": ".cost",
+    "CostError": ".cost",
 }
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""The fastdist-lab command line: layout, check and streams.
+"""The fastdist-lab command line: layout, check, streams and cost.
 
 Bad input prints one line on stderr naming the problem and exits with code 2, never a traceback.
 """
@@ -10,13 +10,14 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-from .commands import check, layout, streams
+from .commands import check, cost, layout, streams
 from .config import LayoutError
 
 COMMANDS: dict[str, ModuleType] = {
     "layout": layout,
     "check": check,
     "streams": streams,
+    "cost": cost,
 }
 """Sub-command name -> module (each has ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``)."""
 

@@ -18,6 +18,9 @@ HELP = "print which rank holds which coordinates and which ranks form each group
 SUMMARY_LIMIT = 4096
 """Worlds above this many ranks are summarised unless ``--all-rows`` is given."""
 
+CSV_MEMBERS = 64
+"""The CSV format lists a rank's group member by member up to this size (else it names the group)."""
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the flags of ``layout``."""
@@ -126,7 +129,11 @@ def run(args: argparse.Namespace) -> int:
         frame = ranks.copy()
         for name in DIM_NAMES:
             groups = layout.groups(name)
-            text = np.array([" ".join(map(str, row)) for row in groups.tolist()], dtype=object)
+            if groups.shape[1] <= CSV_MEMBERS:
+                text = np.array([" ".join(map(str, row)) for row in groups.tolist()], dtype=object)
+            else:  # one line per rank must stay a line: name the group instead of listing its members
+                size = groups.shape[1]
+                text = np.array([f"group {i} of {size} ranks" for i in range(groups.shape[0])], dtype=object)
             frame[f"{name}_group"] = text[layout.group_index(name)]
         frame.to_csv(sys.stdout)
     else:

@@ -1,0 +1,39 @@
+"""What a layout costs: memory per pipeline stage and the bytes each group moves in one training step.
+
+``estimate(layout, model, training)`` returns a ``CostReport``: ``.memory`` (one row per stage),
+``.most_loaded``, ``.communication`` (one row per (dim, collective)) and ``.time(hardware)``.
+Pure Python and numpy (pandas only when a table is asked for); it reads the layout's real groups.
+Every formula cites its source in ``memory`` and ``communication``; the figures match Megatron-LM's
+theoretical memory estimator where that covers the set-up (``tests/cost/crosscheck_megatron_memory.py``).
+"""
+
+from __future__ import annotations
+
+from .communication import COLLECTIVES, COMMUNICATION_COLUMNS, CollectiveRow, bus_factor, nodes_spanned
+from .errors import CostError
+from .hardware import HARDWARE_PRESETS, Hardware
+from .memory import MEMORY_COLUMNS
+from .model import PRESETS, VOCAB_PADDING, Transformer
+from .report import TIME_COLUMNS, CostReport, estimate, format_bytes
+from .training import RECOMPUTE, Training
+
+__all__ = [
+    "COLLECTIVES",
+    "COMMUNICATION_COLUMNS",
+    "HARDWARE_PRESETS",
+    "MEMORY_COLUMNS",
+    "PRESETS",
+    "RECOMPUTE",
+    "TIME_COLUMNS",
+    "VOCAB_PADDING",
+    "CollectiveRow",
+    "CostError",
+    "CostReport",
+    "Hardware",
+    "Training",
+    "Transformer",
+    "bus_factor",
+    "estimate",
+    "format_bytes",
+    "nodes_spanned",
+]

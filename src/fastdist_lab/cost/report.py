@@ -1,0 +1,264 @@
+"""``estimate(layout, model, training)``: what one training step costs on a layout, as a ``CostReport``."""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .communication import COMMUNICATION_COLUMNS, CollectiveRow, row_columns, step_rows
+from .errors import CostError
+from .hardware import Hardware
+from .memory import MEMORY_COLUMNS, stage_memory
+from .model import Transformer
+from .sizes import Sizes
+from .training import Training
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+TIME_COLUMNS: tuple[str, ...] = ("bytes_per_step", "bus_bytes_per_step", "inter_node", "seconds", "dominant")
+"""Columns of ``CostReport.time(hardware)`` (one row per dim)."""
+
+
+def format_bytes(value: float) -> str:
+    """``value`` bytes in binary units, e.g. ``'1.50 GiB'``."""
+    value = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+class CostReport:
+    """Memory per stage and communication per (dim, collective) of one training step on one layout.
+
+    Build it with ``estimate``. ``.memory`` and ``.communication`` are pandas DataFrames made on first use
+    from numpy columns; ``.peak_bytes`` and ``.groups(dim, collective)`` need no pandas.
+    """
+
+    def __init__(
+        self,
+        layout: Any,
+        model: Transformer,
+        training: Training,
+        sizes: Sizes,
+        stages: dict[str, np.ndarray],
+        rows: list[CollectiveRow],
+    ):
+        self.layout = layout
+        self.model = model
+        self.training = training
+        self.sizes = sizes
+        self._stages = stages
+        self._rows = rows
+
+    # ------------------------------------------------------------------ memory
+    @cached_property
+    def memory(self) -> pd.DataFrame:
+        """One row per pipeline stage (index ``stage``): parameters per rank and bytes per rank.
+
+        ``parameters`` counts the stage's model-parallel shard (what a rank computes with); the bytes
+        columns apply the ZeRO sharding over the data-parallel ranks.
+        """
+        import pandas as pd
+
+        frame = pd.DataFrame({name: self._stages[name] for name in MEMORY_COLUMNS})
+        frame.index.name = "stage"
+        return frame
+
+    @property
+    def most_loaded_stage(self) -> int:
+        """The stage whose ranks hold the most bytes (the first such stage on a tie)."""
+        return int(np.argmax(self._stages["total_bytes"]))
+
+    @property
+    def most_loaded(self) -> pd.Series:
+        """The ``memory`` row of ``most_loaded_stage`` (its name is the stage)."""
+        return self.memory.iloc[self.most_loaded_stage]
+
+    @property
+    def peak_bytes(self) -> int:
+        """``total_bytes`` of the most loaded stage: the memory one rank needs."""
+        return int(self._stages["total_bytes"].max())
+
+    # ------------------------------------------------------------------ communication
+    @cached_property
+    def _columns(self) -> dict[str, np.ndarray]:
+        return row_columns(self._rows, self.sizes.local_world_size)
+
+    @cached_property
+    def communication(self) -> pd.DataFrame:
+        """One row per (dim, collective) that moves bytes in a step; columns ``COMMUNICATION_COLUMNS``."""
+        import pandas as pd
+
+        return pd.DataFrame({name: self._columns[name] for name in COMMUNICATION_COLUMNS})
+
+    @property
+    def rows(self) -> tuple[CollectiveRow, ...]:
+        """The communication rows as objects: ``dim``, ``collective``, ``calls_per_step``, ``bytes_per_call``
+        and ``groups`` (every group of the dim, one per line), in ``communication``'s order."""
+        return tuple(self._rows)
+
+    def groups(self, dim: str, collective: str) -> np.ndarray:
+        """The groups the row (``dim``, ``collective``) runs on, one per line (all of them at once in training)."""
+        for row in self._rows:
+            if row.dim == dim and row.collective == collective:
+                return row.groups
+        have = ", ".join(f"{r.dim}/{r.collective}" for r in self._rows) or "none"
+        raise CostError(f"no communication row dim={dim!r}, collective={collective!r}; rows: {have}")
+
+    def time(self, hardware: Hardware | str | None = None) -> pd.DataFrame:
+        """Estimated communication seconds per step per dim on ``hardware`` (a ``Hardware`` or preset name).
+
+        Each row's bus bytes over the intra- or inter-node bus bandwidth (inter when its groups span
+        nodes), summed per dim without overlap; ``dominant`` marks the dim that takes longest.
+        """
+        import pandas as pd
+
+        hw = Hardware.coerce(hardware)
+        columns = self._columns
+        rate = np.where(columns["inter_node"], hw.inter_node_GBps, hw.intra_node_GBps) * 1e9
+        seconds = columns["bus_bytes_per_step"] / rate
+        dims = list(dict.fromkeys(columns["dim"].tolist()))
+        rows = [columns["dim"] == dim for dim in dims]
+        per_dim = pd.DataFrame(
+            {
+                "bytes_per_step": [int(columns["bytes_per_step"][r].sum()) for r in rows],
+                "bus_bytes_per_step": [float(columns["bus_bytes_per_step"][r].sum()) for r in rows],
+                "inter_node": [bool(columns["inter_node"][r].any()) for r in rows],
+                "seconds": [float(seconds[r].sum()) for r in rows],
+                "dominant": False,
+            },
+            index=pd.Index(dims, name="dim", dtype=object),
+            columns=list(TIME_COLUMNS),
+        )
+        if dims:
+            per_dim.iloc[int(np.argmax(per_dim["seconds"].to_numpy())), -1] = True
+        per_dim.attrs["hardware"] = hw
+        return per_dim
+
+    # ------------------------------------------------------------------ output
+    def summary(self) -> dict[str, Any]:
+        """Layout sizes, model, training and the headline figures, as a flat JSON-able dict."""
+        return {
+            **self.layout.summary(),
+            "model": dataclasses.asdict(self.model),
+            "training": dataclasses.asdict(self.training),
+            "sequence_tensor_parallel": self.sizes.sequence_parallel,
+            "microbatches": self.sizes.microbatches,
+            "most_loaded_stage": self.most_loaded_stage,
+            "peak_bytes": self.peak_bytes,
+        }
+
+    def to_dict(self, hardware: Hardware | str | None = None) -> dict[str, Any]:
+        """Everything as plain Python (for JSON): summary, memory, communication, time on ``hardware``."""
+        hw = Hardware.coerce(hardware)
+        time = self.time(hw)
+        memory = self.memory.reset_index()
+        return {
+            "summary": self.summary(),
+            "memory": [{k: _plain(v) for k, v in row.items()} for row in memory.to_dict(orient="records")],
+            "communication": [
+                {k: _plain(v) for k, v in row.items()} for row in self.communication.to_dict(orient="records")
+            ],
+            "time": {
+                "hardware": dataclasses.asdict(hw),
+                "per_dim": [{k: _plain(v) for k, v in row.items()} for row in time.reset_index().to_dict("records")],
+            },
+        }
+
+    def to_text(self, hardware: Hardware | str | None = None) -> str:
+        """Memory per stage, communication rows and time per dim as aligned text tables."""
+        hw = Hardware.coerce(hardware)
+        memory = self.memory.copy()
+        for name in MEMORY_COLUMNS[1:]:
+            memory[name] = memory[name].map(format_bytes)
+        comm = self.communication.copy()
+        for name in ("bytes_per_call", "bytes_per_step", "bus_bytes_per_step"):
+            comm[name] = comm[name].map(format_bytes)
+        time = self.time(hw)
+        time_text = time.assign(
+            bytes_per_step=time["bytes_per_step"].map(format_bytes),
+            bus_bytes_per_step=time["bus_bytes_per_step"].map(format_bytes),
+            seconds=time["seconds"].map(lambda v: f"{v * 1e3:.2f} ms"),
+        )
+        m = self.model
+        head = (
+            f"{self.layout!r}\n"
+            f"model: h={m.hidden_size} L={m.num_layers} heads={m.num_attention_heads}/{m.num_query_groups} "
+            f"ffn={m.ffn_hidden_size} vocab={m.vocab_size} seq={m.seq_length}; "
+            f"training: micro-batch {self.training.micro_batch_size} x {self.sizes.microbatches}, "
+            f"ZeRO {self.training.zero_stage}, sequence tensor parallel "
+            f"{'on' if self.sizes.sequence_parallel else 'off'}, recompute {self.training.recompute}"
+        )
+        dominant = time.index[time["dominant"]].tolist()
+        return "\n".join(
+            [
+                head,
+                "",
+                "memory per rank, by pipeline stage:",
+                memory.to_string(),
+                f"most loaded: stage {self.most_loaded_stage}, {format_bytes(self.peak_bytes)} per rank",
+                "",
+                "communication per step (per rank of the busiest stage):",
+                comm.to_string(index=False) if len(comm) else "(none: one rank)",
+                "",
+                f"time per step on {hw.name} ({hw.intra_node_GBps:g} GB/s in a node, "
+                f"{hw.inter_node_GBps:g} GB/s between nodes):",
+                time_text.to_string() if len(time) else "(no communication)",
+                f"dominant: {dominant[0] if dominant else 'none'}",
+            ]
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"CostReport({self.layout!r}, {self.sizes.pipeline_parallel} stages, peak "
+            f"{format_bytes(self.peak_bytes)} per rank (stage {self.most_loaded_stage}), "
+            f"{len(self._rows)} communication rows)"
+        )
+
+    def _repr_html_(self) -> str:
+        return (
+            f"<div><b>{html.escape(repr(self))}</b>"
+            f"<div><b>Memory per rank, by stage</b>{self.memory.to_html()}</div>"
+            f"<div><b>Communication per step</b>{self.communication.to_html(index=False)}</div></div>"
+        )
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") else value
+
+
+def estimate(layout: Any, model: Transformer | str, training: Training | None = None) -> CostReport:
+    """What one training step of ``model`` costs on ``layout``: memory per stage and bytes per group.
+
+    Args:
+        layout: a ``fastdist_lab.Layout`` (its real groups give group sizes and node spans).
+        model: a ``Transformer`` or a preset name (``Transformer.presets()``).
+        training: a ``Training`` (default ``Training()``: micro-batch 1, ZeRO 0, no recompute).
+
+    Returns:
+        A ``CostReport``; ``CostError`` when the model does not split over the layout.
+
+    Example:
+        >>> from fastdist_lab import Layout
+        >>> report = estimate(Layout(world_size=8, local_world_size=8, tensor_parallel=2), "llama2-7b")
+        >>> report.communication["dim"].tolist()
+        ['tensor', 'data']
+    """
+    if isinstance(model, str):
+        model = Transformer.preset(model)
+    if not isinstance(model, Transformer):
+        raise CostError(f"model={model!r} must be a Transformer or a preset name")
+    training = Training() if training is None else training
+    if not isinstance(training, Training):
+        raise CostError(f"training={training!r} must be a Training")
+    sizes = Sizes.of(layout, model, training)
+    stages = stage_memory(model, training, sizes)
+    rows = step_rows(layout, model, training, sizes, stages)
+    return CostReport(layout, model, training, sizes, stages, rows)

@@ -1,0 +1,101 @@
+"""The ``fastdist-lab cost`` command: table, JSON and CSV output, and one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from fastdist_lab import Layout
+from fastdist_lab.cli import main
+from fastdist_lab.cost import Training, Transformer, estimate
+
+FLAGS = ["--world-size", "64", "--local-world-size", "8", "--tp", "8", "--pp", "2", "--sdp", "1"]
+SET_UP = ["--model", "llama2-70b", "--micro-batch-size", "1", "--seq-length", "4096", "--num-microbatches", "16",
+          "--distributed-optimizer", "--sequence-tensor-parallel", "--recompute", "selective"]  # fmt: skip
+
+
+def expected():
+    layout = Layout(world_size=64, local_world_size=8, tensor_parallel=8, pipeline_parallel=2)
+    training = Training(num_microbatches=16, distributed_optimizer=True, sequence_tensor_parallel=True,
+                        recompute="selective")  # fmt: skip
+    return estimate(layout, Transformer.preset("llama2-70b", seq_length=4096), training)
+
+
+def test_cost_table(capsys):
+    assert main(["cost", *FLAGS, *SET_UP]) == 0
+    out = capsys.readouterr().out
+    assert "memory per rank, by pipeline stage:" in out and "most loaded: stage 0" in out
+    assert "reduce_scatter" in out and "send_recv" in out
+    assert "time per step on dgx-h100" in out and "dominant: " in out
+
+
+def test_cost_json_matches_estimate(capsys):
+    assert main(["cost", *FLAGS, *SET_UP, "--format", "json", "--hardware", "dgx-a100"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    report = expected()
+    assert [row["total_bytes"] for row in doc["memory"]] == report.memory["total_bytes"].tolist()
+    assert [(r["dim"], r["collective"]) for r in doc["communication"]] == list(
+        zip(report.communication["dim"], report.communication["collective"])
+    )
+    assert doc["summary"]["peak_bytes"] == report.peak_bytes
+    assert doc["time"]["hardware"]["name"] == "dgx-a100"
+    assert sum(d["dominant"] for d in doc["time"]["per_dim"]) == 1
+
+
+def test_cost_csv_sections(capsys):
+    assert main(["cost", *FLAGS, *SET_UP, "--format", "csv"]) == 0
+    sections = capsys.readouterr().out.split("# ")[1:]
+    titles = [section.splitlines()[0] for section in sections]
+    assert titles == ["memory", "communication", "time on dgx-h100"]
+    communication = pd.read_csv(io.StringIO(sections[1].split("\n", 1)[1]))
+    pd.testing.assert_frame_equal(communication, expected().communication, check_dtype=False)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--tp", "3"], "tensor_parallel=3"),
+        (["--model", "gpt3-1.3b", "--tp", "2", "--seq-length", "4097"], "seq_length=4097"),
+        (["--micro-batch-size", "0"], "micro_batch_size=0"),
+        (["--zero-stage", "5"], "zero_stage=5"),
+        (["--num-microbatches", "-1"], "num_microbatches=-1"),
+    ],
+)
+def test_cost_bad_values_are_one_line_exit_2(capsys, argv, message):
+    assert main(["cost", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fastdist-lab cost: error: ") and err.count("\n") == 1 and message in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--zero-stage", "1", "--distributed-optimizer"], "not allowed with argument"),
+        (["--model", "gpt5"], "invalid choice: 'gpt5'"),
+        (["--hardware", "tpu"], "invalid choice: 'tpu'"),
+        (["--recompute", "half"], "invalid choice: 'half'"),
+    ],
+)
+def test_cost_bad_flags_are_one_line_exit_2(capsys, argv, message):
+    with pytest.raises(SystemExit) as exited:
+        main(["cost", *argv])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
+
+
+def test_cost_command_in_a_fresh_process(tmp_path):
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    bad = subprocess.run([sys.executable, "-m", "fastdist_lab", "cost", "--pp", "64"], capture_output=True,
+                         text=True, env=env, cwd=tmp_path)  # fmt: skip
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "pipeline_parallel=64" in bad.stderr
+    good = subprocess.run([sys.executable, "-m", "fastdist_lab", "cost", "--format", "json"], capture_output=True,
+                          text=True, env=env, cwd=tmp_path)  # fmt: skip
+    assert good.returncode == 0, good.stderr
+    assert json.loads(good.stdout)["summary"]["world_size"] == 8
