@@ -91,6 +91,20 @@ LAYOUT_FIELDS: tuple[str, ...] = (
 """Every input field of a ``Layout``: those of ``DistributedConfig`` except ``rank``."""
 
 
+def nodes_spanned(groups: np.ndarray, local_world_size: int) -> int:
+    """The most nodes one group (a row of ``groups``) has members on, with ``local_world_size`` ranks per node.
+
+    Rows hold their members in increasing rank order (every group of a layout does), so a row spans one node more
+    than the number of places where its node changes. Division in int32 when ranks fit: numpy's int64 division is
+    slow, and this runs on every group of 2**24-rank worlds.
+    """
+    if groups.size == 0 or groups.shape[1] < 2:
+        return 1
+    small = groups.size and int(groups.max()) < 2**31
+    nodes = groups.astype(np.int32) // np.int32(local_world_size) if small else groups // local_world_size
+    return int(((nodes[:, 1:] != nodes[:, :-1]).sum(axis=1) + 1).max())
+
+
 def _env_int(name: str) -> int | None:
     raw = os.environ.get(name, "").strip()
     if not raw:
@@ -317,25 +331,18 @@ class Layout:
         """Per dim: group size, number of groups, most nodes one group spans, whether all stay in one node."""
         import pandas as pd
 
-        # Each rank's node, laid out like a dim's groups; members run in increasing rank order, so a group spans
-        # one node more than the number of places where its node changes. (int32 halves the memory traffic.)
-        node_of = np.repeat(np.arange(self.num_nodes, dtype=np.int32), self.local_world_size)
         rows = []
         for name in DIM_NAMES:
-            axes = self.dim_axes(name)
-            size = self.rank_grid.group_size(axes)
-            if size > 1:
-                nodes = self.rank_grid.arrange(node_of, axes)
-                spanned = (nodes[:, 1:] != nodes[:, :-1]).sum(axis=1, dtype=np.int64) + 1
-            else:
-                spanned = np.ones(1, np.int64)
+            groups = self.groups(name)
+            size = groups.shape[1]
+            spanned = nodes_spanned(groups, self.local_world_size)
             rows.append(
                 {
                     "dim": name,
                     "group_size": size,
                     "num_groups": self.world_size // size,
-                    "nodes_spanned": int(spanned.max()),
-                    "intra_node": bool(spanned.max() == 1),
+                    "nodes_spanned": spanned,
+                    "intra_node": spanned == 1,
                 }
             )
         return pd.DataFrame(rows).set_index("dim")

@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from ..config import DistributedDimNames
+from ..layout import nodes_spanned
 from .model import Transformer
 from .sizes import ACTIVATION_BYTES, Sizes
 from .training import Training
@@ -72,12 +73,6 @@ def bus_factor(collective: str, group_size: int | np.ndarray) -> float | np.ndar
     if collective in ("all_gather", "reduce_scatter"):
         return (n - 1) / n
     return 1.0 + 0 * n
-
-
-def nodes_spanned(groups: np.ndarray, local_world_size: int) -> int:
-    """The most nodes one group (a row of ``groups``) has members on."""
-    nodes = np.sort(groups // local_world_size, axis=1)
-    return int(((np.diff(nodes, axis=1) != 0).sum(axis=1) + 1).max())
 
 
 @dataclass(frozen=True)
