@@ -26,6 +26,7 @@ import pytest
 from fastdist_lab import Layout, LayoutError
 
 from .conftest import JupyterLab, skip_or_fail
+from .pointing import click_cell_and_check, hover_cell_and_check, read_verdicts
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -454,6 +455,16 @@ def test_lab_in_chromium(page: Any, jupyter_lab: JupyterLab, screenshots: Path) 
     wait_table_shows(page, Layout(**values))
     assert len(read_table(page.locator(".fdl-ranks-table"))["rows"]) == 8
     shot("panel_grid", picture(page))
+
+    def act(do: Callable[[], None], what: str) -> None:
+        since = quiet_kernel(page, lab)
+        do()
+        kernel_handled(page, lab, since, what)
+
+    # 2b. point at the grid: a click outlines the rank and its group and shows its card; hovering names a cell
+    click_cell_and_check(page, picture(page), Layout(**values), "tensor", 6, act, wait_until)
+    shot("grid_clicked_rank_6", page.locator(".fdl-rank-card").first)
+    hover_cell_and_check(page, picture(page), Layout(**values), "tensor", 3, wait_until)
     reveal(page, page.locator(".fdl-ranks-table"))
     shot("panel_ranks_table", page.locator(".fdl-ranks-table"))
 
@@ -538,6 +549,17 @@ def test_lab_in_chromium(page: Any, jupyter_lab: JupyterLab, screenshots: Path) 
     assert [row[ok] for row in table["rows"]] == ["True"] * len(table["rows"]), table
     check_verified_groups(table, Layout(**CLUSTER_TARGET))
     shot("cluster_verified", verification.first)
+
+    # 5b. the verdicts are on the grid: every cell of the 4-rank layout reads "✓ ok" in green
+    reveal(page, picture(page))
+    verdicts = wait_until(
+        page,
+        lambda: (v := read_verdicts(picture(page), Layout(**CLUSTER_TARGET), "tensor")) and all(v.values()) and v,
+        60,
+        lambda: f"a green verdict on every cell: {read_verdicts(picture(page), Layout(**CLUSTER_TARGET), 'tensor')}",
+    )
+    assert sorted(verdicts) == list(range(CLUSTER_TARGET["world_size"]))
+    shot("grid_verdicts", picture(page))
 
     stop = page.locator(".fdl-cluster-stop").first
     reveal(page, stop)

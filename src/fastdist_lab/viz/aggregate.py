@@ -33,6 +33,7 @@ from .picture import (
     LayerCache,
     Marks,
     highlight_outlines,
+    red_cells,
     with_title,
 )
 from .text import atlas
@@ -108,6 +109,7 @@ class AggregateLayers:
     cell: tuple[int, int]
     per_cell: int
     split: int
+    red: np.ndarray | None
 
 
 def _unit_colors(colouring: Colouring, start: int, stop: int, per_cell: int) -> tuple[np.ndarray, np.ndarray]:
@@ -194,12 +196,8 @@ def _aggregate_layers(
     if marks is not None:
         unit_bad = np.asarray(marks.bad[start:stop], dtype=bool).reshape(cells, per_cell).any(axis=1)
         bad, good = placement.image(unit_bad, False), placement.image(~unit_bad, False)
-    red = None
-    if marks is not None and marks.red_groups:
-        in_red = np.zeros(layout.world_size, dtype=bool)
-        for members in marks.red_groups:
-            in_red[np.asarray(members, dtype=np.int64)] = True
-        red = placement.image(in_red[start:stop].reshape(cells, per_cell).any(axis=1), False)
+    red = red_cells(marks, layout.world_size, start, stop)
+    red = placement.image(red.reshape(cells, per_cell).any(axis=1), False) if red is not None else None
     ys, xs = placement.node_boundaries() if group > 1 else ([], [])
 
     layers = {}
@@ -225,11 +223,9 @@ def _aggregate_layers(
             _verdict_marks(area, bad, good, (cw, ch))
         frame(body, (left - 1, top - 1, left + placement.cols * cw + 1, top + placement.rows * ch + 1), NODE_LINE, 1)
         blend(body, margin, TEXT_DARK)
-        if red is not None:
-            outline_cells(body, red, (left, top), (cw, ch), BAD, 2)
         layers[name] = body
     split = int((counts > 1).sum())
-    return AggregateLayers(layers["normal"], layers["faded"], placement, (left, top), (cw, ch), per_cell, split)
+    return AggregateLayers(layers["normal"], layers["faded"], placement, (left, top), (cw, ch), per_cell, split, red)
 
 
 def _verdict_marks(area: np.ndarray, bad: np.ndarray, good: np.ndarray, cell: tuple[int, int]) -> None:
@@ -286,6 +282,8 @@ def compose_aggregate(
             index = (highlight - start) // per_cell
             rank_cell = (int(placement.row[index]), int(placement.col[index]))
         highlight_outlines(body, member_cells, rank_cell, (left, top), (cw, ch))
+    if layers.red is not None:  # failing groups on top of everything
+        outline_cells(body, layers.red, (left, top), (cw, ch), BAD, 2)
     what = unit_name(layout, per_cell)
     legend = f"one cell = one {what}" if not what[0].isdigit() else f"one cell = {what}"
     if per_cell > 1:

@@ -72,7 +72,7 @@ class Marks:
         return not bool(np.any(self.bad))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class GridGeometry:
     """Where the cells of a ``GridPicture`` are: cell (0, 0) at pixel ``origin`` (x, y), cells of ``cell``
     (width, height) pixels in ``rows x cols``; ``first[row, col]`` is the first rank of a cell (-1: empty) and
@@ -262,6 +262,17 @@ class DetailLayers:
     grid: CellGrid
     origin: tuple[int, int]
     cell: tuple[int, int]
+    red: np.ndarray | None
+
+
+def red_cells(marks: Marks | None, world: int, start: int, stop: int) -> np.ndarray | None:
+    """Per shown rank, whether it is in a group ``marks`` outlines in red (None when there is none)."""
+    if marks is None or not marks.red_groups:
+        return None
+    red = np.zeros(world, dtype=bool)
+    for members in marks.red_groups:
+        red[np.asarray(members, dtype=np.int64)] = True
+    return red[start:stop]
 
 
 def _detail_layers(layout: Layout, colouring: Colouring, marks: Marks | None, start: int, stop: int) -> DetailLayers:
@@ -306,12 +317,8 @@ def _detail_layers(layout: Layout, colouring: Colouring, marks: Marks | None, st
     bad_cells = None
     if marks is not None and np.any(marks.bad[start:stop]):
         bad_cells = grid.image(np.asarray(marks.bad[start:stop], dtype=bool), False)
-    red = None
-    if marks is not None and marks.red_groups:
-        red = np.zeros(layout.world_size, dtype=bool)
-        for members in marks.red_groups:
-            red[np.asarray(members, dtype=np.int64)] = True
-        red = grid.image(red[start:stop], False)
+    red = red_cells(marks, layout.world_size, start, stop)
+    red = grid.image(red, False) if red is not None else None
     ys, xs = grid.node_boundaries()
     layers = {}
     for name, cell_colors in cells.items():
@@ -332,10 +339,8 @@ def _detail_layers(layout: Layout, colouring: Colouring, marks: Marks | None, st
             area[:, max(0, x * cw - 1) : x * cw + 1] = rgb8(NODE_LINE)
         frame(body, (left - 1, top - 1, left + grid.cols * cw + 1, top + grid.rows * ch + 1), NODE_LINE, 1)
         blend(body, margin, TEXT_DARK)
-        if red is not None:
-            outline_cells(body, red, (left, top), (cw, ch), BAD, 2)
         layers[name] = body
-    return DetailLayers(layers["normal"], layers["faded"], grid, (left, top), (cw, ch))
+    return DetailLayers(layers["normal"], layers["faded"], grid, (left, top), (cw, ch), red)
 
 
 _DETAIL_CACHE = LayerCache()
@@ -370,6 +375,8 @@ def compose_detail(
         if highlight is not None and start <= highlight < stop:
             rank_cell = (int(grid.row[highlight - start]), int(grid.col[highlight - start]))
         highlight_outlines(body, member_cells, rank_cell, (left, top), (cw, ch))
+    if layers.red is not None:  # failing groups on top of everything
+        outline_cells(body, layers.red, (left, top), (cw, ch), BAD, 2)
     image, band = with_title(body, title)
     first = grid.image(np.arange(start, stop), -1)
     geometry = GridGeometry((left, top + band), (cw, ch), first, 1, (start, stop), layout.world_size)

@@ -55,10 +55,16 @@ class ClusterPanel(Panel):
     apply. Start launches ``layout.world_size`` workers (``backend``: gloo on CPU) and applies the layout;
     Apply re-applies it to the running workers (when the world size changed, the panel says a restart is
     needed). Every error and timeout is shown as text in ``status``, never as a traceback.
+
+    After Apply every rank's verdict is drawn on the rank grid (``✓ ok`` or ``✗`` and the dims that failed,
+    failing groups outlined in red): on the followed ``LayoutPanel``'s grid, or on the panel's own grid
+    (``view``) when it follows none. The tables (``verification``, ``rank_output``) sit folded in ``tables``.
+    ``last_verification`` is a trait others can observe; ``verified_layout`` the layout it checked.
     """
 
     cluster = traitlets.Any(None, allow_none=True)
     layout = traitlets.Instance(Layout, allow_none=True)
+    last_verification = traitlets.Any(None, allow_none=True)
 
     def __init__(
         self,

@@ -18,9 +18,9 @@ from ..viz.aggregate import unit_label
 from .common import TABLE_STYLE, html_table
 
 CARD_HINT = (
-    "<div style='color:#555;font-size:12px;max-width:360px'>Click a cell (or type a rank in <i>highlight rank</i>) "
-    "to see that rank's coordinates, its groups in every dim and its seeds. Hover a cell to identify it"
-    "; double-click a node of a big world to zoom in.</div>"
+    "<div style='color:#555;font-size:12px;line-height:1.4;max-width:360px'>Click a cell (or type a rank in "
+    "<i>highlight rank</i>) to see that rank's coordinates, its groups in every dim and its seeds. Hover a cell to "
+    "identify it; double-click a node of a big world to zoom in.</div>"
 )
 """What the card says while no rank is selected."""
 
@@ -103,7 +103,7 @@ def rank_card_html(
         extra = f"<div style='color:{color};margin:2px 0'>{html.escape(state)}</div>"
     return (
         TABLE_STYLE
-        + "<div class='fdl-card' style='font-size:12px'>"
+        + "<div class='fdl-card' style='font-size:12px;line-height:1.4'>"
         + head
         + extra
         + coordinates

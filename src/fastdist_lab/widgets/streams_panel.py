@@ -22,7 +22,10 @@ _VIEWS = (
     ("ranks sharing a stream", "sharing"),
     ("stream of every rank and generator", "streams"),
 )
-_CARD_HINT = "<div style='color:#555;font-size:12px'>Click a rank to see its streams.</div>"
+_CARD_HINT = (
+    "<div style='color:#555;font-size:12px;line-height:1.4'>Click a cell to outline the ranks sharing its stream "
+    "and see the rank's seeds and streams.</div>"
+)
 
 
 def checks_html(frame: Any) -> str:
@@ -39,7 +42,9 @@ def stream_card_html(report: Any, rank: int, differs: str = "") -> str:
         stream = int(report.stream_ids[rank, column])
         shared = int((report.stream_ids[:, column] == stream).sum())
         rows.append([generator, str(report.seeds[rank, column]), stream, shared])
-    head = f"<div style='font-size:13px'><b>rank {rank}</b> ({html.escape(report.source)} streams)</div>"
+    head = (
+        f"<div style='font-size:13px;line-height:1.4'><b>rank {rank}</b> ({html.escape(report.source)} streams)</div>"
+    )
     note = f"<div style='color:#b00020'>real draws differ: {html.escape(differs)}</div>" if differs else ""
     table = html_table(["generator", "seed", "stream", "ranks sharing it"], rows)
     return TABLE_STYLE + head + note + table
