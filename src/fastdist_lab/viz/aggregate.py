@@ -276,7 +276,7 @@ def compose_aggregate(
         body = layers.faded.copy()
         pixels = np.repeat(np.repeat(member_cells, ch, axis=0), cw, axis=1)
         area = (slice(top, top + placement.rows * ch), slice(left, left + placement.cols * cw))
-        body[area][pixels] = layers.normal[area][pixels]
+        np.copyto(body[area], layers.normal[area], where=pixels[..., None])
         rank_cell = None
         if highlight is not None and start <= highlight < stop:
             index = (highlight - start) // per_cell

@@ -26,18 +26,28 @@ def hex_rgb(code: str) -> RGB:
 def blend(image: np.ndarray, alpha: np.ndarray, color: RGB) -> None:
     """Paint ``color`` over the RGB uint8 ``image`` with the uint8 opacity ``alpha`` (same height and width).
 
-    Only the bounding box of the inked pixels is touched, so a few labels on a large image stay cheap.
+    Only the inked pixels are touched (text covers a small part of a picture), so this stays cheap on large
+    images; a contiguous ``image`` is updated through a flat view, anything else through its bounding box.
     """
-    rows = np.flatnonzero(alpha.any(axis=1))
-    if rows.size == 0:
+    if not image.flags.c_contiguous:
+        rows = np.flatnonzero(alpha.any(axis=1))
+        if rows.size == 0:
+            return
+        cols = np.flatnonzero(alpha.any(axis=0))
+        r0, r1, c0, c1 = rows[0], rows[-1] + 1, cols[0], cols[-1] + 1
+        box = np.ascontiguousarray(image[r0:r1, c0:c1])
+        blend(box, np.ascontiguousarray(alpha[r0:r1, c0:c1]), color)
+        image[r0:r1, c0:c1] = box
         return
-    cols = np.flatnonzero(alpha.any(axis=0))
-    r0, r1, c0, c1 = rows[0], rows[-1] + 1, cols[0], cols[-1] + 1
-    area = image[r0:r1, c0:c1]
-    a = alpha[r0:r1, c0:c1, None].astype(np.int32)
-    under = area.astype(np.int32)
+    flat_alpha = alpha.reshape(-1)
+    index = np.flatnonzero(flat_alpha)
+    if index.size == 0:
+        return
+    pixels = image.reshape(-1, 3)
+    a = flat_alpha[index].astype(np.int32)[:, None]
+    under = pixels[index].astype(np.int32)
     target = rgb8(color).astype(np.int32)
-    area[...] = (under + ((target - under) * a + 127) // 255).astype(np.uint8)
+    pixels[index] = (under + ((target - under) * a + 127) // 255).astype(np.uint8)
 
 
 def cell_edges(mask: np.ndarray) -> np.ndarray:

@@ -8,6 +8,7 @@ RGB array, lines are ``LineCollection``s; only small worlds get per-cell text, s
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -252,6 +253,7 @@ def draw_grid(
         spine.set_color(_NODE_LINE)
 
 
+@lru_cache(maxsize=64)
 def describe(layout: Layout) -> str:
     """One line with the sizes and the ordering of ``layout``."""
     s = layout.summary()

@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 
 from ..layout import Layout
 from .canvas import blend, frame, hex_rgb, outline_cells, png_bytes, rgb8
-from .colors import fade, group_colors
+from .colors import group_colors
 from .grid import CellGrid, cell_grid
 from .text import atlas
 
@@ -186,9 +186,22 @@ class GridPicture:
 class LayerCache:
     """A small LRU of composed layers, keyed by tuples of objects compared by identity (held, so never reused)."""
 
+    caches: list[LayerCache] = []
+
     def __init__(self, size: int = 6):
         self.size = size
         self._items: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        LayerCache.caches.append(self)
+
+    @classmethod
+    def clear_all(cls) -> None:
+        """Empty every layer cache (the next picture of any layout is composed from scratch)."""
+        for cache in cls.caches:
+            cache.clear()
+
+    def clear(self) -> None:
+        """Empty this cache."""
+        self._items.clear()
 
     def get(self, key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
         """The cached value of ``key``, made by ``make()`` on a miss."""
@@ -201,6 +214,25 @@ class LayerCache:
         else:
             self._items.move_to_end(key)
         return value
+
+
+def fill_cells(area: np.ndarray, colors: np.ndarray, cell: tuple[int, int]) -> None:
+    """Paint ``colors`` (rows, cols, 3 uint8) as cells of ``cell`` (width, height) pixels with 1-pixel white gaps."""
+    cw, ch = cell
+    view = area.view()
+    view.shape = (colors.shape[0], ch, colors.shape[1], cw, 3)  # raises rather than copy: writes land in area
+    view[...] = colors[:, None, :, None, :]
+    area[ch::ch, :] = 255
+    area[:, cw::cw] = 255
+
+
+def fade_pixels(area: np.ndarray) -> None:
+    """Fade uint8 RGB pixels 60 % of the way to white, in place (cells that are not pointed at)."""
+    faded = area.astype(np.uint16)
+    faded *= 2
+    faded += 3 * 255
+    faded //= 5
+    area[...] = faded
 
 
 def stamp_lines(
@@ -294,16 +326,12 @@ def _detail_layers(layout: Layout, colouring: Colouring, marks: Marks | None, st
     width, height = left + grid.cols * cw + right, top + grid.rows * ch + bottom
 
     shown = np.arange(start, stop)
-    colors = colouring.colors[colouring.ids[shown]]
-    cells = {
-        "normal": grid.image(colors, EMPTY),
-        "faded": grid.image(fade(colors, np.ones(len(shown), dtype=bool)), EMPTY),
-    }
-    dark = np.zeros((grid.rows * ch, grid.cols * cw), dtype=np.uint8)
+    cells = grid.image(colouring.colors[colouring.ids[shown]], EMPTY)
+    dark = np.zeros((height, width), dtype=np.uint8)  # text canvases span the whole body: blends stay flat
     good, bad = np.zeros_like(dark), np.zeros_like(dark)
     block = glyphs.line_height * count / 2
     for index, cell_lines in enumerate(lines):
-        cx, cy = (grid.col[index] + 0.5) * cw, (grid.row[index] + 0.5) * ch
+        cx, cy = left + (grid.col[index] + 0.5) * cw, top + (grid.row[index] + 0.5) * ch
         glyphs.stamp(dark, cell_lines, cx, cy - (glyphs.line_height / 2 if notes is not None else 0))
         if notes is not None and notes[index]:
             canvas = bad if marks.bad[start + index] else good
@@ -320,27 +348,26 @@ def _detail_layers(layout: Layout, colouring: Colouring, marks: Marks | None, st
     red = red_cells(marks, layout.world_size, start, stop)
     red = grid.image(red, False) if red is not None else None
     ys, xs = grid.node_boundaries()
-    layers = {}
-    for name, cell_colors in cells.items():
-        body = np.full((height, width, 3), 255, dtype=np.uint8)
-        area = body[top : top + grid.rows * ch, left : left + grid.cols * cw]
-        area[...] = np.repeat(np.repeat(rgb8(cell_colors), ch, axis=0), cw, axis=1)
-        area[ch::ch, :] = 255
-        area[:, cw::cw] = 255
-        blend(area, dark, TEXT_DARK if name == "normal" else TEXT_GREY)
-        blend(area, good, GOOD)
-        blend(area, bad, BAD)
-        if bad_cells is not None:
-            for row, col in np.argwhere(bad_cells):
-                frame(area, (col * cw + 1, row * ch + 1, (col + 1) * cw, (row + 1) * ch), BAD, 1)
-        for y in ys:
-            area[max(0, y * ch - 1) : y * ch + 1, :] = rgb8(NODE_LINE)
-        for x in xs:
-            area[:, max(0, x * cw - 1) : x * cw + 1] = rgb8(NODE_LINE)
-        frame(body, (left - 1, top - 1, left + grid.cols * cw + 1, top + grid.rows * ch + 1), NODE_LINE, 1)
-        blend(body, margin, TEXT_DARK)
-        layers[name] = body
-    return DetailLayers(layers["normal"], layers["faded"], grid, (left, top), (cw, ch), red)
+    body = np.full((height, width, 3), 255, dtype=np.uint8)
+    area = body[top : top + grid.rows * ch, left : left + grid.cols * cw]
+    fill_cells(area, rgb8(cells), (cw, ch))
+    blend(body, dark, TEXT_DARK)
+    blend(body, good, GOOD)
+    blend(body, bad, BAD)
+    if bad_cells is not None:
+        for row, col in np.argwhere(bad_cells):
+            frame(area, (col * cw + 1, row * ch + 1, (col + 1) * cw, (row + 1) * ch), BAD, 1)
+    for y in ys:
+        area[max(0, y * ch - 1) : y * ch + 1, :] = rgb8(NODE_LINE)
+    for x in xs:
+        area[:, max(0, x * cw - 1) : x * cw + 1] = rgb8(NODE_LINE)
+    frame(body, (left - 1, top - 1, left + grid.cols * cw + 1, top + grid.rows * ch + 1), NODE_LINE, 1)
+    blend(body, margin, TEXT_DARK)
+    faded = body.copy()
+    fade_pixels(faded[top : top + grid.rows * ch, left : left + grid.cols * cw])
+    blend(faded, good, GOOD)  # verdicts stay readable on faded cells
+    blend(faded, bad, BAD)
+    return DetailLayers(body, faded, grid, (left, top), (cw, ch), red)
 
 
 _DETAIL_CACHE = LayerCache()
@@ -370,7 +397,7 @@ def compose_detail(
         body = layers.faded.copy()
         pixels = np.repeat(np.repeat(member_cells, ch, axis=0), cw, axis=1)
         area = (slice(top, top + grid.rows * ch), slice(left, left + grid.cols * cw))
-        body[area][pixels] = layers.normal[area][pixels]
+        np.copyto(body[area], layers.normal[area], where=pixels[..., None])
         rank_cell = None
         if highlight is not None and start <= highlight < stop:
             rank_cell = (int(grid.row[highlight - start]), int(grid.col[highlight - start]))
