@@ -1,8 +1,9 @@
-"""Rank-grid pictures of a ``Layout``: nodes as rows, local GPUs as columns, cells coloured by group.
+"""Rank-grid placement and the small multiples of a ``Layout``: nodes as rows, local GPUs as columns.
 
-Everything is drawn on a plain ``matplotlib.figure.Figure`` (never pyplot), so nothing is registered
-globally and a figure is freed as soon as it is no longer referenced. Colours are one ``imshow`` of an
-RGB array, lines are ``LineCollection``s; only small worlds get per-cell text, so large worlds stay fast.
+``cell_grid`` / ``place_cells`` say where each rank (or cell) sits; ``plot_dims`` draws one grid per dim on a plain
+``matplotlib.figure.Figure`` (never pyplot): colours are one ``imshow`` of an RGB array, lines are
+``LineCollection``s. The single pointable grid (``grid_picture`` / ``plot_layout``) is composed pixel by pixel in
+``viz.picture``, ``viz.aggregate`` and ``viz.layout_picture``.
 """
 
 from __future__ import annotations
@@ -142,6 +143,7 @@ def cell_grid(layout: Layout, start: int = 0, stop: int | None = None, max_cols:
 
 
 def check_highlight(layout: Layout, highlight: int | None) -> int | None:
+    """``highlight`` as a rank of ``layout`` (or None); ``LayoutError`` naming the value otherwise."""
     if highlight is None:
         return None
     if isinstance(highlight, bool) or not isinstance(highlight, (int, np.integer)):
@@ -152,6 +154,7 @@ def check_highlight(layout: Layout, highlight: int | None) -> int | None:
 
 
 def check_dim(dim: str) -> str:
+    """``dim`` when it is one of the nine dims; ``LayoutError`` naming the choices otherwise."""
     if dim not in DIM_NAMES:
         raise LayoutError(f"dim={dim!r} is not a dim; use one of {', '.join(DIM_NAMES)}")
     return dim
@@ -266,11 +269,13 @@ def describe(layout: Layout) -> str:
 
 
 def dim_title(layout: Layout, dim: str) -> str:
+    """``"tensor: 4 group(s) of 2"``."""
     groups = layout.groups(dim)
     return f"{dim}: {groups.shape[0]} group(s) of {groups.shape[1]}"
 
 
 def rank_colors(layout: Layout, dim: str, highlight: int | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """Every rank's colour by its group of ``dim`` (faded outside ``highlight``'s group) and that group as a mask."""
     ids = layout.group_index(dim)
     colors = group_colors(int(ids.max()) + 1)[ids]
     if highlight is None:
