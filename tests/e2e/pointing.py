@@ -45,14 +45,16 @@ def count_color(img: Any, box: tuple[int, int, int, int], color: tuple[float, fl
     return int(img.evaluate(COUNT_COLOR, [*box, *rgb255(color), tol]))
 
 
-def expected_picture(layout: Layout, dim: str, verdicts: bool = False) -> GridPicture:
+def expected_picture(
+    layout: Layout, dim: str, verdicts: bool = False, ranks: tuple[int, int] | None = None
+) -> GridPicture:
     """The picture the kernel draws, as far as where its cells are: the same ``grid_picture`` (with a one-line
     headline and a note line per cell when ``verdicts``; the highlighted rank does not move the cells)."""
     marks = None
     if verdicts:
         n = layout.world_size
         marks = Marks(notes=["\u2713 ok"] * n, bad=np.zeros(n, dtype=bool), headline="verdict")
-    return grid_picture(layout, dim, marks=marks)
+    return grid_picture(layout, dim, marks=marks, ranks=ranks)
 
 
 def check_height(img: Any, expected: GridPicture) -> GridGeometry:
@@ -124,3 +126,64 @@ def read_verdicts(img: Any, layout: Layout, dim: str) -> dict[int, bool] | None:
         bottom = (x0 + 2, y0 + (y1 - y0) // 2, x1 - 2, y1 - 2)  # the verdict is the cell's last line
         out[rank] = count_color(img, bottom, GOOD, tol=35) >= 6
     return out
+
+
+BIG_WORLDS = [
+    {
+        "world_size": 256,
+        "local_world_size": 8,
+        "tensor_parallel": 2,
+        "pipeline_parallel": 4,
+        "sequence_data_parallel": 2,
+    },
+    {
+        "world_size": 4096,
+        "local_world_size": 8,
+        "tensor_parallel": 2,
+        "pipeline_parallel": 4,
+        "sequence_data_parallel": 2,
+    },
+    {
+        "world_size": 16384,
+        "local_world_size": 8,
+        "tensor_parallel": 8,
+        "pipeline_parallel": 4,
+        "sequence_data_parallel": 2,
+    },
+]
+"""The worlds the browser test shows (the last one is zoomed into by a double-click)."""
+
+
+def check_big_worlds(
+    page: Any,
+    picture: Callable[[], Any],
+    set_layout: Callable[[dict[str, int]], None],
+    shot: Callable[..., Any],
+    act: Callable[[Callable[[], None], str], None],
+    wait_until: Callable[..., Any],
+) -> None:
+    """Show 256, 4,096 and 16,384 ranks: each grid fits 1,000 pixels and is shown 1:1 (not shrunk); at 16,384 ranks
+    a cell is a node, and a double-click on node 100 zooms to one cell per rank around it."""
+    for target in BIG_WORLDS:
+        set_layout(target)
+        layout = Layout(**target)
+        expected = expected_picture(layout, "tensor")
+        wait_until(
+            page,
+            lambda: picture().evaluate(PICTURE_SIZE)[1] == expected.size[1],  # noqa: B023
+            90,
+            f"the grid of {layout.world_size} ranks",
+        )
+        natural_w, _, shown_w, _ = picture().evaluate(PICTURE_SIZE)
+        assert natural_w <= 1000 and shown_w == natural_w, (
+            f"{layout.world_size} ranks: {natural_w} px shown at {shown_w}"
+        )
+        shot(f"grid_{layout.world_size}_ranks", picture())
+    geometry = expected.geometry
+    assert geometry.per_cell == 8, "16,384 ranks: a cell is not a node"
+    natural_w, natural_h, shown_w, shown_h = picture().evaluate(PICTURE_SIZE)
+    x, y = geometry.center(800)
+    act(lambda: picture().dblclick(position={"x": x * shown_w / natural_w, "y": y * shown_h / natural_h}), "zoom")
+    zoomed = expected_picture(layout, "tensor", ranks=(768, 1024))
+    wait_until(page, lambda: picture().evaluate(PICTURE_SIZE)[1] == zoomed.size[1], 60, "the zoom to nodes 96-127")
+    shot("grid_16384_zoomed_nodes_96_127", picture())

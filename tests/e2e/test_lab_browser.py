@@ -26,7 +26,7 @@ import pytest
 from fastdist_lab import Layout, LayoutError
 
 from .conftest import JupyterLab, skip_or_fail
-from .pointing import click_cell_and_check, hover_cell_and_check, read_verdicts
+from .pointing import check_big_worlds, click_cell_and_check, hover_cell_and_check, read_verdicts
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -577,6 +577,9 @@ def test_lab_in_chromium(page: Any, jupyter_lab: JupyterLab, screenshots: Path) 
         f"workers still running after stop: {alive}"
     )
     shot("cluster_stopped", cluster)
+
+    # 6. big worlds: 256, 4,096 and 16,384 ranks stay within 1,000 pixels; a double-click zooms into nodes
+    check_big_worlds(page, lambda: picture(page), lambda t: set_layout(page, lab, t), shot, act, wait_until)
 
 
 @pytest.mark.parametrize("ci", ["", "0", "false", "true", "1", "yes"])
