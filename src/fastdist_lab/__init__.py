@@ -43,6 +43,7 @@ _LAZY: dict[str, str] = {
     "device_mesh_check": ".checks",
     # pictures (matplotlib)
     "plot_layout": ".viz",
+    "grid_picture": ".viz",
     "plot_dims": ".viz",
     "plot_streams": ".viz",
     "plot_sharing": ".viz",

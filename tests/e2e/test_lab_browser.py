@@ -26,6 +26,7 @@ import pytest
 from fastdist_lab import Layout, LayoutError
 
 from .conftest import JupyterLab, skip_or_fail
+from .pointing import check_big_worlds, click_cell_and_check, hover_cell_and_check, read_verdicts
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -454,6 +455,16 @@ def test_lab_in_chromium(page: Any, jupyter_lab: JupyterLab, screenshots: Path) 
     wait_table_shows(page, Layout(**values))
     assert len(read_table(page.locator(".fdl-ranks-table"))["rows"]) == 8
     shot("panel_grid", picture(page))
+
+    def act(do: Callable[[], None], what: str) -> None:
+        since = quiet_kernel(page, lab)
+        do()
+        kernel_handled(page, lab, since, what)
+
+    # 2b. point at the grid: a click outlines the rank and its group and shows its card; hovering names a cell
+    click_cell_and_check(page, picture(page), Layout(**values), "tensor", 6, act, wait_until)
+    shot("grid_clicked_rank_6", page.locator(".fdl-rank-card").first)
+    hover_cell_and_check(page, picture(page), Layout(**values), "tensor", 3, wait_until)
     reveal(page, page.locator(".fdl-ranks-table"))
     shot("panel_ranks_table", page.locator(".fdl-ranks-table"))
 
@@ -539,6 +550,17 @@ def test_lab_in_chromium(page: Any, jupyter_lab: JupyterLab, screenshots: Path) 
     check_verified_groups(table, Layout(**CLUSTER_TARGET))
     shot("cluster_verified", verification.first)
 
+    # 5b. the verdicts are on the grid: every cell of the 4-rank layout reads "✓ ok" in green
+    reveal(page, picture(page))
+    verdicts = wait_until(
+        page,
+        lambda: (v := read_verdicts(picture(page), Layout(**CLUSTER_TARGET), "tensor")) and all(v.values()) and v,
+        60,
+        lambda: f"a green verdict on every cell: {read_verdicts(picture(page), Layout(**CLUSTER_TARGET), 'tensor')}",
+    )
+    assert sorted(verdicts) == list(range(CLUSTER_TARGET["world_size"]))
+    shot("grid_verdicts", picture(page))
+
     stop = page.locator(".fdl-cluster-stop").first
     reveal(page, stop)
     since = quiet_kernel(page, lab)
@@ -555,6 +577,9 @@ def test_lab_in_chromium(page: Any, jupyter_lab: JupyterLab, screenshots: Path) 
         f"workers still running after stop: {alive}"
     )
     shot("cluster_stopped", cluster)
+
+    # 6. big worlds: 256, 4,096 and 16,384 ranks stay within 1,000 pixels; a double-click zooms into nodes
+    check_big_worlds(page, lambda: picture(page), lambda t: set_layout(page, lab, t), shot, act, wait_until)
 
 
 @pytest.mark.parametrize("ci", ["", "0", "false", "true", "1", "yes"])

@@ -81,3 +81,13 @@ def test_report_round_trip_and_foreign_files(tmp_path):
     other.write_text(json.dumps({"kind": "something else"}))
     with pytest.raises(ValueError, match="not a fastdist-lab verification report"):
         load_report(other)
+
+
+def test_rank_failures_name_what_failed_on_each_rank():
+    layout = _layout()
+    records = [RankResult(r, "ok", _rows_of(layout, r, wrong_gather=(r == 3))) for r in range(3)]
+    records.append(RankResult(3, "ok", {**_rows_of(layout, 3, wrong_gather=True), "seeds_ok": False}))
+    verification = Verification.from_rank_rows(expected_groups(layout), RankResults(records), {}, "gloo")
+    assert verification.rank_failures() == [[], [], ["tensor"], ["tensor", "seeds"]]
+    good = [RankResult(r, "ok", _rows_of(layout, r)) for r in range(4)]
+    assert Verification.from_rank_rows(expected_groups(layout), RankResults(good)).rank_failures() == [[]] * 4

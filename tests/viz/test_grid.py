@@ -16,7 +16,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from fastdist_lab import Layout, LayoutError  # noqa: E402
 from fastdist_lab.config import DIM_NAMES  # noqa: E402
-from fastdist_lab.viz import layout_html, plot_dims, plot_layout, to_pixels, to_png  # noqa: E402
+from fastdist_lab.viz import grid_picture, layout_html, plot_dims, plot_layout, to_pixels, to_png  # noqa: E402
 from fastdist_lab.viz.grid import TEXT_LIMIT, _edges, cell_grid, cell_labels, draw_grid  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -122,7 +122,7 @@ def test_cell_text_has_coordinates_and_sequence_data_only_when_used():
     assert cell_labels(plain)[5] == "5\nt1 d0 p1"
 
 
-def test_small_world_draws_text_large_world_draws_one_image_without_text():
+def test_small_and_large_worlds_are_one_composed_image_without_text_artists():
     small = plot_layout(layout())
     assert len(small.axes[0].images) == 1  # cells and text composed into one image
     assert len(small.axes[0].texts) == 0
@@ -132,8 +132,9 @@ def test_small_world_draws_text_large_world_draws_one_image_without_text():
     ax = figure.axes[0]
     assert len(ax.images) == 1 and len(ax.texts) == 0
     image = np.asarray(ax.images[0].get_array())
-    grid = cell_grid(big)
-    assert image.shape[:2] == (grid.rows, grid.cols)
+    picture = grid_picture(big, "data", highlight=4095)
+    assert image.shape == picture.pixels.shape  # the figure holds exactly the composed pixels
+    assert picture.geometry.per_cell == 8 and picture.geometry.rows * picture.geometry.cols >= 512
     assert to_png(figure).startswith(PNG_MAGIC)
 
 

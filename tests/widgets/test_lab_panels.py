@@ -14,6 +14,7 @@ import pytest  # noqa: E402
 
 import fastdist_lab  # noqa: E402
 from fastdist_lab import Layout  # noqa: E402
+from fastdist_lab.viz import grid_picture  # noqa: E402
 from fastdist_lab.widgets import ClusterPanel, Lab, StreamsPanel  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -112,6 +113,13 @@ def test_cluster_panel_starts_applies_and_shows_every_group_ok(running_lab):
     assert len(cells) == len(cp.last_verification.to_frame())
     assert cp.rank_output.value.count("<tr>") == 1 + 4  # header + one row per rank
     assert cp.start_button.disabled and not cp.apply_button.disabled and not cp.stop_button.disabled
+    # the verdicts are on the layout panel's grid; the table is one click away (folded)
+    lp = running_lab.layout_panel
+    assert lp.verification is cp.last_verification and cp.verified_layout == lp.layout
+    assert lp.geometry.cell[1] > grid_picture(lp.layout).geometry.cell[1]  # each cell has its verdict line
+    assert cp.tables.selected_index is None and cp.view.widget.layout.display == "none"
+    lp.select_rank(3)
+    assert "every check of this rank passed" in lp.card.value
 
 
 def test_the_rank_summary_does_not_make_workers_import_ipywidgets(running_lab):
@@ -128,6 +136,7 @@ def test_real_streams_match_the_prediction(running_lab):
     assert sp.cluster is running_lab.cluster_panel.cluster and not sp.draw_button.disabled
     assert sp.draw_real() is True
     assert "match the prediction exactly" in sp.comparison.value
+    assert sp.marks is not None and sp.marks.ok and "match the prediction exactly" in sp.marks.headline
 
 
 def test_changed_layout_is_applied_to_the_same_workers(running_lab):
@@ -187,6 +196,20 @@ def test_cluster_panel_alone_reports_missing_cluster():
     panel = ClusterPanel(layout, backend="gloo")
     assert panel.apply() is False and "not running" in panel.message
     assert panel.run(lambda ctx: 1) is None
+
+
+def test_a_cluster_panel_alone_draws_the_verdicts_on_its_own_grid():
+    layout = Layout(world_size=2, local_world_size=2, tensor_parallel=2)
+    panel = ClusterPanel(layout, backend="gloo")
+    assert panel.view.widget.layout.display == "none"  # nothing checked yet
+    try:
+        assert panel.start() is True
+        assert panel.view.widget.layout.display == "flex" and panel.last_verification.ok
+        geometry = panel.view.geometry
+        assert panel.view.click(*geometry.center(1)) == 1
+        assert "rank 1</b>" in panel.view.card.value and "every check of this rank passed" in panel.view.card.value
+    finally:
+        panel.stop()
 
 
 def test_panels_built_by_hand_follow_each_other():

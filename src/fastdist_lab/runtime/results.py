@@ -348,6 +348,25 @@ class Verification:
         """The rows that failed."""
         return [row for row in self.rows if not row["ok"]]
 
+    def rank_failures(self) -> list[list[str]]:
+        """For every global rank, what failed that involves it (empty when all is well): the dims whose group
+        holding the rank failed (in ``rows`` order), ``"seeds"`` when its generators' seeds differ from the
+        prediction, ``"no answer"`` when it did not complete the check."""
+        members = [rank for row in self.rows for rank in row["members"]]
+        world = max([len(self.results), *(rank + 1 for rank in members)])
+        out: list[list[str]] = [[] for _ in range(world)]
+        for row in self.rows:
+            if not row["ok"]:
+                for rank in row["members"]:
+                    if row["dim"] not in out[rank]:
+                        out[rank].append(row["dim"])
+        for record in self.results:
+            if not record.ok:
+                out[record.rank].append("no answer")
+            elif not (isinstance(record.value, dict) and record.value.get("seeds_ok", False)):
+                out[record.rank].append("seeds")
+        return out
+
     def to_frame(self) -> pd.DataFrame:
         """One row per (dim, group): members, size, ok, seconds (creation plus checks, slowest member),
         create_seconds (group creation alone), whether it was newly created, and what failed (``detail``)."""

@@ -1,15 +1,28 @@
 """Pictures (matplotlib ``Figure`` objects, never pyplot): rank grids, per-dim small multiples, generator streams,
-conventions side by side, and the notebook display of a ``Layout``. One palette for all (``viz.colors``)."""
+conventions side by side, and the notebook display of a ``Layout``. One palette for all (``viz.colors``).
+
+The rank grids are composed pixel by pixel: ``grid_picture`` / ``stream_picture`` return a ``GridPicture``
+(pixels, PNG, ``Figure``) whose ``geometry`` maps a pixel back to the rank under it; ``Marks`` write results
+(``verdict_marks``, ``stream_marks``) on the cells.
+"""
 
 from __future__ import annotations
 
 from .conventions import plot_conventions, plot_seed_sharing
-from .grid import plot_dims, plot_layout
+from .grid import plot_dims
+from .layout_picture import grid_picture, plot_layout
+from .marks import stream_marks, verdict_marks
 from .notebook import layout_html
+from .picture import DETAIL_LIMIT, GridGeometry, GridPicture, Marks
 from .render import to_pixels, to_png
-from .streams import plot_sharing, plot_streams
+from .streams import plot_sharing, plot_streams, stream_picture
 
 __all__ = [
+    "DETAIL_LIMIT",
+    "GridGeometry",
+    "GridPicture",
+    "Marks",
+    "grid_picture",
     "layout_html",
     "plot_conventions",
     "plot_dims",
@@ -17,6 +30,9 @@ __all__ = [
     "plot_seed_sharing",
     "plot_sharing",
     "plot_streams",
+    "stream_marks",
+    "stream_picture",
     "to_pixels",
     "to_png",
+    "verdict_marks",
 ]

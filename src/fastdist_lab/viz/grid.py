@@ -1,13 +1,15 @@
-"""Rank-grid pictures of a ``Layout``: nodes as rows, local GPUs as columns, cells coloured by group.
+"""Rank-grid placement and the small multiples of a ``Layout``: nodes as rows, local GPUs as columns.
 
-Everything is drawn on a plain ``matplotlib.figure.Figure`` (never pyplot), so nothing is registered
-globally and a figure is freed as soon as it is no longer referenced. Colours are one ``imshow`` of an
-RGB array, lines are ``LineCollection``s; only small worlds get per-cell text, so large worlds stay fast.
+``cell_grid`` / ``place_cells`` say where each rank (or cell) sits; ``plot_dims`` draws one grid per dim on a plain
+``matplotlib.figure.Figure`` (never pyplot): colours are one ``imshow`` of an RGB array, lines are
+``LineCollection``s. The single pointable grid (``grid_picture`` / ``plot_layout``) is composed pixel by pixel in
+``viz.picture``, ``viz.aggregate`` and ``viz.layout_picture``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -17,6 +19,7 @@ from matplotlib.patches import Rectangle
 
 from ..config import DIM_NAMES, LayoutError
 from ..layout import Layout
+from .canvas import cell_edges
 from .colors import fade, group_colors
 from .text import atlas, text_image
 
@@ -31,10 +34,12 @@ _HIGHLIGHT_RANK = "#d62728"
 
 @dataclass(frozen=True)
 class CellGrid:
-    """Where each global rank sits in the picture: ``row[rank]``, ``col[rank]`` in a ``rows x cols`` grid.
+    """Where each shown rank sits in the picture: ``row[i]``, ``col[i]`` of rank ``first_rank + i`` in a
+    ``rows x cols`` grid (for the whole world, ``first_rank`` is 0 and the arrays are indexed by global rank).
 
     Nodes are rows and local GPUs columns; when there are many nodes of few GPUs each, ``nodes_per_row``
-    nodes are placed side by side in one row so the picture keeps a readable shape.
+    nodes are placed side by side in one row so the picture keeps a readable shape; a node of more GPUs than
+    a row holds wraps over ``rows_per_node`` rows of ``wrap`` cells.
     """
 
     rows: int
@@ -43,9 +48,22 @@ class CellGrid:
     local_world_size: int
     row: np.ndarray
     col: np.ndarray
+    first_rank: int = 0
+    wrap: int = 0
+    first_row: int = 0
+
+    @property
+    def first_node(self) -> int:
+        """The node of the first shown rank."""
+        return self.first_rank // self.local_world_size
+
+    @property
+    def rows_per_node(self) -> int:
+        """How many rows one node takes (1 unless wrapped)."""
+        return -(-self.local_world_size // self.wrap) if self.wrap else 1
 
     def image(self, values: np.ndarray, fill: np.ndarray | float) -> np.ndarray:
-        """Place per-rank ``values`` (shape ``(world,)`` or ``(world, k)``) on the grid; empty cells get ``fill``."""
+        """Place per-rank ``values`` (shape ``(shown,)`` or ``(shown, k)``) on the grid; empty cells get ``fill``."""
         shape = (self.rows, self.cols, *values.shape[1:])
         out = np.empty(shape, dtype=values.dtype)
         out[...] = fill
@@ -58,24 +76,74 @@ class CellGrid:
             return f"+{col}"
         return str(col % self.local_world_size)
 
+    def row_label(self, row: int, last_node: int) -> str:
+        """The label of row ``row``: its node, the nodes it holds, or (wrapped) the local offset it starts at."""
+        if self.wrap:
+            absolute = self.first_row + row
+            node, offset = divmod(absolute, self.rows_per_node)
+            offset *= self.wrap
+            if offset == 0:
+                return f"node {node + self.first_node}"
+            return f"node {node + self.first_node} +{offset}" if row == 0 else f"+{offset}"
+        if self.nodes_per_row == 1:
+            return f"node {self.first_node + row}"
+        first = self.first_node + row * self.nodes_per_row
+        return f"nodes {first}-{min(last_node, first + self.nodes_per_row - 1)}"
 
-def cell_grid(layout: Layout) -> CellGrid:
-    """The placement of every rank of ``layout`` (see ``CellGrid``)."""
-    local, nodes = layout.local_world_size, layout.num_nodes
-    per_row = 1
-    if nodes > 32 and local < 16:
-        # widen until the picture is about as wide as high (cells are ~2x wider than high)
-        per_row = max(1, min(nodes, int(round(np.sqrt(nodes / (2.0 * local))))))
-        per_row = max(1, min(per_row, max(1, 32 // local)))
-    ranks = np.arange(layout.world_size)
-    node = ranks // local
+    def node_boundaries(self) -> tuple[list[int], list[int]]:
+        """Row indices (y) and column indices (x) where one node ends and the next begins."""
+        if self.wrap:
+            first = -self.first_row % self.rows_per_node
+            return list(range(first or self.rows_per_node, self.rows, self.rows_per_node)), []
+        return list(range(1, self.rows)), list(range(self.local_world_size, self.cols, self.local_world_size))
+
+
+def _wrap_width(local: int, max_cols: int) -> int:
+    """Cells per row for a node wider than ``max_cols``: its largest divisor that fits, unless that is tiny."""
+    best = max(d for d in range(1, max_cols + 1) if local % d == 0)
+    return best if best * 2 > max_cols else max_cols
+
+
+def place_cells(start: int, stop: int, group: int, max_cols: int, per_row: int | None = None) -> CellGrid:
+    """Cells ``start .. stop - 1`` in runs of ``group`` (a node) per row: ``per_row`` runs side by side (by default
+    enough to keep the picture about as wide as high), or one run wrapped over rows when ``group > max_cols``."""
+    cells = np.arange(start, stop)
+    first_node = start // group
+    node = cells // group - first_node
+    nodes = int(node[-1]) + 1
+    if group > max_cols:
+        wrap = _wrap_width(group, max_cols)
+        per_node = -(-group // wrap)
+        absolute = node * per_node + (cells % group) // wrap
+        first_row = int(absolute[0])
+        row = absolute - first_row
+        col = (cells % group) % wrap
+        return CellGrid(int(row[-1]) + 1, wrap, 1, group, row, col, start, wrap, first_row)
+    if per_row is None:
+        per_row = 1
+        if nodes > 32 and group < 16:
+            # widen until the picture is about as wide as high (cells are ~2x wider than high)
+            per_row = max(1, min(nodes, int(round(np.sqrt(nodes / (2.0 * group))))))
+    per_row = max(1, min(per_row, max(1, max_cols // group)))
     row = node // per_row
-    col = (node % per_row) * local + ranks % local
-    rows = -(-nodes // per_row)
-    return CellGrid(rows, per_row * local, per_row, local, row, col)
+    col = (node % per_row) * group + cells % group
+    return CellGrid(-(-nodes // per_row), min(nodes, per_row) * group, per_row, group, row, col, start)
 
 
-def _check_highlight(layout: Layout, highlight: int | None) -> int | None:
+def cell_grid(layout: Layout, start: int = 0, stop: int | None = None, max_cols: int = 32) -> CellGrid:
+    """The placement of ranks ``start .. stop - 1`` of ``layout`` (all of them by default; see ``CellGrid``).
+
+    At most ``max_cols`` columns: many small nodes share a row, a node of more GPUs wraps over several rows.
+    """
+    world = layout.world_size
+    stop = world if stop is None else stop
+    if not 0 <= start < stop <= world:
+        raise LayoutError(f"ranks {start}..{stop - 1} are not a range of the {world} ranks")
+    return place_cells(start, stop, layout.local_world_size, max_cols)
+
+
+def check_highlight(layout: Layout, highlight: int | None) -> int | None:
+    """``highlight`` as a rank of ``layout`` (or None); ``LayoutError`` naming the value otherwise."""
     if highlight is None:
         return None
     if isinstance(highlight, bool) or not isinstance(highlight, (int, np.integer)):
@@ -85,37 +153,33 @@ def _check_highlight(layout: Layout, highlight: int | None) -> int | None:
     return int(highlight)
 
 
-def _check_dim(dim: str) -> str:
+def check_dim(dim: str) -> str:
+    """``dim`` when it is one of the nine dims; ``LayoutError`` naming the choices otherwise."""
     if dim not in DIM_NAMES:
         raise LayoutError(f"dim={dim!r} is not a dim; use one of {', '.join(DIM_NAMES)}")
     return dim
 
 
-def cell_labels(layout: Layout) -> list[str]:
-    """Each rank's cell text: the rank, then ``t d p`` coordinates (and ``s b`` when sequence-data > 1)."""
+def cell_label(layout: Layout, rank: int) -> str:
+    """One rank's cell text: the rank, then ``t d p`` coordinates (and ``s b`` when sequence-data > 1)."""
     c = layout.coordinates
-    t, d, p = c["tensor_rank"], c["data_rank"], c["pipeline_rank"]
+    text = f"{rank}\nt{c['tensor_rank'][rank]} d{c['data_rank'][rank]} p{c['pipeline_rank'][rank]}"
     if layout.sequence_data_parallel > 1:
-        s, b = c["sequence_data_rank"], c["batch_data_rank"]
-        return [f"{r}\nt{t[r]} d{d[r]} p{p[r]}\ns{s[r]} b{b[r]}" for r in range(layout.world_size)]
-    return [f"{r}\nt{t[r]} d{d[r]} p{p[r]}" for r in range(layout.world_size)]
+        text += f"\ns{c['sequence_data_rank'][rank]} b{c['batch_data_rank'][rank]}"
+    return text
 
 
-def _edges(mask: np.ndarray) -> np.ndarray:
-    """Unit segments ``(n, 2, 2)`` (x, y) along the border of the True cells of a ``rows x cols`` mask."""
-    padded = np.pad(mask, 1)
-    horizontal = padded[1:, 1:-1] != padded[:-1, 1:-1]  # (rows + 1, cols): edge at y = i
-    vertical = padded[1:-1, 1:] != padded[1:-1, :-1]  # (rows, cols + 1): edge at x = j
-    hi, hj = np.nonzero(horizontal)
-    vi, vj = np.nonzero(vertical)
-    h = np.stack([np.stack([hj, hi], 1), np.stack([hj + 1, hi], 1)], 1)
-    v = np.stack([np.stack([vj, vi], 1), np.stack([vj, vi + 1], 1)], 1)
-    return np.concatenate([h, v]).astype(float)
+def cell_labels(layout: Layout) -> list[str]:
+    """Each rank's cell text (see ``cell_label``)."""
+    return [cell_label(layout, rank) for rank in range(layout.world_size)]
+
+
+_edges = cell_edges  # the one implementation lives in canvas
 
 
 def _node_lines(grid: CellGrid) -> np.ndarray:
-    segments = [[(0, y), (grid.cols, y)] for y in range(1, grid.rows)]
-    segments += [[(x, 0), (x, grid.rows)] for x in range(grid.local_world_size, grid.cols, grid.local_world_size)]
+    ys, xs = grid.node_boundaries()
+    segments = [[(0, y), (grid.cols, y)] for y in ys] + [[(x, 0), (x, grid.rows)] for x in xs]
     return np.array(segments, dtype=float).reshape(-1, 2, 2)
 
 
@@ -160,13 +224,13 @@ def draw_grid(
     short_labels: bool = False,
 ) -> None:
     """Draw ``layout``'s rank grid coloured by the groups of ``dim`` on ``ax`` (see ``plot_layout``)."""
-    dim = _check_dim(dim)
-    highlight = _check_highlight(layout, highlight)
+    dim = check_dim(dim)
+    highlight = check_highlight(layout, highlight)
     grid = cell_grid(layout)
     world = layout.world_size
     if text is None:
         text = world <= TEXT_LIMIT
-    colors, members = _rank_colors(layout, dim, highlight)
+    colors, members = rank_colors(layout, dim, highlight)
     image = grid.image(colors, _EMPTY)
     ax.imshow(image, extent=(0, grid.cols, grid.rows, 0), aspect="auto", interpolation="nearest")
     ax.set_xlim(0, grid.cols)
@@ -185,18 +249,14 @@ def draw_grid(
 
     xt, yt = _ticks(grid.cols), _ticks(grid.rows)
     ax.set_xticks(xt + 0.5, [grid.column_label(j) for j in xt])
-    if grid.nodes_per_row == 1:
-        ylabels = [f"node {i}" for i in yt]
-    else:
-        last = layout.num_nodes - 1
-        ylabels = [f"nodes {i * grid.nodes_per_row}-{min(last, (i + 1) * grid.nodes_per_row - 1)}" for i in yt]
-    ax.set_yticks(yt + 0.5, ylabels)
+    ax.set_yticks(yt + 0.5, [grid.row_label(i, layout.num_nodes - 1) for i in yt])
     ax.tick_params(axis="both", length=0, labelsize=max(6.0, fontsize))
     ax.xaxis.set_ticks_position("top")
     for spine in ax.spines.values():
         spine.set_color(_NODE_LINE)
 
 
+@lru_cache(maxsize=64)
 def describe(layout: Layout) -> str:
     """One line with the sizes and the ordering of ``layout``."""
     s = layout.summary()
@@ -208,12 +268,14 @@ def describe(layout: Layout) -> str:
     )
 
 
-def _dim_title(layout: Layout, dim: str) -> str:
+def dim_title(layout: Layout, dim: str) -> str:
+    """``"tensor: 4 group(s) of 2"``."""
     groups = layout.groups(dim)
     return f"{dim}: {groups.shape[0]} group(s) of {groups.shape[1]}"
 
 
-def _rank_colors(layout: Layout, dim: str, highlight: int | None) -> tuple[np.ndarray, np.ndarray | None]:
+def rank_colors(layout: Layout, dim: str, highlight: int | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """Every rank's colour by its group of ``dim`` (faded outside ``highlight``'s group) and that group as a mask."""
     ids = layout.group_index(dim)
     colors = group_colors(int(ids.max()) + 1)[ids]
     if highlight is None:
@@ -248,106 +310,6 @@ def _draw_outlines(ax: Axes, grid: CellGrid, highlight: int | None, members: np.
         )
 
 
-def _blend(area: np.ndarray, alpha: np.ndarray, rgb: tuple[float, float, float]) -> None:
-    """Paint ``rgb`` over the RGBA uint8 ``area`` with the uint8 opacity ``alpha`` (in place, only where inked)."""
-    rows, cols = np.nonzero(alpha)  # ``area`` may be a strided view: index it in 2-D so writes land in it
-    if rows.size == 0:
-        return
-    a = alpha[rows, cols, None].astype(np.float32) * (1 / 255)
-    color = np.asarray(rgb, dtype=np.float32) * 255
-    under = area[rows, cols, :3].astype(np.float32)
-    area[rows, cols, :3] = (under + (color - under) * a + 0.5).astype(np.uint8)
-
-
-def _composed_grid(figure: Figure, layout: Layout, dim: str, highlight: int | None, title_px: int) -> None:
-    """Small worlds: the cells, their text and the axis labels composed as one pixel-exact image."""
-    dpi = figure.dpi
-    grid = cell_grid(layout)
-    glyphs = atlas(7.5, dpi)
-    labels = [label.split("\n") for label in cell_labels(layout)]
-    widest = max(glyphs.width(line) for lines in labels[:64] + labels[-64:] for line in lines)
-    cw = max(56, widest + 10)
-    ch = glyphs.line_height * len(labels[0]) + 8
-    ylabels = (
-        [f"node {i}" for i in range(grid.rows)]
-        if grid.nodes_per_row == 1
-        else [
-            f"nodes {i * grid.nodes_per_row}-{min(layout.num_nodes, (i + 1) * grid.nodes_per_row) - 1}"
-            for i in range(grid.rows)
-        ]
-    )
-    left = max(glyphs.width(label) for label in ylabels) + 14
-    top, right, bottom = glyphs.line_height + 8, 8, 6
-    width, height = left + grid.cols * cw + right, top + grid.rows * ch + bottom
-    figure.set_size_inches(max(width, 560) / dpi, (height + title_px) / dpi)
-    fig_w = max(width, 560)
-    ax = figure.add_axes((0, 0, width / fig_w, height / (height + title_px)))
-    ax.set_axis_off()
-
-    colors, members = _rank_colors(layout, dim, highlight)
-    image = np.full((height, width, 4), 255, dtype=np.uint8)  # RGBA: matplotlib resamples it fastest
-    cells = np.concatenate([grid.image(colors, _EMPTY), np.ones((grid.rows, grid.cols, 1))], axis=2)
-    cells = (cells * 255).round().astype(np.uint8)
-    area = image[top : top + grid.rows * ch, left : left + grid.cols * cw]
-    area[...] = np.repeat(np.repeat(cells, ch, axis=0), cw, axis=1)
-    area[ch::ch, :] = 255
-    area[:, cw::cw] = 255
-    dark = np.zeros(area.shape[:2], dtype=np.uint8)
-    grey = np.zeros_like(dark)
-    for rank, lines in enumerate(labels):
-        canvas = dark if members is None or members[rank] else grey
-        glyphs.stamp(canvas, lines, (grid.col[rank] + 0.5) * cw, (grid.row[rank] + 0.5) * ch)
-    _blend(area, dark, (0.13, 0.13, 0.13))
-    if members is not None:
-        _blend(area, grey, (0.55, 0.55, 0.55))
-    margin = np.zeros(image.shape[:2], dtype=np.uint8)
-    for j in range(grid.cols):
-        glyphs.stamp(margin, [grid.column_label(j)], left + (j + 0.5) * cw, top / 2)
-    for i, label in enumerate(ylabels):
-        glyphs.stamp(margin, [label], left - 7, top + (i + 0.5) * ch, align="right")
-    _blend(image, margin, (0.13, 0.13, 0.13))
-
-    extent = (-left / cw, (width - left) / cw, (height - top) / ch, -top / ch)
-    ax.imshow(image, extent=extent, aspect="auto", interpolation="nearest")
-    ax.set_xlim(extent[0], extent[1])
-    ax.set_ylim(extent[2], extent[3])
-    ax.add_patch(Rectangle((0, 0), grid.cols, grid.rows, fill=False, edgecolor=_NODE_LINE, linewidth=1.0))
-    _draw_outlines(ax, grid, highlight, members, text=True)
-
-
-def plot_layout(layout: Layout, dim: str = "tensor", highlight: int | None = None) -> Figure:
-    """The rank grid of ``layout`` coloured by the groups of ``dim``.
-
-    Nodes are rows and local GPUs columns; each cell shows the global rank and its coordinates
-    (``t d p``, plus ``s b`` when sequence-data > 1); thick lines are node boundaries.
-    ``highlight=rank`` outlines that rank (red) and every rank of its ``dim`` group (black), fading the rest.
-    Worlds of more than ``TEXT_LIMIT`` ranks are drawn without per-cell text.
-    """
-    dim = _check_dim(dim)
-    highlight = _check_highlight(layout, highlight)
-    title_px = 40
-    if layout.world_size <= TEXT_LIMIT:
-        figure = Figure(dpi=100.0)
-        _composed_grid(figure, layout, dim, highlight, title_px)
-    else:
-        grid = cell_grid(layout)
-        dpi = 90.0
-        left, right, bottom = 90, 20, 10
-        top = title_px + 30
-        axes_w = 900 - left - right
-        axes_h = int(np.clip(grid.rows / grid.cols * axes_w * 0.5, 200, 1000))
-        width_px, height_px = 900, axes_h + top + bottom
-        figure = Figure(figsize=(width_px / dpi, height_px / dpi), dpi=dpi)
-        ax = figure.add_axes((left / width_px, bottom / height_px, axes_w / width_px, axes_h / height_px))
-        draw_grid(ax, layout, dim, highlight, text=False)
-    height = figure.get_figheight() * figure.dpi
-    title = _dim_title(layout, dim)
-    if highlight is not None:
-        title += f";  rank {highlight} and its group outlined"
-    figure.suptitle(f"{title}\n{describe(layout)}", fontsize=9, y=1 - 4 / height, va="top")
-    return figure
-
-
 def plot_dims(layout: Layout, highlight: int | None = None) -> Figure:
     """Small multiples: the rank grid once per named dim, each coloured by that dim's groups.
 
@@ -368,7 +330,7 @@ def plot_dims(layout: Layout, highlight: int | None = None) -> Figure:
     )
     for ax, dim in zip(axes.flat, DIM_NAMES):
         draw_grid(ax, layout, dim, highlight, text=text, fontsize=6.0, short_labels=True)
-        ax.set_title(_dim_title(layout, dim), fontsize=8, pad=12)
+        ax.set_title(dim_title(layout, dim), fontsize=8, pad=12)
         ax.tick_params(labelsize=6)
     for ax in list(axes.flat)[len(DIM_NAMES) :]:
         ax.set_visible(False)

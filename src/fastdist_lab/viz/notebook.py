@@ -10,8 +10,7 @@ from __future__ import annotations
 import base64
 
 from ..layout import Layout
-from .grid import plot_layout
-from .render import to_png
+from .layout_picture import grid_picture
 
 PICTURE_LIMIT = 4096
 """Layouts up to this many ranks are shown with their rank grid; larger ones with their tables alone."""
@@ -21,7 +20,7 @@ def layout_html(layout: Layout) -> str:
     """The layout's summary tables and (up to ``PICTURE_LIMIT`` ranks) its rank grid as an inline PNG."""
     picture = ""
     if layout.world_size <= PICTURE_LIMIT:
-        data = base64.b64encode(to_png(plot_layout(layout))).decode("ascii")
+        data = base64.b64encode(grid_picture(layout).png()).decode("ascii")
         picture = f"<div><img alt='rank grid' src='data:image/png;base64,{data}'/></div>"
     return (
         "<div class='fastdist-layout' style='display:flex;flex-wrap:wrap;gap:1.5em;align-items:flex-start'>"

@@ -3,6 +3,7 @@
 ``plot_streams``: rank x generator, each cell coloured by its stream (same colour = identical numbers).
 ``plot_sharing``: rank x rank, filled where two ranks share one generator's stream, with the tensor groups
 outlined and the data / pipeline boundaries drawn.
+``stream_picture``: the rank grid (nodes x GPUs) coloured by one generator's stream, with real-draw marks.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from matplotlib.patches import Rectangle
 
 from ..seeds import number_streams
 from .colors import group_colors
+from .grid import check_highlight, describe
+from .layout_picture import check_ranks, compose
+from .picture import TEXT_DARK, Colouring, GridPicture, Marks
 
 if TYPE_CHECKING:
     from ..streams import StreamReport
@@ -127,3 +131,47 @@ def plot_sharing(report: StreamReport, generator: str = "tp", *, max_ranks: int 
     ]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     return fig
+
+
+_COLOURINGS: dict[tuple[int, str], tuple[StreamReport, Colouring]] = {}
+
+
+def stream_colouring(report: StreamReport, generator: str) -> Colouring:
+    """Every rank's stream of ``generator`` (numbered 0.. by first appearance), with ``#n`` as cell text."""
+    key = (id(report), generator)
+    cached = _COLOURINGS.get(key)
+    if cached is not None and cached[0] is report:
+        return cached[1]
+    column = report.generator_index(generator)
+    _, ids = np.unique(report.stream_ids[:, column], return_inverse=True)
+    ids = ids.reshape(-1)
+    colouring = Colouring(ids, f"{generator} stream", lambda rank: f"{rank}\n{generator} #{ids[rank]}")
+    if len(_COLOURINGS) >= 8:
+        _COLOURINGS.pop(next(iter(_COLOURINGS)))
+    _COLOURINGS[key] = (report, colouring)  # the report is held, so its id is not reused while cached
+    return colouring
+
+
+def stream_picture(
+    report: StreamReport,
+    generator: str = "tp",
+    highlight: int | None = None,
+    *,
+    ranks: tuple[int, int] | None = None,
+    marks: Marks | None = None,
+) -> GridPicture:
+    """The rank grid (nodes x GPUs, as ``grid_picture``) coloured by ``generator``'s stream: same colour = same
+    numbers. ``highlight`` outlines the rank and every rank sharing its stream; ``marks`` (``stream_marks``)
+    flags the ranks whose real draws differ from the prediction."""
+    layout = report.layout
+    highlight = check_highlight(layout, highlight)
+    start, stop = check_ranks(layout, ranks)
+    colouring = stream_colouring(report, generator)
+    count = int(colouring.ids.max()) + 1
+    head = f"{generator} stream of every rank ({_where(report)}): {count} distinct; same colour = same stream"
+    members = None
+    if highlight is not None:
+        members = colouring.ids == colouring.ids[highlight]
+        head += f";  rank {highlight} and the {int(members.sum())} rank(s) sharing its stream outlined"
+    title = [(head, TEXT_DARK), (describe(layout), TEXT_DARK)]
+    return compose(layout, colouring, start, stop, highlight=highlight, members=members, marks=marks, title=title)

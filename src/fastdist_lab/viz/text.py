@@ -20,6 +20,7 @@ class GlyphAtlas:
         self._font = ft2font.FT2Font(path)
         self._font.set_size(size_pt, dpi)
         self._glyphs: dict[str, tuple[np.ndarray, int, int]] = {}
+        self._bearings: dict[str, int] = {}
         self._words: dict[str, np.ndarray] = {}
         probe = [self.glyph(c) for c in "0123456789pdgb"]
         self.ascent = max(image.shape[0] - descent for image, descent, _ in probe)
@@ -35,7 +36,9 @@ class GlyphAtlas:
             font.draw_glyphs_to_bitmap(antialiased=True)
             image = np.asarray(font.get_image()).copy()
             descent = int(round(font.get_descent() / 64))
-            advance = int(round(font.load_char(ord(char)).horiAdvance / 64))
+            metrics = font.load_char(ord(char))
+            advance = int(round(metrics.horiAdvance / 64))
+            self._bearings[char] = max(0, int(round(metrics.horiBearingX / 64)))  # the bitmap starts at the ink
             if char == " ":
                 image = np.zeros((1, 1), dtype=np.uint8)
             cached = self._glyphs[char] = (image, descent, advance)
@@ -59,7 +62,8 @@ class GlyphAtlas:
                 image, descent, advance = self.glyph(char)
                 h, w = image.shape
                 y0 = max(0, self.ascent + descent - h)
-                region = cached[y0 : y0 + h, x : x + w]
+                x0 = x + self._bearings.get(char, 0)
+                region = cached[y0 : y0 + h, x0 : x0 + w]
                 np.maximum(region, image[: region.shape[0], : region.shape[1]], out=region)
                 x += advance
             if len(self._words) > 50_000:
@@ -70,7 +74,8 @@ class GlyphAtlas:
     def stamp(self, canvas: np.ndarray, lines: list[str], cx: float, cy: float, align: str = "center") -> None:
         """Paste ``lines`` into the alpha ``canvas`` (rows top-down), the block centred vertically on ``cy``.
 
-        ``align`` is ``"center"`` (lines centred on ``cx``) or ``"right"`` (lines ending at ``cx``).
+        ``align`` is ``"center"`` (lines centred on ``cx``), ``"right"`` (lines ending at ``cx``) or ``"left"``
+        (lines starting at ``cx``).
         """
         height, width = canvas.shape
         space = self.glyph(" ")[2]
@@ -78,7 +83,7 @@ class GlyphAtlas:
         for index, line in enumerate(lines):
             words = [self.word(w) for w in line.split(" ")]
             total = sum(w.shape[1] for w in words) + space * (len(words) - 1)
-            x = int(round(cx - total / (2 if align == "center" else 1)))
+            x = int(round(cx - {"center": total / 2, "right": total, "left": 0}[align]))
             y0 = top + index * self.line_height
             for bitmap in words:
                 h, w = bitmap.shape

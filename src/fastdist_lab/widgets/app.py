@@ -16,7 +16,8 @@ class Lab(widgets.VBox):
     """The three panels stacked in one widget; ``layout_panel``, ``cluster_panel``, ``streams_panel``.
 
     Changing the layout updates the cluster panel (what Start / Apply use) and the streams panel (the
-    prediction); starting or stopping the cluster tells the streams panel which cluster to draw on.
+    prediction); starting or stopping the cluster tells the streams panel which cluster to draw on; each
+    verification (Start / Apply) puts every rank's verdict on the layout panel's grid.
     """
 
     def __init__(self, layout_panel: LayoutPanel, cluster_panel: ClusterPanel, streams_panel: StreamsPanel):
@@ -39,6 +40,9 @@ class Lab(widgets.VBox):
         self.streams_panel = streams_panel
         layout_panel.observe(self._on_layout, names="layout")
         cluster_panel.observe(self._on_cluster, names="cluster")
+        cluster_panel.show_grid = False  # the verdicts go on the layout panel's grid, the one you point at
+        cluster_panel.draw_verdicts()
+        cluster_panel.observe(self._on_verification, names="last_verification")
 
     def _on_layout(self, change: dict) -> None:
         self.cluster_panel.set_layout(change["new"])
@@ -46,6 +50,9 @@ class Lab(widgets.VBox):
 
     def _on_cluster(self, change: dict) -> None:
         self.streams_panel.set_cluster(change["new"])
+
+    def _on_verification(self, change: dict) -> None:
+        self.layout_panel.show_verification(change["new"], self.cluster_panel.verified_layout)
 
     def flush(self) -> None:
         """Draw every pending redraw now."""

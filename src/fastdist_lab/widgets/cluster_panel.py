@@ -1,4 +1,5 @@
-"""``ClusterPanel``: start / stop a real ``LocalCluster``, apply the layout, show the verification table."""
+"""``ClusterPanel``: start / stop a real ``LocalCluster``, apply the layout, show each rank's verdict on the grid
+(the verification table one click away)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,11 @@ import traitlets
 
 from ..checks import rank_summary
 from ..layout import Layout
+from ..viz import grid_picture, verdict_marks
 from .common import TABLE_STYLE, Panel, error_html, frame_table, short_error
+from .grid_view import GridView
 from .layout_panel import LayoutPanel
+from .rank_card import CARD_HINT, hover_text, rank_card_html
 
 if TYPE_CHECKING:
     from ..runtime import LocalCluster, RankResults, Verification
@@ -51,10 +55,16 @@ class ClusterPanel(Panel):
     apply. Start launches ``layout.world_size`` workers (``backend``: gloo on CPU) and applies the layout;
     Apply re-applies it to the running workers (when the world size changed, the panel says a restart is
     needed). Every error and timeout is shown as text in ``status``, never as a traceback.
+
+    After Apply every rank's verdict is drawn on the rank grid (``✓ ok`` or ``✗`` and the dims that failed,
+    failing groups outlined in red): on the followed ``LayoutPanel``'s grid, or on the panel's own grid
+    (``view``) when it follows none. The tables (``verification``, ``rank_output``) sit folded in ``tables``.
+    ``last_verification`` is a trait others can observe; ``verified_layout`` the layout it checked.
     """
 
     cluster = traitlets.Any(None, allow_none=True)
     layout = traitlets.Instance(Layout, allow_none=True)
+    last_verification = traitlets.Any(None, allow_none=True)
 
     def __init__(
         self,
@@ -82,21 +92,39 @@ class ClusterPanel(Panel):
         self.verification.add_class("fdl-verification")
         self.rank_output = widgets.HTML()
         self.rank_output.add_class("fdl-rank-output")
+        self.tables = widgets.Accordion(
+            children=[self.verification, self.rank_output], titles=("groups checked (table)", "per-rank output")
+        )
+        self.tables.selected_index = None
+        self.tables.add_class("fdl-cluster-tables")
+        self.view = GridView(self._select, self._zoom_to, self._hover_text)
+        self.view.box.add_class("fdl-cluster-grid")
+        self.view.widget.layout.display = "none"
         self.start_button.on_click(lambda _: self.start())
         self.apply_button.on_click(lambda _: self.apply())
         self.stop_button.on_click(lambda _: self.stop())
         self.widget.children = [
             widgets.HBox([self.start_button, self.apply_button, self.stop_button, self.progress]),
             self.status,
-            self.verification,
-            self.rank_output,
+            self.view.widget,
+            self.tables,
         ]
-        self.last_verification: Verification | None = None
         self.last_results: RankResults | None = None
-        if isinstance(layout, LayoutPanel):  # follow the panel's layout
-            layout.observe(lambda change: self.set_layout(change["new"]), names="layout")
-            layout = layout.layout
+        self.verified_layout: Layout | None = None
+        self.show_grid = True
+        self.grid_dim = "tensor"
+        self._highlight: int | None = None
+        self._zoom: tuple[int, int] | None = None
+        self._marks: Any = None
+        if isinstance(layout, LayoutPanel):  # follow the panel's layout; verdicts go on its grid
+            panel = layout
+            panel.observe(lambda change: self.set_layout(change["new"]), names="layout")
+            self.observe(lambda change: panel.show_verification(change["new"], self.verified_layout),
+                         names="last_verification")  # fmt: skip
+            self.show_grid = False
+            layout = panel.layout
         self.layout = layout
+        self.observe(self._on_verification, names="last_verification")
         self.observe(self._on_state, names=["layout", "cluster"])
         self._refresh()
 
@@ -232,14 +260,19 @@ class ClusterPanel(Panel):
         def action() -> None:
             self._say(f"applying the layout to {cluster.world_size} rank(s)...")
             verification = cluster.apply(layout)
-            self.last_verification = verification
             self.verification.value = verification_html(verification)
+            self.tables.set_title(0, f"groups checked (table): {len(verification.rows)} group(s)")
             results = cluster.run(rank_summary)
             self.last_results = results
             self.rank_output.value = results_html(results)
+            self.verified_layout = layout
+            self.last_verification = verification
             outcome["ok"] = bool(verification.ok)
             verdict = "every group ok" if verification.ok else "some checks FAILED"
-            self._say(f"running: {cluster.world_size} rank(s), backend {cluster.backend}; layout applied: {verdict}")
+            self._say(
+                f"running: {cluster.world_size} rank(s), backend {cluster.backend}; layout applied: {verdict} "
+                "(each rank's verdict is on the grid; the table is under 'groups checked')"
+            )
 
         done = self._guard(action)
         self._refresh_buttons()
@@ -279,6 +312,42 @@ class ClusterPanel(Panel):
         self._guard(action)
         self.cluster = None
         self._refresh_buttons()
+
+    # ----------------------------------------------------------------- the panel's own verdict grid
+    def _on_verification(self, change: dict) -> None:
+        verification = change["new"]
+        self._marks = verdict_marks(verification) if verification is not None else None
+        self._highlight = None
+        self._zoom = None
+        self.draw_verdicts()
+
+    def draw_verdicts(self) -> None:
+        """Draw the panel's own grid with every rank's verdict (only when it follows no ``LayoutPanel``)."""
+        layout, verification = self.verified_layout, self.last_verification
+        if not self.show_grid or layout is None or verification is None:
+            self.view.widget.layout.display = "none"
+            return
+        picture = grid_picture(layout, self.grid_dim, self._highlight, ranks=self._zoom, marks=self._marks)
+        self.view.show(picture)
+        self.view.set_world(layout, self._zoom)
+        if self._highlight is None:
+            self.view.card.value = CARD_HINT
+        else:
+            failures = verification.rank_failures()[self._highlight]
+            self.view.card.value = rank_card_html(layout, self._highlight, self.grid_dim, failures)
+        self.view.widget.layout.display = "flex"
+
+    def _select(self, rank: int | None) -> None:
+        self._highlight = rank
+        self.draw_verdicts()
+
+    def _zoom_to(self, ranks: tuple[int, int] | None) -> None:
+        self._zoom = ranks
+        self.draw_verdicts()
+
+    def _hover_text(self, ranks: range) -> str:
+        layout = self.verified_layout
+        return hover_text(layout, ranks, self.grid_dim) if layout is not None else ""
 
     def _refresh_buttons(self) -> None:
         running = self.running

@@ -1,4 +1,5 @@
-"""``LayoutPanel``: choose a layout with controls, see its rank grid, ranks table, groups and topology."""
+"""``LayoutPanel``: choose a layout with controls, see its rank grid (point at a cell to see that rank), ranks
+table, groups and topology."""
 
 from __future__ import annotations
 
@@ -12,7 +13,11 @@ import traitlets
 
 from ..config import DIM_NAMES, LayoutError
 from ..layout import RANK_COLUMNS, Layout
+from ..viz import grid_picture, verdict_marks
+from ..viz.layout_picture import check_ranks
 from .common import TABLE_STYLE, Debouncer, FactorDropdown, Panel, divisors, error_html, html_table
+from .grid_view import GridView
+from .rank_card import CARD_HINT, hover_text, rank_card_html
 
 MAX_WORLD_SIZE = 65536
 """The largest world the panel accepts."""
@@ -70,6 +75,11 @@ class LayoutPanel(Panel):
     ``rank`` (highlighted rank, -1 for none) and ``dim`` (the dim the grid is coloured by).
     ``layout`` is the current ``Layout`` (None while the combination is impossible) and ``error`` the
     message saying why (empty when valid). Tabs: Grid | Ranks table | Groups | Topology.
+
+    Point at the grid: a click on a cell (or ``click(x, y)`` in picture pixels, ``select_rank(rank)``,
+    ``panel.highlight = rank``) highlights that rank and its group and shows its card (coordinates, groups of every
+    dim, seeds) beside the grid; big worlds show one cell per node, ``zoom_to`` / ``zoom_nodes`` zoom in.
+    ``show_verification(verification)`` writes each rank's verdict on the grid (while the layout is the same).
 
     Inside a running kernel the pictures are redrawn ``debounce`` seconds after the last change; elsewhere
     (tests, scripts) at once. ``flush()`` draws a pending redraw now.
@@ -134,9 +144,11 @@ class LayoutPanel(Panel):
         self.message.add_class("fdl-error")
         self.summary = widgets.HTML()
         self.summary.add_class("fdl-summary")
-        self.picture = widgets.Image(format="png", layout=widgets.Layout(max_width="100%"))
-        self.grid = widgets.Box([self.picture])
+        self.view = GridView(self.select_rank, self.zoom_to, self._hover_text)
+        self.picture = self.view.picture
+        self.grid = self.view.box
         self.grid.add_class("fdl-grid")
+        self.card = self.view.card
         self.ranks_table = widgets.HTML()
         self.ranks_table.add_class("fdl-ranks-table")
         self.groups_table = widgets.HTML()
@@ -146,7 +158,7 @@ class LayoutPanel(Panel):
         scroll = {"max_height": "520px", "overflow": "auto"}
         self.tabs = widgets.Tab(
             children=[
-                self.grid,
+                self.view.widget,
                 widgets.Box([self.ranks_table], layout=widgets.Layout(**scroll)),
                 widgets.Box([self.groups_table], layout=widgets.Layout(**scroll)),
                 self.topology_table,
@@ -169,6 +181,9 @@ class LayoutPanel(Panel):
 
         self.renders = 0
         self.render_seconds = 0.0
+        self.geometry = None
+        self._zoom: tuple[int, int] | None = None
+        self._verified: tuple[Layout, Any, Any] | None = None  # (layout, verification, marks)
         self._busy = False
         self._drawn: tuple[Any, ...] | None = None
         self._redraw = Debouncer(self._render, debounce)
@@ -267,6 +282,75 @@ class LayoutPanel(Panel):
         """Whether a redraw is scheduled and not drawn yet."""
         return self._redraw.pending
 
+    # ----------------------------------------------------------------- pointing
+    @property
+    def highlight(self) -> int | None:
+        """The highlighted rank (None for none); assigning one highlights it (the ``highlight rank`` box follows)."""
+        return self.rank.value if self.rank.value >= 0 else None
+
+    @highlight.setter
+    def highlight(self, rank: int | None) -> None:
+        if rank is None:
+            self.rank.value = -1
+            return
+        world = self.layout.world_size if self.layout is not None else self.world_size.value
+        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= int(rank) < world:
+            raise LayoutError(f"highlight={rank!r} must be a global rank in [0, {world}) or None")
+        self.rank.value = int(rank)
+
+    def select_rank(self, rank: int | None) -> None:
+        """Highlight ``rank`` (None: nothing) and draw at once: the grid, the outline of its group, its card."""
+        self.highlight = rank
+        self.flush()
+
+    def click(self, x: float, y: float) -> int | None:
+        """A click at pixel (x, y) of the grid picture shown (what the browser sends); returns the rank selected."""
+        return self.view.click(x, y)
+
+    def hover(self, x: float | None, y: float | None) -> str:
+        """The mouse at pixel (x, y) of the picture (None: gone): the hover line's text."""
+        return self.view.hover_at(x, y)
+
+    def _hover_text(self, ranks: range) -> str:
+        return hover_text(self.layout, ranks, self.dim.value) if self.layout is not None else ""
+
+    @property
+    def zoom(self) -> tuple[int, int] | None:
+        """The ranks (start, stop) the grid is zoomed to; None for the whole world."""
+        return self._zoom
+
+    def zoom_to(self, ranks: tuple[int, int] | None) -> None:
+        """Show only ranks ``start .. stop - 1`` (one cell per rank when they are few); None: the whole world."""
+        if ranks is not None and self.layout is not None:
+            ranks = check_ranks(self.layout, ranks)
+            ranks = None if ranks == (0, self.layout.world_size) else ranks
+        self._zoom = ranks
+        self._redraw.schedule()
+        self.flush()
+
+    def zoom_nodes(self, first: int, last: int) -> None:
+        """Show only nodes ``first`` to ``last`` (inclusive)."""
+        if self.layout is None:
+            raise LayoutError("no valid layout to zoom into")
+        local = self.layout.local_world_size
+        self.zoom_to((first * local, (last + 1) * local))
+
+    def show_verification(self, verification: Any, layout: Layout | None = None) -> None:
+        """Write each rank's verdict from ``verification`` (of ``layout``, the current one by default) on the
+        grid while that layout is shown; None removes them."""
+        layout = layout if layout is not None else self.layout
+        if verification is None or layout is None:
+            self._verified = None
+        else:
+            self._verified = (layout, verification, verdict_marks(verification))
+        self._redraw.schedule()
+        self.flush()
+
+    @property
+    def verification(self) -> Any:
+        """The verification whose verdicts the grid shows (None when none, or when the layout changed since)."""
+        return self._verified[1] if self._verified is not None and self._verified[0] == self.layout else None
+
     # ----------------------------------------------------------------- reactions
     def _on_layout_control(self, change: dict) -> None:
         if not self._busy:
@@ -303,35 +387,41 @@ class LayoutPanel(Panel):
             layout, error = None, str(exc)
         if layout is not None and self.rank.value >= layout.world_size:
             self.rank.value = -1
+        if layout is not None and self._zoom is not None and self._zoom[1] > layout.world_size:
+            self._zoom = None
         self.message.value = error_html(error)
         self.error = error
         self.layout = layout
         self._redraw.schedule()
 
     def _render(self) -> None:
-        """Draw the grid picture and the tables of the current layout (nothing to draw while invalid)."""
-        from ..viz import plot_layout, to_png
-
+        """Draw the grid picture, the card and the tables of the current layout (nothing while invalid)."""
         layout = self.layout
         if layout is None:
             self.summary.value = "<i>no valid layout: the pictures below show the last valid one</i>"
             return
         dim = self.dim.value
         highlight = self.rank.value if 0 <= self.rank.value < layout.world_size else None
-        key = (layout, dim, highlight)
+        verification = self.verification
+        marks = self._verified[2] if verification is not None else None
+        key = (layout, dim, highlight, self._zoom, marks)
         if key == self._drawn:
             return
         start = time.perf_counter()
-        figure = plot_layout(layout, dim=dim, highlight=highlight)
-        png = to_png(figure)
-        figure.clear()
-        del figure
+        picture = grid_picture(layout, dim=dim, highlight=highlight, ranks=self._zoom, marks=marks)
+        self.view.show(picture)
+        self.view.set_world(layout, self._zoom)
+        self.geometry = picture.geometry
+        if highlight is None:
+            self.card.value = CARD_HINT
+        else:
+            failures = verification.rank_failures()[highlight] if verification is not None else None
+            self.card.value = rank_card_html(layout, highlight, dim, failures)
         if self._drawn is None or self._drawn[0] != layout:
             self.ranks_table.value = ranks_html(layout)
             self.topology_table.value = topology_html(layout)
         if self._drawn is None or self._drawn[:2] != (layout, dim):
             self.groups_table.value = groups_html(layout, dim)
-        self.picture.value = png
         self.summary.value = html.escape(repr(layout))
         self._drawn = key
         self.renders += 1

@@ -11,12 +11,21 @@ import traitlets
 from ..config import PhaseType
 from ..layout import Layout
 from ..seeds import GENERATORS
-from ..viz import plot_sharing, plot_streams, to_png
+from ..viz import plot_sharing, plot_streams, stream_marks, stream_picture, to_png
 from .cluster_panel import ClusterPanel
-from .common import TABLE_STYLE, Debouncer, Panel, error_html, frame_table, short_error
+from .common import TABLE_STYLE, Debouncer, Panel, error_html, frame_table, html_table, short_error
+from .grid_view import GridView
 from .layout_panel import LayoutPanel
 
-_VIEWS = (("ranks sharing a stream", "sharing"), ("stream of every rank and generator", "streams"))
+_VIEWS = (
+    ("grid coloured by stream", "grid"),
+    ("ranks sharing a stream", "sharing"),
+    ("stream of every rank and generator", "streams"),
+)
+_CARD_HINT = (
+    "<div style='color:#555;font-size:12px;line-height:1.4'>Click a cell to outline the ranks sharing its stream "
+    "and see the rank's seeds and streams.</div>"
+)
 
 
 def checks_html(frame: Any) -> str:
@@ -24,6 +33,21 @@ def checks_html(frame: Any) -> str:
     frame = frame.copy()
     frame["ok"] = frame["ok"].map(lambda v: "True" if bool(v) else "False")
     return TABLE_STYLE + frame_table(frame)
+
+
+def stream_card_html(report: Any, rank: int, differs: str = "") -> str:
+    """A rank's generators: seed, stream number (numbered by first appearance) and how many ranks share it."""
+    rows = []
+    for column, generator in enumerate(report.generators):
+        stream = int(report.stream_ids[rank, column])
+        shared = int((report.stream_ids[:, column] == stream).sum())
+        rows.append([generator, str(report.seeds[rank, column]), stream, shared])
+    head = (
+        f"<div style='font-size:13px;line-height:1.4'><b>rank {rank}</b> ({html.escape(report.source)} streams)</div>"
+    )
+    note = f"<div style='color:#b00020'>real draws differ: {html.escape(differs)}</div>" if differs else ""
+    table = html_table(["generator", "seed", "stream", "ranks sharing it"], rows)
+    return TABLE_STYLE + head + note + table
 
 
 def sharing_html(report: Any, generator: str, limit: int = 64) -> str:
@@ -44,6 +68,10 @@ class StreamsPanel(Panel):
     ``layout`` is a ``Layout`` or a ``LayoutPanel`` to follow, ``cluster`` a running ``LocalCluster`` or a
     ``ClusterPanel`` to follow; ``set_layout(layout)`` and ``set_cluster(cluster)`` change them. ``predicted`` and
     ``real`` are the last ``StreamReport``s, ``error`` the last problem (empty when none).
+
+    The default picture is the rank grid coloured by the chosen generator's stream; after a real draw, the
+    cells whose real draws differ from the prediction are marked ``≠`` (in red). Click a cell (or
+    ``select_rank(rank)``, ``click(x, y)``) to outline the ranks sharing its stream and see its streams.
     """
 
     layout = traitlets.Instance(Layout, allow_none=True)
@@ -67,7 +95,7 @@ class StreamsPanel(Panel):
         )  # fmt: skip
         self.phase = widgets.Dropdown(options=[p.name for p in PhaseType], value="training", description="phase")
         self.generator = widgets.Dropdown(options=list(GENERATORS), value="tp", description="generator")
-        self.view = widgets.Dropdown(options=list(_VIEWS), value="sharing", description="picture", style=style)
+        self.view = widgets.Dropdown(options=list(_VIEWS), value="grid", description="picture", style=style)
         self.draw_button = widgets.Button(description="Draw on cluster", icon="random")
         self.step.add_class("fdl-streams-step")
         self.phase.add_class("fdl-streams-phase")
@@ -75,8 +103,10 @@ class StreamsPanel(Panel):
         self.draw_button.add_class("fdl-streams-draw")
         self.status = widgets.HTML()
         self.status.add_class("fdl-streams-status")
-        self.picture = widgets.Image(format="png", layout=widgets.Layout(max_width="100%"))
-        self.picture_box = widgets.Box([self.picture])
+        self.grid_view = GridView(self.select_rank, self._zoom_to, self._hover_text)
+        self.grid_view.card.value = _CARD_HINT
+        self.picture = self.grid_view.picture
+        self.picture_box = self.grid_view.box
         self.picture_box.add_class("fdl-streams-picture")
         self.sharing = widgets.HTML()
         self.sharing.add_class("fdl-streams-sharing")
@@ -89,10 +119,14 @@ class StreamsPanel(Panel):
             widgets.HBox([self.step, self.phase, self.generator, self.view, self.draw_button]),
             self.status,
             self.comparison,
-            widgets.HBox([self.picture_box, widgets.VBox([self.sharing, self.checks])]),
+            self.grid_view.widget,
+            widgets.HBox([self.sharing, self.checks], layout=widgets.Layout(flex_flow="row wrap")),
         ]
         self.predicted: Any = None
         self.real: Any = None
+        self.marks: Any = None
+        self.highlight: int | None = None
+        self._zoom: tuple[int, int] | None = None
         self._drawn: tuple[Any, ...] | None = None
         self._redraw = Debouncer(self._render, debounce)
         for control in (self.step, self.phase):
@@ -133,6 +167,36 @@ class StreamsPanel(Panel):
         """The PNG bytes of the picture shown."""
         return bytes(self.picture.value)
 
+    # ------------------------------------------------------------------ pointing
+    def select_rank(self, rank: int | None) -> None:
+        """Outline ``rank`` and the ranks sharing its stream on the grid, show its streams (None: clear)."""
+        world = self.layout.world_size if self.layout is not None else 0
+        if rank is not None and not 0 <= int(rank) < world:
+            raise ValueError(f"rank={rank!r} must be a global rank in [0, {world}) or None")
+        self.highlight = None if rank is None else int(rank)
+        self._redraw.schedule()
+        self.flush()
+
+    def click(self, x: float, y: float) -> int | None:
+        """A click at pixel (x, y) of the grid picture shown; returns the rank selected."""
+        return self.grid_view.click(x, y)
+
+    def _zoom_to(self, ranks: tuple[int, int] | None) -> None:
+        self._zoom = ranks
+        self._redraw.schedule()
+        self.flush()
+
+    def _hover_text(self, ranks: range) -> str:
+        report = self.real if self.real is not None else self.predicted
+        if report is None:
+            return ""
+        column = report.generator_index(self.generator.value)
+        ids = report.stream_ids[ranks.start : ranks.stop, column]
+        if len(ranks) == 1:
+            shared = int((report.stream_ids[:, column] == ids[0]).sum())
+            return f"rank {ranks.start}: {self.generator.value} stream shared by {shared} rank(s)"
+        return f"ranks {ranks.start}-{ranks.stop - 1}: {len(set(ids.tolist()))} {self.generator.value} stream(s)"
+
     def _refresh_button(self) -> None:
         self.draw_button.disabled = self.cluster is None or not getattr(self.cluster, "running", False)
 
@@ -144,8 +208,13 @@ class StreamsPanel(Panel):
         from ..streams import predict
 
         self.real = None
+        self.marks = None
         self.comparison.value = ""
         layout = self.layout
+        if self.highlight is not None and (layout is None or self.highlight >= layout.world_size):
+            self.highlight = None
+        if self._zoom is not None and (layout is None or self._zoom[1] > layout.world_size):
+            self._zoom = None
         if layout is None:
             self.predicted = None
             self._say("no valid layout: fix the layout first", error=True)
@@ -166,16 +235,26 @@ class StreamsPanel(Panel):
         if report is None:
             return
         # The report itself is kept (not its id(): ids are reused once an object is freed).
-        key = (report, self.generator.value, self.view.value)
+        key = (report, self.generator.value, self.view.value, self.highlight, self._zoom, self.marks)
         drawn = self._drawn
         if drawn is not None and drawn[0] is report and drawn[1:] == key[1:]:
             return
-        if self.view.value == "sharing":
-            figure = plot_sharing(report, self.generator.value)
+        if self.view.value == "grid":
+            picture = stream_picture(report, self.generator.value, self.highlight, ranks=self._zoom, marks=self.marks)
+            self.grid_view.show(picture)
+            self.grid_view.set_world(report.layout, self._zoom)
         else:
-            figure = plot_streams(report)
-        self.picture.value = to_png(figure)
-        figure.clear()
+            sharing = self.view.value == "sharing"
+            figure = plot_sharing(report, self.generator.value) if sharing else plot_streams(report)
+            self.grid_view.show(None, png=to_png(figure))
+            self.grid_view.set_world(None, None)
+            figure.clear()
+        if self.highlight is None:
+            self.grid_view.card.value = _CARD_HINT
+        else:
+            marks = self.marks
+            differs = marks.notes[self.highlight] if marks is not None and marks.bad[self.highlight] else ""
+            self.grid_view.card.value = stream_card_html(report, self.highlight, differs)
         self.sharing.value = sharing_html(report, self.generator.value)
         self.checks.value = checks_html(report.check())
         self._drawn = key
@@ -201,6 +280,7 @@ class StreamsPanel(Panel):
             self._say(short_error(error), error=True)
             return False
         self.real = real
+        self.marks = stream_marks(self.predicted, real)
         if matches:
             self.comparison.value = (
                 f"<b style='color:#1b7f3b'>real draws of {cluster.world_size} rank(s) match the prediction exactly</b>"

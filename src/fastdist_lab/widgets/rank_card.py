@@ -1,0 +1,115 @@
+"""What the panels show about the rank (or cell) you point at: the side card and the hover line.
+
+Everything comes from the numbering core (``layout.coordinates``, ``layout.group_index`` / ``group_of``) and the
+seed formulas (``generator_seeds(layout.config(rank))``); nothing is recomputed here.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..config import DIM_NAMES
+from ..layout import Layout
+from ..seeds import generator_seeds
+from ..viz.aggregate import unit_label
+from .common import TABLE_STYLE, html_table
+
+CARD_HINT = (
+    "<div style='color:#555;font-size:12px;line-height:1.4;max-width:360px'>Click a cell (or type a rank in "
+    "<i>highlight rank</i>) to see that rank's coordinates, its groups in every dim and its seeds. Hover a cell to "
+    "identify it; double-click a node of a big world to zoom in.</div>"
+)
+"""What the card says while no rank is selected."""
+
+_COORDINATES = (
+    ("tensor", "tensor_rank"),
+    ("data", "data_rank"),
+    ("pipeline", "pipeline_rank"),
+    ("seq. data", "sequence_data_rank"),
+    ("batch data", "batch_data_rank"),
+)
+
+
+def short_members(members: Sequence[int] | np.ndarray, limit: int = 10) -> str:
+    """``0, 2, 4`` or, for long groups, ``0, 2, 4, 6, ... (120 more) ..., 254``."""
+    values = [int(v) for v in members]
+    if len(values) <= limit:
+        return ", ".join(map(str, values))
+    head = values[: limit - 2]
+    return ", ".join(map(str, head)) + f", ... ({len(values) - limit + 1} more) ..., {values[-1]}"
+
+
+def coordinates_text(layout: Layout, rank: int) -> str:
+    """``t1 d0 p1 s0 b1`` (``s b`` only when sequence-data > 1)."""
+    c = layout.coordinates
+    text = f"t{c['tensor_rank'][rank]} d{c['data_rank'][rank]} p{c['pipeline_rank'][rank]}"
+    if layout.sequence_data_parallel > 1:
+        text += f" s{c['sequence_data_rank'][rank]} b{c['batch_data_rank'][rank]}"
+    return text
+
+
+def hover_text(layout: Layout, ranks: range, dim: str) -> str:
+    """One line about the cell under the mouse: a rank and its coordinates, or a node and its groups of ``dim``."""
+    c = layout.coordinates
+    index = layout.group_index(dim)
+    if len(ranks) == 1:
+        rank = ranks.start
+        return (
+            f"rank {rank} · node {c['node'][rank]}, GPU {c['local_rank'][rank]} · {coordinates_text(layout, rank)}"
+            f" · {dim} group {index[rank]}"
+        )
+    groups = np.unique(index[ranks.start : ranks.stop])
+    where = unit_label(layout, ranks.start, len(ranks))
+    listed = short_members(groups, 6)
+    return f"{where}: ranks {ranks.start}-{ranks.stop - 1} · {len(groups)} {dim} group(s): {listed}"
+
+
+def rank_card_html(
+    layout: Layout,
+    rank: int,
+    dim: str,
+    failures: Sequence[str] | None = None,
+    step: int = 0,
+    phase: str = "training",
+) -> str:
+    """The card of ``rank``: where it is, its coordinates, its group of every dim (``dim``'s row in bold; with
+    the verdict of each when ``failures``, what failed on this rank, is given) and its generators' seeds."""
+    c = layout.coordinates
+    head = f"<div style='font-size:13px'><b>rank {rank}</b> · node {c['node'][rank]}, GPU {c['local_rank'][rank]}</div>"
+    coordinates = html_table(
+        [name for name, _ in _COORDINATES], [[int(c[column][rank]) for _, column in _COORDINATES]], "fdl-table"
+    )
+    verdicts = failures is not None
+    rows = []
+    for name in DIM_NAMES:
+        members = layout.group_of(name, rank)
+        row = [name, int(layout.group_index(name)[rank]), short_members(members)]
+        if verdicts:
+            row.append("FAILED" if name in failures else "ok")
+        rows.append(row)
+    columns = ["dim", "group", "members"] + (["verdict"] if verdicts else [])
+    groups = html_table(columns, rows, "fdl-table fdl-card-groups")
+    bold = f"<tr><td>{html.escape(dim)}</td>"
+    groups = groups.replace(bold, f"<tr style='font-weight:bold'><td>{html.escape(dim)}</td>", 1)
+    seeds = generator_seeds(layout.config(rank), step, phase)
+    seed_table = html_table(["generator", "seed"], [[name, str(value)] for name, value in seeds.items()], "fdl-table")
+    extra = ""
+    if verdicts:
+        state = "every check of this rank passed" if not failures else f"failed: {', '.join(failures)}"
+        color = "#1b7f3b" if not failures else "#b00020"
+        extra = f"<div style='color:{color};margin:2px 0'>{html.escape(state)}</div>"
+    return (
+        TABLE_STYLE
+        + "<div class='fdl-card' style='font-size:12px;line-height:1.4'>"
+        + head
+        + extra
+        + coordinates
+        + f"<div style='margin-top:6px'><b>groups</b> (the {html.escape(dim)} group is outlined on the grid)</div>"
+        + groups
+        + f"<div style='margin-top:6px'><b>seeds</b> (step {step}, {html.escape(phase)})</div>"
+        + seed_table
+        + "</div>"
+    )
