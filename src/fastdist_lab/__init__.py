@@ -46,6 +46,10 @@ _LAZY: dict[str, str] = {
     "Megatron": ".conventions",
     "DeviceMesh": ".conventions",
     "equivalent": ".conventions",
+    "MegatronParallelState": ".conventions",
+    "torchtitan": ".conventions",
+    "load_config": ".conventions",
+    "LoadedConfig": ".conventions",
 }
 
 __all__ = [

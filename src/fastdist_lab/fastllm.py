@@ -109,7 +109,7 @@ class FastLLMSettings:
     def describe(self) -> str:
         """One paragraph: the source, the section, the vintage and what was ignored."""
         where = f"{self.section}" if self.section else "the top-level mapping"
-        parts = [f"Fast-LLM config {self.source}: {where} ({self.vintage} field names)"]
+        parts = [f"Fast-LLM config {self.source}: {where} (field names of Fast-LLM {self.vintage})"]
         if self.ignored:
             parts.append("ignored (no effect on a layout): " + ", ".join(self.ignored))
         parts.extend(self.notes)
@@ -178,7 +178,7 @@ def read_fastllm(
     if "local_world_size" not in fields:
         fields["local_world_size"] = fields["world_size"]
         notes.append("one node (no local_world_size given)")
-    vintage = vintages[0] if vintages else f"{FASTLLM_COMMIT} and current"
+    vintage = vintages[0] if vintages else f"{FASTLLM_COMMIT} or current"
     return FastLLMSettings(fields, name, section, vintage, tuple(ignored), tuple(notes))
 
 

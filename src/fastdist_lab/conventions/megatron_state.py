@@ -204,7 +204,7 @@ class MegatronParallelState(Megatron):
             return None, f"no Layout: {error}"
         if not equivalent(layout, self):
             return None, f"no Layout: {equivalent(layout, self).reason}"
-        notes = [f"the decoder groups are those of {layout!r} (cp = sequence-data, dp = batch-data)"]
+        notes = ["the decoder groups are this Layout's (cp = sequence-data, dp = batch-data)"]
         if self.expert_ep > 1 or self.expert_tp != self.tp:
             notes.append(
                 f"the expert groups (expert parallel {self.expert_ep}, expert tensor parallel {self.expert_tp}, "
