@@ -173,7 +173,7 @@ def read_fastllm(
     if "world_size" not in fields:
         raise LayoutError(
             f"{name}: {section or 'the mapping'} sets no world_size (Fast-LLM takes it from torchrun's WORLD_SIZE); "
-            "pass world_size=..."
+            "pass the world size (world_size=..., --world-size)"
         )
     if "local_world_size" not in fields:
         fields["local_world_size"] = fields["world_size"]

@@ -1,4 +1,9 @@
-"""``fastdist-lab layout``: print the rank table and every dim's groups, or one rank's dims."""
+"""``fastdist-lab layout``: print the rank table and every dim's groups, or one rank's dims.
+
+``--from FILE_OR_COMMAND_LINE`` reads the layout from a framework's config instead of the flags: a Fast-LLM YAML,
+a torchtitan TOML or launch line, a Megatron-LM command line or launch script. When no ``Layout`` reproduces it,
+the framework's own groups are printed and the output says so.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +11,9 @@ import argparse
 import json
 import sys
 
-from ..config import DIM_NAMES
+from ..config import DIM_NAMES, LayoutError
 from ..seeds import generator_seeds
-from .common import add_layout_arguments, layout_from_args
+from .common import add_layout_arguments, given_shape_flags, layout_from_args
 
 HELP = "print which rank holds which coordinates and which ranks form each group"
 
@@ -18,6 +23,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_layout_arguments(parser)
     parser.add_argument("--rank", type=int, default=None, help="show one rank's dims and seeds instead")
     parser.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    parser.add_argument(
+        "--from",
+        dest="from_config",
+        default=None,
+        metavar="FILE_OR_COMMAND_LINE",
+        help="read the layout from a Fast-LLM YAML, a torchtitan TOML or launch line, or a Megatron-LM command line "
+        "or script (--world-size / --local-world-size override what it says)",
+    )
+    parser.add_argument(
+        "--torchtitan-version",
+        default=None,
+        help="torchtitan vintage for --from: 2025-12, 2026-01 or 2026-08 (current)",
+    )
 
 
 def _members(members: object) -> list[int]:
@@ -52,15 +70,70 @@ def _print_rank(layout, rank: int, fmt: str) -> None:
     print("seeds after set_step(0, training): " + ", ".join(f"{k}={v}" for k, v in seeds.items()))
 
 
+def _load(args: argparse.Namespace):
+    """The ``LoadedConfig`` of ``--from``; every failure as one ``LayoutError`` line."""
+    from ..conventions import ConventionError, load_config
+
+    given = given_shape_flags(args)
+    if given:
+        raise LayoutError(f"--from reads the layout from the config; drop {', '.join(given)}")
+    try:
+        return load_config(
+            args.from_config,
+            world_size=args.world_size,
+            local_world_size=args.local_world_size,
+            version=args.torchtitan_version,
+        )
+    except (ConventionError, LayoutError) as error:
+        raise LayoutError(" ".join(str(error).split())) from None
+    except OSError as error:
+        raise LayoutError(f"cannot read {args.from_config!r}: {error.strerror or error}") from None
+
+
+def _print_convention(loaded, fmt: str) -> None:
+    groups = {name: rows.tolist() for name, rows in loaded.named_groups().items()}
+    if fmt == "json":
+        doc = {"framework": loaded.framework, "source": loaded.source, "description": loaded.description}
+        print(json.dumps({**doc, "layout": None, "reason": loaded.reason, "groups": groups}))
+        return
+    if fmt == "csv":
+        print("group,members")
+        for name, rows in groups.items():
+            for row in rows:
+                print(f"{name},{' '.join(map(str, row))}")
+        return
+    print(loaded.description)
+    print()
+    for name, rows in groups.items():
+        text = " ".join("[" + " ".join(map(str, row)) + "]" for row in rows)
+        print(f"{name} (size {len(rows[0])}, {len(rows)} groups): {text}")
+    print()
+    print(f"No Layout reproduces this {loaded.framework} configuration: {loaded.reason}")
+
+
 def run(args: argparse.Namespace) -> int:
-    """Print the layout the flags describe; return the exit code."""
-    layout = layout_from_args(args)
+    """Print the layout the flags (or ``--from``) describe; return the exit code."""
+    loaded = None
+    if args.from_config is not None:
+        loaded = _load(args)
+        if loaded.layout is None:
+            if args.rank is not None:
+                raise LayoutError(f"--rank needs a Layout and none reproduces this config: {loaded.reason}")
+            _print_convention(loaded, args.format)
+            return 0
+        layout = loaded.layout
+    else:
+        layout = layout_from_args(args)
+    if loaded is not None and args.format == "table":
+        print(loaded.description)
+        print()
     if args.rank is not None:
         _print_rank(layout, args.rank, args.format)
         return 0
     ranks = layout.ranks
     if args.format == "json":
         doc = {
+            **({"framework": loaded.framework, "description": loaded.description} if loaded is not None else {}),
             "layout": layout.summary(),
             "ranks": ranks.reset_index().to_dict(orient="records"),
             "groups": {name: layout.groups(name).tolist() for name in DIM_NAMES},

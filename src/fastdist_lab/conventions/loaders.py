@@ -112,6 +112,8 @@ def load_config(
         name = os.path.basename(os.fspath(source))
         with open(source, encoding="utf-8") as handle:
             text = handle.read()
+    elif isinstance(source, str) and re.fullmatch(r"\S+\.(ya?ml|toml|sh)", source.strip()):
+        raise ConventionError(f"cannot read {source!r}: no such file")
     elif isinstance(source, str):
         name, text = "the text", source
     else:

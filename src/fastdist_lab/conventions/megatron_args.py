@@ -220,7 +220,7 @@ def megatron_from_args(
     if world is None:
         raise ConventionError(
             "the command line does not give the world size (no torchrun --nnodes / --nproc-per-node, no WORLD_SIZE=); "
-            "pass world_size=..."
+            "pass the world size (world_size=..., --world-size)"
         )
     local = local_world_size if local_world_size is not None else launch.local_world_size
     state = MegatronParallelState(world, local_world_size=local if local is not None else world, **kwargs)

@@ -186,8 +186,10 @@ class MegatronParallelState(Megatron):
         orders = {False: ("tp", "cp", "dp", "pp"), True: ("tp", "pp", "cp", "dp")}
         first = next((pf for pf, axes in orders.items() if big == [a for a in axes if a in big]), None)
         if first is None:
+            sizes = ", ".join(f"{t}={self.size(t)}" for t in big)
             return None, (
-                f"no Layout numbers ranks like order {self.order}: a Layout has tensor fastest, then context "
+                f"no Layout numbers ranks like order {self.order} with {sizes}: "
+                "a Layout has tensor fastest, then context "
                 "(sequence-data), data, pipeline (data-first) or pipeline, context, data (pipeline-first)"
             )
         try:

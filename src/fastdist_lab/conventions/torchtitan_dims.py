@@ -99,7 +99,9 @@ def parallel_dims(
     others = degrees["dp_replicate"] * cp * tp * pp
     if world_size is None:
         if degrees["dp_shard"] == -1:
-            raise ConventionError("dp_shard=-1 means the rest of the world: pass world_size")
+            raise ConventionError(
+                "dp_shard=-1 means the rest of the world: pass the world size (world_size=..., --world-size)"
+            )
         world_size = others * degrees["dp_shard"]
     world = _degree("world_size", world_size)
     if degrees["dp_shard"] < 0:
