@@ -179,7 +179,8 @@ def torchtitan_from_command(
     world = world_size if world_size is not None else launch.world_size
     if world is None:
         raise ConventionError(
-            "the command line does not give the world size (no NGPU=, no torchrun); pass the world size (world_size=..., --world-size)"
+            "the command line does not give the world size (no NGPU=, no torchrun); "
+            "pass the world size (world_size=..., --world-size)"
         )
     mesh = torchtitan(**torchtitan_degrees({**base, **settings}), version=version, world_size=world)
     mesh.local_world_size = local_world_size or launch.local_world_size or world
