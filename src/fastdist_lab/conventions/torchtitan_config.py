@@ -152,8 +152,8 @@ def torchtitan_from_command(
     """torchtitan's meshes for a launch line (``NGPU=8 ./run_train.sh --parallelism.tensor_parallel_degree 2``,
     ``torchrun --nproc_per_node 8 -m torchtitan.train --job.config_file x.toml ...``). A ``--job.config_file``
     that exists is read first and the flags override it; degrees set nowhere take torchtitan's defaults.
-    ``version`` defaults to "2026-08" for the ``--module``/``--config`` launch style (torchtitan since February
-    2026), else to ``DEFAULT_VERSION``."""
+    ``version`` defaults to "2026-08" for the ``--module``/``--config`` (or ``MODULE=``/``CONFIG=``) launch style of
+    torchtitan since February 2026, else to ``DEFAULT_VERSION``."""
     if isinstance(text, str):
         commands = shell_commands(text)
         chosen = [c for c in commands if any(w.startswith("--parallelism.") for w in c.words)]
@@ -175,7 +175,8 @@ def torchtitan_from_command(
     elif path or job.get("config"):
         notes.append(f"{path or job['config']} not read: degrees it sets are not known here (torchtitan's defaults)")
     if version is None:
-        version = "2026-08" if ("module" in job or "config" in job) else DEFAULT_VERSION
+        registry = {"module", "config"} & set(job) or {"MODULE", "CONFIG"} & set(command.env)
+        version = "2026-08" if registry else DEFAULT_VERSION
     world = world_size if world_size is not None else launch.world_size
     if world is None:
         raise ConventionError(

@@ -266,7 +266,7 @@ class TorchtitanMesh(DeviceMesh):
             members: dict[str, tuple[str, ...]] = {}
             for role, (dims, shape) in view_shapes.items():
                 for dim, (low, high) in _spans(dims, shape).items():
-                    inside = [n for n in names if low <= basis[n][0] and basis[n][1] <= high and basis[n][0] < high]
+                    inside = [n for n in names if low <= basis[n][0] < basis[n][1] <= high]
                     if dim in names:
                         members.setdefault(dim, (dim,))
                     elif low < high and math.prod(basis[n][1] // basis[n][0] for n in inside) == high // low:
