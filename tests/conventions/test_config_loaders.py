@@ -254,3 +254,8 @@ def test_cli_bad_input_is_one_line_exit_2(args, needle, tmp_path):
 
 def test_torchtitan_preset_stays_backward_compatible():
     assert torchtitan(pp=2, dp_shard=2, tp=2).groups("dp_shard_cp").tolist() == [[0, 2], [1, 3], [4, 6], [5, 7]]
+
+
+def test_shell_control_lines_are_skipped_and_commands_kept():
+    script = '#!/bin/bash\nset -ex\nfind . -name x\nif [ -n "$X" ]; then\n  A=(1 2)\nfi\ndone_marker\ndocker run x\n'
+    assert [c.words[0] for c in shell_commands(script)] == ["find", "done_marker", "docker"]

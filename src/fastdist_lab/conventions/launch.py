@@ -22,7 +22,9 @@ from .base import ConventionError
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _ARRAY_START = re.compile(rf"^(?:export\s+)?({_NAME})(\+?)=\((.*)$", re.S)
-_CONTROL = ("if ", "then", "fi", "else", "elif ", "for ", "do", "done", "while ", "case ", "esac", "set ", "}")
+_CONTROL = frozenset(
+    {"if", "then", "fi", "else", "elif", "for", "do", "done", "while", "case", "esac", "set", "{", "}"}
+)
 
 
 @dataclass
@@ -46,7 +48,7 @@ def shell_commands(text: str) -> list[Command]:
         number, line = lines[index]
         index += 1
         stripped = _strip_comment(line).strip()
-        if not stripped or stripped.startswith("#!") or stripped.startswith(_CONTROL) or stripped in ("do", "fi"):
+        if not stripped or stripped.split()[0].rstrip(";") in _CONTROL:
             continue
         array = _ARRAY_START.match(stripped)
         if array:
