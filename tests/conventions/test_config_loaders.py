@@ -4,16 +4,19 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fastdist_lab import Layout, LayoutError
 from fastdist_lab.cli import main
 from fastdist_lab.conventions import ConventionError, Megatron, equivalent, load_config, torchtitan
-from fastdist_lab.conventions.launch import shell_commands
+from fastdist_lab.conventions.launch import shell_commands, split_launch
 
 CONFIGS = Path(__file__).parent / "configs"
 
@@ -259,3 +262,32 @@ def test_torchtitan_preset_stays_backward_compatible():
 def test_shell_control_lines_are_skipped_and_commands_kept():
     script = '#!/bin/bash\nset -ex\nfind . -name x\nif [ -n "$X" ]; then\n  A=(1 2)\nfi\ndone_marker\ndocker run x\n'
     assert [c.words[0] for c in shell_commands(script)] == ["find", "done_marker", "docker"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.sampled_from(["--nnodes {n}", "--nnodes={n}", "--nnodes {n}:{n}", ""]),
+    st.sampled_from(["--nproc-per-node {g}", "--nproc_per_node={g}", "--nproc_per_node {g}", ""]),
+    st.sampled_from(["", "--standalone", "--rdzv-backend c10d --rdzv-endpoint host:29500", "--max-restarts 3"]),
+    st.integers(1, 4),
+    st.integers(1, 8),
+    st.sampled_from(["pretrain_gpt.py --tensor-model-parallel-size 1", "-m torchtitan.train --x 1"]),
+)
+def test_world_size_agrees_with_torchruns_own_parser(nodes, procs, extra, n, g, program):
+    """The launcher options read by ``split_launch`` give the world torchrun's own parser computes."""
+    from torch.distributed.run import config_from_args, parse_args
+
+    options = " ".join(part for part in (nodes, procs, extra) if part).format(n=n, g=g)
+    argv = f"{options} {program}".split()
+    saved = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = saved or "1"  # else torchrun's config_from_args sets it for the whole process
+    try:
+        config, _, script_args = config_from_args(parse_args(argv))
+    finally:
+        if saved is None:
+            del os.environ["OMP_NUM_THREADS"]
+    [command] = shell_commands("torchrun " + " ".join(argv))
+    launch = split_launch(command)
+    assert launch.world_size == config.max_nodes * config.nproc_per_node
+    assert launch.local_world_size == config.nproc_per_node
+    assert launch.arguments == script_args[len(script_args) - len(launch.arguments) :]

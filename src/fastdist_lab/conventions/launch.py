@@ -4,8 +4,8 @@
 comments, ``NAME=value`` / ``export NAME=value``, arrays ``NAME=( ... )`` and ``NAME+=( ... )``, ``$NAME``,
 ``${NAME}``, ``${NAME[@]}``, ``${NAME:-default}``, ``$(( arithmetic ))``) and returns each command's words with
 variables expanded. ``launcher_world(words)`` splits a command into launcher and program and reads the world from
-torchrun / ``python -m torch.distributed.run`` (``--nnodes``, ``--nproc-per-node`` / ``--nproc_per_node``,
-``--standalone``), the older ``torch.distributed.launch``, DeepSpeed's launcher (``--num_nodes``,
+torchrun / ``python -m torch.distributed.run`` (``--nnodes``, ``--nproc-per-node`` / ``--nproc_per_node``),
+the older ``torch.distributed.launch``, DeepSpeed's launcher (``--num_nodes``,
 ``--num_gpus``) or ``WORLD_SIZE=`` / ``LOCAL_WORLD_SIZE=`` / ``NGPU=`` assignments. Errors are
 ``ConventionError`` naming the line or the flag.
 """
@@ -249,7 +249,7 @@ def split_launch(command: Command) -> Launch:
             raise ConventionError(f"line {line}: deepspeed without --num_gpus uses every GPU it finds; pass the size")
         per_node = _int_option("--num_gpus", options["num-gpus"], line)
     else:
-        nnodes = "1" if "--standalone" in options else options.get("nnodes", "1")
+        nnodes = options.get("nnodes", "1")
         low, _, high = nnodes.partition(":")
         if high and high != low:
             raise ConventionError(f"line {line}: elastic --nnodes {nnodes}: the world size is not fixed; pass it")
