@@ -281,7 +281,8 @@ class TorchtitanMesh(DeviceMesh):
             else:
                 self._own[flat] = role
         aliases = {dim: axes for dim, axes in members.items() if dim not in names and axes}
-        super().__init__(sizes, names, name=f"torchtitan {self.version}", flattened=aliases)
+        name = "torchtitan" if self.version == DEFAULT_VERSION else f"torchtitan {self.version}"
+        super().__init__(sizes, names, name=name, flattened=aliases)
 
     @property
     def mesh_names(self) -> tuple[str, ...]:
@@ -336,9 +337,6 @@ class TorchtitanMesh(DeviceMesh):
         if "etp" in d:
             text += f", etp={d['etp']}"
         return f"world {d['world_size']}: {text} ({self.version})"
-
-    def __repr__(self) -> str:
-        return f"TorchtitanMesh({self.describe_degrees()}; axes slowest first {self.mesh_dim_names})"
 
 
 def torchtitan(
