@@ -65,6 +65,10 @@ _LAZY: dict[str, str] = {
     "estimate": ".cost",
     "CostReport": ".cost",
     "CostError": ".cost",
+    "MegatronParallelState": ".conventions",
+    "torchtitan": ".conventions",
+    "load_config": ".conventions",
+    "LoadedConfig": ".conventions",
 }
 
 __all__ = [

@@ -25,6 +25,7 @@ from .config import (
     PhaseType,
     validate_fields,
 )
+from .fastllm import read_fastllm
 from .numbering import RankGrid
 from .seeds import GENERATORS, seed_arrays
 
@@ -410,3 +411,16 @@ class Layout:
     def _repr_html_(self) -> str:
         """The summary tables; in a notebook ``fastdist_lab.viz`` adds the rank grid (see ``viz.notebook``)."""
         return f"<div class='fastdist-layout'>{self.summary_html()}</div>"
+
+    @classmethod
+    def from_fastllm(cls, source: Any, world_size: int | None = None, local_world_size: int | None = None) -> Layout:
+        """The layout of a Fast-LLM config: a path, YAML text or a mapping holding an experiment's
+        ``model: distributed:`` section, a ``distributed:`` mapping or the fields themselves (Fast-LLM 91b28fab or
+        current field names; see ``fastdist_lab.fastllm``). ``world_size`` / ``local_world_size`` win over the
+        file's; one node by default. ``LayoutError`` names the bad key, its line, or the broken rule."""
+        settings = read_fastllm(source, world_size=world_size, local_world_size=local_world_size)
+        try:
+            return cls(**settings.fields)
+        except LayoutError as error:
+            where = settings.section or "the mapping"
+            raise LayoutError(f"{settings.source}: {where}: {error}") from None

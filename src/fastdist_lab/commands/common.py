@@ -10,11 +10,14 @@ from ..layout import Layout
 DEFAULT_LAYOUT = {"world_size": 8, "tensor_parallel": 2, "pipeline_parallel": 2, "sequence_data_parallel": 2}
 """The main job's default layout: world 8, tensor 2, pipeline 2, sequence-data 2 (one node)."""
 
-_FACTOR_FLAGS = {
+SHAPE_FLAGS = {
     "tensor_parallel": "--tensor-parallel",
     "pipeline_parallel": "--pipeline-parallel",
     "sequence_data_parallel": "--sequence-data-parallel",
 }
+"""The layout flags that set a parallel factor (``None`` when not given), with their spelling."""
+
+_DEFAULTED_FLAGS = {"world_size": "--world-size", **SHAPE_FLAGS}
 
 
 def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,7 +26,10 @@ def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
         "layout", "without flags: the main job's layout, 8 ranks on one node, tensor 2, pipeline 2, sequence-data 2"
     )
     group.add_argument(
-        "--world-size", type=int, default=DEFAULT_LAYOUT["world_size"], help="number of ranks (GPUs) in the job"
+        "--world-size",
+        type=int,
+        default=None,
+        help=f"number of ranks (GPUs) in the job (default {DEFAULT_LAYOUT['world_size']})",
     )
     group.add_argument(
         "--local-world-size",
@@ -66,10 +72,16 @@ def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def given_shape_flags(args: argparse.Namespace) -> list[str]:
+    """The parallel-factor flags (and ``--pipeline-first``) given on the command line."""
+    given = [flag for name, flag in SHAPE_FLAGS.items() if getattr(args, name) is not None]
+    return given + (["--pipeline-first"] if args.pipeline_first else [])
+
+
 def _factors(args: argparse.Namespace) -> tuple[dict[str, int], list[str]]:
-    """The parallel factors the flags give, defaults filled in, and the fields that were left at their default."""
+    """World size and parallel factors from the flags, defaults filled in, and the fields left at their default."""
     values, defaulted = {}, []
-    for name in _FACTOR_FLAGS:
+    for name in _DEFAULTED_FLAGS:
         given = getattr(args, name)
         if given is None:
             values[name] = DEFAULT_LAYOUT[name]
@@ -82,7 +94,7 @@ def _factors(args: argparse.Namespace) -> tuple[dict[str, int], list[str]]:
 def _with_defaults_named(error: LayoutError, defaulted: list[str]) -> LayoutError:
     """``error``, telling which of the sizes it names were not given but defaulted (they are easy to overlook)."""
     text = str(error)
-    named = [f"{_FACTOR_FLAGS[name]} {DEFAULT_LAYOUT[name]}" for name in defaulted if f"{name}=" in text]
+    named = [f"{_DEFAULTED_FLAGS[name]} {DEFAULT_LAYOUT[name]}" for name in defaulted if f"{name}=" in text]
     if not named:
         return error
     return LayoutError(f"{text} (not given, so the defaults: {', '.join(named)}; give the sizes you want)")
@@ -93,7 +105,6 @@ def layout_from_args(args: argparse.Namespace, **extra: object) -> Layout:
     factors, defaulted = _factors(args)
     try:
         return Layout(
-            world_size=args.world_size,
             local_world_size=args.local_world_size,
             pipeline_first=args.pipeline_first,
             seed=args.seed,
@@ -108,7 +119,7 @@ def layout_from_args(args: argparse.Namespace, **extra: object) -> Layout:
 def config_from_args(args: argparse.Namespace, rank: int) -> DistributedConfig:
     """One rank's ``DistributedConfig`` from the layout flags: no whole-world table, so any world size works."""
     factors, defaulted = _factors(args)
-    world = args.world_size
+    world = factors.pop("world_size")
     local = args.local_world_size
     if local is None:
         local = world if isinstance(world, int) and world > 0 else 1

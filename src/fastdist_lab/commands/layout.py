@@ -1,17 +1,23 @@
-"""``fastdist-lab layout``: print the rank table and every dim's groups, or one rank's dims."""
+"""``fastdist-lab layout``: print the rank table and every dim's groups, or one rank's dims.
+
+``--from FILE_OR_COMMAND_LINE`` reads the layout from a framework's config instead of the flags: a Fast-LLM YAML,
+a torchtitan TOML or launch line, a Megatron-LM command line or launch script. When no ``Layout`` reproduces it,
+the framework's own groups are printed and the output says so.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from typing import Any
 
 import numpy as np
 
-from ..config import DIM_NAMES
+from ..config import DIM_NAMES, DistributedConfig, LayoutError
 from ..layout import Layout
 from ..seeds import generator_seeds
-from .common import add_layout_arguments, config_from_args, layout_from_args
+from .common import add_layout_arguments, config_from_args, given_shape_flags, layout_from_args
 
 HELP = "print which rank holds which coordinates and which ranks form each group"
 
@@ -34,6 +40,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help=f"list every rank and group even above {SUMMARY_LIMIT:,} ranks (else a summary is printed)",
     )
+    parser.add_argument(
+        "--from",
+        dest="from_config",
+        default=None,
+        metavar="FILE_OR_COMMAND_LINE",
+        help="read the layout from a Fast-LLM YAML, a torchtitan TOML or launch line, or a Megatron-LM command line "
+        "or script (--world-size / --local-world-size override what it says)",
+    )
+    parser.add_argument(
+        "--torchtitan-version",
+        default=None,
+        help="torchtitan vintage for --from: 2025-12, 2026-01 or 2026-08 (current); default 2025-12",
+    )
 
 
 MEMBERS_SHOWN = 16
@@ -51,8 +70,7 @@ def members_text(members: range | tuple[int, ...], limit: int = MEMBERS_SHOWN) -
     return f"[{head}, ..., {int(members[-1])}] ({len(members):,} ranks)"
 
 
-def _print_rank(args: argparse.Namespace, fmt: str) -> None:
-    config = config_from_args(args, args.rank)  # one rank's view: any world size, no whole-world table
+def _print_rank(config: DistributedConfig, fmt: str) -> None:
     dims = [
         {
             "dim": d.name,
@@ -78,7 +96,7 @@ def _print_rank(args: argparse.Namespace, fmt: str) -> None:
         frame.to_csv(sys.stdout)
         return
     print(repr(config))
-    print(f"rank {args.rank}: " + ", ".join(f"{k}={v}" for k, v in config.coordinates().items() if k != "rank"))
+    print(f"rank {config.rank}: " + ", ".join(f"{k}={v}" for k, v in config.coordinates().items() if k != "rank"))
     print(frame.to_string())
     print("seeds after set_step(0, training): " + ", ".join(f"{k}={v}" for k, v in seeds.items()))
 
@@ -108,18 +126,76 @@ def _summary(layout: Layout, fmt: str) -> None:
         print(f"{name} (size {groups.shape[1]:,}, {groups.shape[0]:,} groups): first {members_text(groups[0])}")
 
 
+def _load(args: argparse.Namespace) -> Any:
+    """The ``LoadedConfig`` of ``--from``; every failure as one ``LayoutError`` line."""
+    from ..conventions import ConventionError, load_config
+
+    given = given_shape_flags(args)
+    if given:
+        raise LayoutError(f"--from reads the layout from the config; drop {', '.join(given)}")
+    try:
+        return load_config(
+            args.from_config,
+            world_size=args.world_size,
+            local_world_size=args.local_world_size,
+            version=args.torchtitan_version,
+        )
+    except (ConventionError, LayoutError) as error:
+        raise LayoutError(" ".join(str(error).split())) from None
+    except OSError as error:
+        raise LayoutError(f"cannot read {args.from_config!r}: {error.strerror or error}") from None
+
+
+def _print_convention(loaded: Any, fmt: str) -> None:
+    groups = {name: rows.tolist() for name, rows in loaded.named_groups().items()}
+    if fmt == "json":
+        doc = {"framework": loaded.framework, "source": loaded.source, "description": loaded.description}
+        print(json.dumps({**doc, "layout": None, "reason": loaded.reason, "groups": groups}))
+        return
+    if fmt == "csv":
+        print("group,members")
+        for name, rows in groups.items():
+            for row in rows:
+                print(f"{name},{' '.join(map(str, row))}")
+        return
+    print(loaded.description)
+    print()
+    for name, rows in groups.items():
+        text = " ".join("[" + " ".join(map(str, row)) + "]" for row in rows)
+        print(f"{name} (size {len(rows[0])}, {len(rows)} groups): {text}")
+    print()
+    print(f"No Layout reproduces this {loaded.framework} configuration: {loaded.reason}")
+
+
 def run(args: argparse.Namespace) -> int:
-    """Print the layout the flags describe; return the exit code."""
-    if args.rank is not None:
-        _print_rank(args, args.format)
+    """Print the layout the flags (or ``--from``) describe; return the exit code."""
+    loaded = None
+    if args.from_config is not None:
+        loaded = _load(args)
+        if loaded.layout is None:
+            if args.rank is not None:
+                raise LayoutError(f"--rank needs a Layout and none reproduces this config: {loaded.reason}")
+            _print_convention(loaded, args.format)
+            return 0
+        layout = loaded.layout
+        if args.format == "table":
+            print(loaded.description)
+            print()
+        if args.rank is not None:
+            _print_rank(layout.config(args.rank), args.format)
+            return 0
+    elif args.rank is not None:
+        _print_rank(config_from_args(args, args.rank), args.format)  # one rank's view: any world size
         return 0
-    layout = layout_from_args(args)
+    else:
+        layout = layout_from_args(args)
     if layout.world_size > SUMMARY_LIMIT and not args.all_rows:
         _summary(layout, args.format)
         return 0
     ranks = layout.ranks
     if args.format == "json":
         doc = {
+            **({"framework": loaded.framework, "description": loaded.description} if loaded is not None else {}),
             "layout": layout.summary(),
             "ranks": ranks.reset_index().to_dict(orient="records"),
             "groups": {name: layout.groups(name).tolist() for name in DIM_NAMES},

@@ -2,10 +2,13 @@
 
 A ``Convention`` is a list of named axes with sizes, fastest-varying first; from it follow every rank's
 coordinates and the groups of any set of axes. ``Megatron`` reproduces Megatron-Core's ``RankGenerator``;
-``DeviceMesh`` torch's row-major ``init_device_mesh`` numbering, with ``torchtitan``, ``picotron`` and
-``DeepSpeed`` presets; ``as_convention(layout)`` this project's layout. ``equivalent(a, b, mapping)`` says
-whether the mapped axes give the same groups and shows the first group that differs. ``seeds`` compares
-which ranks share random streams under each framework's seeding rules. Pure numpy, no torch (the real
+``MegatronParallelState`` (``Megatron.initialize_model_parallel`` / ``Megatron.from_args``) the whole of
+``initialize_model_parallel``, refusals and named groups included; ``DeviceMesh`` torch's row-major
+``init_device_mesh`` numbering, with ``picotron`` and ``DeepSpeed`` presets; ``torchtitan(..., version=...)``
+torchtitan's meshes of December 2025, January 2026 or today, experts included; ``as_convention(layout)``
+this project's layout. ``equivalent(a, b, mapping)`` says whether the mapped axes give the same groups and
+shows the first group that differs. ``load_config`` reads a framework's config file or launch line. ``seeds``
+compares which ranks share random streams under each framework's seeding rules. Pure numpy, no torch (the real
 ``DeviceMesh`` check on a running cluster is ``fastdist_lab.checks.device_mesh_check``).
 """
 
@@ -20,35 +23,45 @@ from .device_mesh import (
     layout_device_mesh,
     layout_mesh_dims,
     picotron,
-    torchtitan,
 )
 from .equivalence import Equivalence, GroupDifference, SubsetResult, compare_groups, equivalent
+from .loaders import FRAMEWORKS, LoadedConfig, detect_framework, load_config
 from .megatron import LAYOUT_DIM_TOKENS, LAYOUT_TO_MEGATRON, MEGATRON_GROUPS, Megatron, megatron_dim_table
+from .megatron_state import EXPERT_GROUPS, MegatronParallelState
 from .project import LayoutConvention, as_convention, layout_convention
 from .seeds import STREAMS, megatron_seeds, seed_streams, sharing_table, stream_groups, torchtitan_seeds
+from .torchtitan_dims import TORCHTITAN_VERSIONS, TorchtitanMesh, torchtitan
 
 __all__ = [
     "Convention",
     "ConventionError",
     "DeepSpeed",
     "DeviceMesh",
+    "EXPERT_GROUPS",
     "Equivalence",
+    "FRAMEWORKS",
     "GroupDifference",
     "LAYOUT_DIM_TOKENS",
     "LAYOUT_TO_MEGATRON",
     "LayoutConvention",
+    "LoadedConfig",
     "MEGATRON_GROUPS",
     "Megatron",
+    "MegatronParallelState",
     "STREAMS",
     "SubsetResult",
+    "TORCHTITAN_VERSIONS",
+    "TorchtitanMesh",
     "as_convention",
     "compare_groups",
     "deepspeed_topology",
+    "detect_framework",
     "device_mesh_spec",
     "equivalent",
     "layout_convention",
     "layout_device_mesh",
     "layout_mesh_dims",
+    "load_config",
     "megatron_dim_table",
     "megatron_seeds",
     "picotron",

@@ -3,9 +3,10 @@
 ``init_device_mesh(device, shape, mesh_dim_names=names)`` numbers ranks like ``torch.arange(n).view(shape)``:
 the LAST mesh dim varies fastest. The group of a dim holds the ranks that differ only along it; a flattened
 group (``mesh[("a", "b")]._flatten()``) runs over the named dims row-major (last named fastest). Presets:
-torchtitan's ``ParallelDims`` mesh ``(pp, dp_replicate, dp_shard, cp, tp)``, picotron's process-group grid
+picotron's process-group grid
 ``(dp, pp, cp, tp)`` and DeepSpeed's ``PipeModelDataParallelTopology`` axes ``(pipe, data, model)``
-(a row-major cartesian product, last axis fastest).
+(a row-major cartesian product, last axis fastest). torchtitan's meshes, which change with its vintage, are in
+``torchtitan_dims``.
 """
 
 from __future__ import annotations
@@ -78,29 +79,11 @@ class DeviceMesh(Convention):
         return f"{self.name}({dims}; world {self.world_size}, last dim fastest)"
 
 
-TORCHTITAN_DIMS: tuple[str, ...] = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
-"""torchtitan's ``ParallelDims`` world-mesh dims, slowest first."""
-
-TORCHTITAN_FLATTENED: dict[str, tuple[str, ...]] = {
-    "dp": ("dp_replicate", "dp_shard"),
-    "dp_shard_cp": ("dp_shard", "cp"),
-    "dp_cp": ("dp_replicate", "dp_shard", "cp"),
-}
-"""The flattened meshes torchtitan's ``ParallelDims`` builds (data loading, FSDP, loss all-reduce)."""
-
 PICOTRON_DIMS: tuple[str, ...] = ("dp", "pp", "cp", "tp")
 """picotron's ``ProcessGroupManager`` grid ``arange(world).view(dp, pp, cp, tp)``, slowest first."""
 
 DEEPSPEED_AXES: tuple[str, ...] = ("pipe", "data", "model")
 """DeepSpeed's ``PipeModelDataParallelTopology`` axes, outermost (slowest) first."""
-
-
-def torchtitan(pp: int = 1, dp_replicate: int = 1, dp_shard: int = 1, cp: int = 1, tp: int = 1) -> DeviceMesh:
-    """torchtitan's world mesh ``(pp, dp_replicate, dp_shard, cp, tp)`` with its flattened ``dp``,
-    ``dp_shard_cp`` and ``dp_cp`` dims (dims of size 1, which torchtitan leaves out, do not change numbering)."""
-    return DeviceMesh(
-        (pp, dp_replicate, dp_shard, cp, tp), TORCHTITAN_DIMS, name="torchtitan", flattened=TORCHTITAN_FLATTENED
-    )
 
 
 def picotron(dp: int = 1, pp: int = 1, cp: int = 1, tp: int = 1) -> DeviceMesh:

@@ -14,6 +14,11 @@ Facts implemented (read from ``megatron/core/parallel_state.py``, rewritten here
   ``dp=world/(etp*ep*pp)`` over the same order string. ``Megatron(...)`` is one generator (it refuses ep > 1 with
   cp > 1 exactly like Megatron); ``Megatron.expert(...)`` builds the expert one. Older releases that folded ep
   into dp inside one generator are not modelled.
+* ``get_ranks`` tokens are lower-case (Megatron raises ``ValueError`` for ``"TP"``; so does this class); a token
+  repeated in ``order`` is refused (Megatron would accept it and build broken strides).
+* ``Megatron.initialize_model_parallel(world_size, ...)`` is the whole ``initialize_model_parallel``: both
+  generators, its refusals with its reasons and every group it names (``megatron_state.MegatronParallelState``);
+  ``Megatron.from_args(...)`` reads a Megatron-LM command line into one (``megatron_args``).
 """
 
 from __future__ import annotations
@@ -66,10 +71,24 @@ LAYOUT_TO_MEGATRON: dict[str, str] = {"tensor": "tp", "sequence_data": "cp", "ba
 """Axis mapping this project -> Megatron: cp stands for sequence-data, dp for batch-data."""
 
 
-def _check_size(name: str, value: Any) -> int:
+def check_size(name: str, value: Any) -> int:
+    """``value`` as an int if it is an integer >= 1, else ``ConventionError`` naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ConventionError(f"{name}={value!r} must be an integer >= 1")
     return int(value)
+
+
+def embedding_groups(pipeline_groups: np.ndarray) -> np.ndarray:
+    """Megatron's default ``EMBEDDING_GROUP`` of each pipeline group: its first and last stage (the first alone
+    when the pipeline has one stage), as ``default_embedding_ranks`` picks them."""
+    if pipeline_groups.shape[1] == 1:
+        return pipeline_groups[:, :1]
+    return pipeline_groups[:, [0, -1]]
+
+
+def position_embedding_groups(pipeline_groups: np.ndarray) -> np.ndarray:
+    """Megatron's default ``POSITION_EMBEDDING_GROUP`` of each pipeline group: its first stage."""
+    return pipeline_groups[:, :1]
 
 
 class Megatron(Convention):
@@ -81,11 +100,11 @@ class Megatron(Convention):
 
     def __init__(self, tp: int = 1, pp: int = 1, dp: int = 1, cp: int = 1, ep: int = 1, order: str = DEFAULT_ORDER):
         sizes = {
-            "tp": _check_size("tp", tp),
-            "pp": _check_size("pp", pp),
-            "dp": _check_size("dp", dp),
-            "ep": _check_size("ep", ep),
-            "cp": _check_size("cp", cp),
+            "tp": check_size("tp", tp),
+            "pp": check_size("pp", pp),
+            "dp": check_size("dp", dp),
+            "ep": check_size("ep", ep),
+            "cp": check_size("cp", cp),
         }
         if sizes["ep"] > 1 and sizes["cp"] > 1:
             raise ConventionError(
@@ -94,12 +113,17 @@ class Megatron(Convention):
             )
         if not isinstance(order, str):
             raise ConventionError(f"order={order!r} must be a string such as 'tp-cp-ep-dp-pp'")
-        tokens = [t for t in order.lower().split("-")]
+        tokens = [t for t in order.lower().split("-")]  # Megatron lower-cases the order string too
         bad = [t for t in tokens if t not in MEGATRON_TOKENS]
         if bad:
             raise ConventionError(f"order={order!r}: unknown token(s) {bad}; use {'-'.join(MEGATRON_TOKENS)}")
-        if len(set(tokens)) != len(tokens):
-            raise ConventionError(f"order={order!r} names a token twice")
+        repeated = sorted({t for t in tokens if tokens.count(t) > 1})
+        if repeated:
+            raise ConventionError(
+                f"order={order!r} names {', '.join(repeated)} twice; Megatron-Core's RankGenerator would accept it "
+                "and build broken strides (the repeated axis counted twice, groups with ranks beyond the world), "
+                "so it is refused here"
+            )
         for token in MEGATRON_TOKENS:
             if token not in tokens:
                 if sizes[token] != 1:
@@ -113,7 +137,14 @@ class Megatron(Convention):
     def expand(self, spec: str | Any) -> set[str]:
         """The axes a token like ``"dp-cp"`` (or a sequence of tokens) masks; members follow the order string."""
         items = [spec] if isinstance(spec, str) else list(spec)
-        return super().expand([part for item in items for part in str(item).lower().split("-")])
+        parts = [part for item in items for part in str(item).split("-")]
+        upper = [part for part in parts if part != part.lower() and part.lower() in MEGATRON_TOKENS]
+        if upper:
+            raise ConventionError(
+                f"token {spec!r}: Megatron's get_ranks takes lower-case tokens only "
+                f"({upper[0]!r} raises ValueError: '{upper[0]}' is not in list); use {upper[0].lower()!r}"
+            )
+        return super().expand(parts)
 
     def get_ranks(self, token: str) -> list[list[int]]:
         """``groups(token)`` as nested lists, exactly what Megatron's ``RankGenerator.get_ranks`` returns."""
@@ -124,8 +155,14 @@ class Megatron(Convention):
         return self.coordinates(rank)
 
     def named_groups(self) -> dict[str, np.ndarray]:
-        """The decoder groups ``initialize_model_parallel`` builds, keyed by Megatron's group name."""
-        return {name: self.groups(token) for name, token in MEGATRON_GROUPS.items()}
+        """The decoder groups ``initialize_model_parallel`` builds, keyed by Megatron's group name, with the
+        embedding and position-embedding groups (Megatron's defaults) and the distributed-optimizer-instance group
+        (the whole world with one instance). ``MegatronParallelState.named_groups`` adds the expert groups."""
+        out = {name: self.groups(token) for name, token in MEGATRON_GROUPS.items()}
+        out["EMBEDDING_GROUP"] = embedding_groups(out["PIPELINE_MODEL_PARALLEL_GROUP"])
+        out["POSITION_EMBEDDING_GROUP"] = position_embedding_groups(out["PIPELINE_MODEL_PARALLEL_GROUP"])
+        out["INTRA_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP"] = np.arange(self.world_size, dtype=np.int64)[None, :]
+        return out
 
     @classmethod
     def expert(
@@ -136,18 +173,39 @@ class Megatron(Convention):
         ep: int = 1,
         expert_tp: int | None = None,
         order: str = DEFAULT_ORDER,
+        cp: int = 1,
     ) -> Megatron:
         """The expert generator ``initialize_model_parallel`` builds: tp=expert_tp (default tp), ep, cp=1,
-        dp = world_size / (expert_tp * ep * pp)."""
-        etp = tp if expert_tp is None else _check_size("expert_tp", expert_tp)
-        denominator = etp * _check_size("ep", ep) * _check_size("pp", pp)
-        if world_size % denominator:
-            raise ConventionError(
-                f"world_size={world_size} is not divisible by expert_tp={etp} * ep={ep} * pp={pp} = {denominator}"
-            )
-        generator = cls(tp=etp, pp=pp, dp=world_size // denominator, cp=1, ep=ep, order=order)
-        generator.name = f"Megatron expert {order.lower()}"
-        return generator
+        dp = world_size / (expert_tp * ep * pp). Refuses what ``initialize_model_parallel`` refuses for the whole
+        configuration (decoder tp, pp, cp), with its reason."""
+        return cls.initialize_model_parallel(
+            world_size,
+            tensor_model_parallel_size=tp,
+            pipeline_model_parallel_size=pp,
+            context_parallel_size=cp,
+            expert_model_parallel_size=ep,
+            expert_tensor_parallel_size=expert_tp,
+            order=order,
+        ).expert
+
+    @classmethod
+    def initialize_model_parallel(cls, world_size: int, **kwargs: Any) -> Any:
+        """What Megatron-Core's ``initialize_model_parallel(**kwargs)`` builds on ``world_size`` ranks, as a
+        ``MegatronParallelState`` (a ``Megatron``: the decoder generator, with ``expert`` and every named group);
+        refuses, with Megatron's reason, what it refuses. Keyword arguments keep Megatron's names."""
+        from .megatron_state import MegatronParallelState
+
+        return MegatronParallelState(world_size, **kwargs)
+
+    @classmethod
+    def from_args(cls, args: str | Any, world_size: int | None = None, local_world_size: int | None = None) -> Any:
+        """The configuration a Megatron-LM command line describes: its arguments (``"--tensor-model-parallel-size 4
+        --pipeline-model-parallel-size 2 ..."``) or a whole launch line or script (``torchrun --nnodes 2
+        --nproc-per-node 8 ... pretrain_gpt.py ...``, whose launcher gives the world). Returns a
+        ``MegatronParallelState``; see ``fastdist_lab.conventions.megatron_args``."""
+        from .megatron_args import megatron_from_args
+
+        return megatron_from_args(args, world_size=world_size, local_world_size=local_world_size)
 
     @classmethod
     def from_layout(cls, layout: Any) -> Megatron:

@@ -1,0 +1,173 @@
+"""One loader for every framework's config: ``load_config(text_or_path)`` -> a layout or a convention, in words.
+
+It recognises a Fast-LLM YAML (``model: distributed:``, a ``distributed:`` mapping or the bare fields), a
+torchtitan TOML job config (``[parallelism]``) or launch line (``--parallelism.*``, ``run_train.sh``,
+``torchtitan.train``), and a Megatron-LM command line, launch line or launch script. The answer holds this
+project's ``Layout`` when one gives the same groups (and says which), else says plainly that none does and keeps
+the framework's own convention, whose ``named_groups()`` lists every group the framework builds.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..config import DIM_NAMES
+from ..fastllm import FASTLLM_FIELDS, read_fastllm
+from ..layout import Layout
+from .base import Convention, ConventionError
+from .megatron import Megatron
+from .megatron_args import KNOWN_ARGS
+from .project import as_convention
+from .torchtitan_config import DEGREES, torchtitan_from_command, torchtitan_from_settings
+
+FRAMEWORKS: tuple[str, ...] = ("fastllm", "megatron", "torchtitan")
+"""The frameworks ``load_config`` reads (``framework=`` takes one of these to skip the detection)."""
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    """What ``load_config`` read: the framework, this project's ``layout`` (or ``None`` with ``reason``), the
+    framework's ``convention`` and a plain-words ``description``. ``value`` is the layout when there is one, else
+    the convention."""
+
+    framework: str
+    source: str
+    layout: Layout | None
+    convention: Convention
+    description: str
+    reason: str = ""
+
+    @property
+    def value(self) -> Layout | Convention:
+        """The ``Layout`` when one reproduces the groups, else the framework's convention."""
+        return self.layout if self.layout is not None else self.convention
+
+    def named_groups(self) -> dict[str, np.ndarray]:
+        """Every group the framework builds, by the framework's name (a Fast-LLM layout: its nine dims)."""
+        if self.framework == "fastllm" and self.layout is not None:
+            return {name: self.layout.groups(name) for name in DIM_NAMES}
+        return self.convention.named_groups()  # type: ignore[attr-defined]
+
+    def __repr__(self) -> str:
+        return f"LoadedConfig({self.framework}, {self.source}: {self.value!r})"
+
+    def _repr_html_(self) -> str:
+        import html
+
+        lines = "".join(f"<div>{html.escape(line)}</div>" for line in self.description.splitlines())
+        return f"<div class='fastdist-loaded'><b>{html.escape(self.framework)}</b>{lines}</div>"
+
+
+def detect_framework(text: str) -> str:
+    """Which framework's config or command line ``text`` is (``ConventionError`` when it cannot tell)."""
+    if re.search(r"^\s*\[parallelism\]", text, re.M):
+        return "torchtitan"
+    if "--parallelism." in text or "torchtitan" in text or "run_train.sh" in text:
+        return "torchtitan"
+    if any(flag in text for flag in KNOWN_ARGS) or re.search(r"torchrun|torch\.distributed\.|pretrain_\w+\.py", text):
+        return "megatron"
+    if re.search(r"^\s*\[[\w.]+\]\s*$", text, re.M):
+        return "torchtitan"
+    if re.search(r"^\s*(model|distributed|" + "|".join(FASTLLM_FIELDS) + r")\s*:", text, re.M):
+        return "fastllm"
+    raise ConventionError(
+        "cannot tell which framework this is: expected a Fast-LLM YAML (model: distributed:), a torchtitan TOML "
+        "([parallelism]) or launch line (--parallelism.*), or a Megatron-LM command line (--tensor-model-parallel-size)"
+    )
+
+
+def _framework_of_mapping(data: Mapping[str, Any]) -> str:
+    keys = set(data)
+    if "parallelism" in keys or (keys and keys <= set(DEGREES) | {"spmd_backend"}):
+        return "torchtitan"
+    if keys & {"model", "distributed"} or (keys and keys <= set(FASTLLM_FIELDS)):
+        return "fastllm"
+    raise ConventionError(f"cannot tell which framework a mapping with keys {sorted(keys)} belongs to")
+
+
+def load_config(
+    source: str | os.PathLike | Mapping[str, Any],
+    *,
+    world_size: int | None = None,
+    local_world_size: int | None = None,
+    version: str | None = None,
+    framework: str | None = None,
+) -> LoadedConfig:
+    """Read a framework's config or command line (a path, its text, or a mapping) into a ``LoadedConfig``.
+
+    ``world_size`` / ``local_world_size`` win over what the source says (a Fast-LLM YAML or a torchtitan TOML
+    usually says nothing: then they are needed); ``version`` picks torchtitan's vintage ("2025-12", "2026-01",
+    "2026-08"/"current"). Raises ``LayoutError`` (Fast-LLM) or ``ConventionError`` (both ``ValueError``) naming the
+    line, key or rule at fault; nothing is returned half-read.
+    """
+    name, text, data = "the mapping", None, None
+    if isinstance(source, Mapping):
+        data = source
+    elif isinstance(source, (str, os.PathLike)) and _is_file(source):
+        name = os.path.basename(os.fspath(source))
+        with open(source, encoding="utf-8") as handle:
+            text = handle.read()
+    elif isinstance(source, str) and re.fullmatch(r"\S+\.(ya?ml|toml|sh)", source.strip()):
+        raise ConventionError(f"cannot read {source!r}: no such file")
+    elif isinstance(source, str):
+        name, text = "the text", source
+    else:
+        raise ConventionError(f"source={source!r} must be a path, a config's text or a mapping")
+    if framework is not None and framework not in FRAMEWORKS:
+        raise ConventionError(f"framework={framework!r}; use one of {', '.join(FRAMEWORKS)}")
+    if framework is None:
+        if text is not None and name.endswith((".yaml", ".yml")):
+            framework = "fastllm"
+        elif text is not None and name.endswith(".toml"):
+            framework = "torchtitan"
+        else:
+            framework = _framework_of_mapping(data) if data is not None else detect_framework(text or "")
+    if framework == "fastllm":
+        readable = source if isinstance(source, (str, Mapping)) else os.fspath(source)
+        return _fastllm(readable, name, world_size, local_world_size)
+    if framework == "megatron":
+        if text is None:
+            raise ConventionError("a Megatron-LM configuration is a command line, not a mapping")
+        state = Megatron.from_args(text, world_size=world_size, local_world_size=local_world_size)
+        layout, why = state.layout_equivalent()
+        head = f"Megatron-LM command line ({name}): {state.describe_configuration()}"
+        return _answer("megatron", name, layout, state, head, state.source_notes, why)
+    if text is not None and (name.endswith(".toml") or re.search(r"^\s*\[[\w.]+\]\s*$", text, re.M)):
+        mesh = torchtitan_from_settings(text, world_size, local_world_size, version, name=name)
+    elif text is not None:
+        mesh = torchtitan_from_command(text, world_size, local_world_size, version)
+    else:
+        mesh = torchtitan_from_settings(data, world_size, local_world_size, version)  # type: ignore[arg-type]
+    layout, why = mesh.layout_equivalent()
+    head = f"torchtitan parallelism ({name}): {mesh.describe_degrees()}"
+    return _answer("torchtitan", name, layout, mesh, head, mesh.source_notes, why)
+
+
+def _is_file(source: Any) -> bool:
+    text = os.fspath(source)
+    return "\n" not in text and len(text) < 4096 and os.path.isfile(text)
+
+
+def _fastllm(source: Any, name: str, world_size: int | None, local_world_size: int | None) -> LoadedConfig:
+    settings = read_fastllm(source, world_size=world_size, local_world_size=local_world_size)
+    layout = Layout.from_fastllm(source, world_size=world_size, local_world_size=local_world_size)
+    description = f"{settings.describe()}\nLayout: {layout!r}"
+    return LoadedConfig("fastllm", name, layout, as_convention(layout), description)
+
+
+def _answer(
+    framework: str, name: str, layout: Layout | None, convention: Convention, head: str, notes: Any, why: str
+) -> LoadedConfig:
+    lines = [head, *(f"  {note}" for note in notes)]
+    if layout is not None:
+        lines.append(f"Layout: {layout!r}")
+        lines.append(f"  {why}")
+        return LoadedConfig(framework, name, layout, convention, "\n".join(lines))
+    lines.append(f"No Layout reproduces it: {why.removeprefix('no Layout: ')}")
+    return LoadedConfig(framework, name, None, convention, "\n".join(lines), why.removeprefix("no Layout: "))
