@@ -19,6 +19,7 @@ import numpy as np
 from .config import (
     DEFAULT_SEED_SHIFTS,
     DIM_NAMES,
+    INPUT_FIELDS,
     DistributedConfig,
     DistributedDimNames,
     LayoutError,
@@ -75,20 +76,7 @@ _COORDINATE_AXES: dict[str, tuple[str, ...]] = {
 }
 """Each parallel coordinate is a rank's position in its group of the matching dim."""
 
-LAYOUT_FIELDS: tuple[str, ...] = (
-    "world_size",
-    "local_world_size",
-    "tensor_parallel",
-    "pipeline_parallel",
-    "sequence_data_parallel",
-    "sequence_tensor_parallel",
-    "pipeline_first",
-    "backend",
-    "timeout",
-    "seed",
-    "reproducible_init",
-    *DEFAULT_SEED_SHIFTS,
-)
+LAYOUT_FIELDS: tuple[str, ...] = tuple(name for name in INPUT_FIELDS if name != "rank")
 """Every input field of a ``Layout``: those of ``DistributedConfig`` except ``rank``."""
 
 

@@ -9,15 +9,40 @@ ranks exactly when ``reproducible_init`` is set.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from ..config import PhaseType
+from ..layout import Layout
 from ..seeds import stream_key
 
-if TYPE_CHECKING:
-    from .report import StreamReport
+
+class StreamTable(Protocol):
+    """What the checks read of a ``streams.report.StreamReport`` (declared here so that checks and report do not
+    import each other: the report calls ``run_checks``)."""
+
+    layout: Layout
+    step: int
+    phase: PhaseType
+    generators: tuple[str, ...]
+    devices: tuple[str, ...]
+    seeds: np.ndarray
+    values: np.ndarray
+    stream_ids: np.ndarray
+    stream_first: np.ndarray
+
+    @property
+    def draws(self) -> int:
+        """Values drawn per generator."""
+
+    @property
+    def num_streams(self) -> int:
+        """Distinct streams in the world."""
+
+    def generator_index(self, generator: str) -> int:
+        """The column of ``generator``."""
+
 
 Row = dict[str, Any]
 
@@ -36,7 +61,7 @@ def _members(group: np.ndarray) -> str:
     return "[" + ", ".join(map(str, values)) + "]"
 
 
-def _cell(report: StreamReport, rank: int, generator: str) -> str:
+def _cell(report: StreamTable, rank: int, generator: str) -> str:
     index = report.generator_index(generator)
     return f"seed {int(report.seeds[rank, index])} on {report.devices[index]}"
 
@@ -50,7 +75,7 @@ def _seeds_text(first: int, second: int, device: str) -> str:
     )
 
 
-def _same_stream(report: StreamReport, a: tuple[int, str], b: tuple[int, str]) -> str:
+def _same_stream(report: StreamTable, a: tuple[int, str], b: tuple[int, str]) -> str:
     """How two cells that share one stream are seeded."""
     (ra, ga), (rb, gb) = a, b
     sa = int(report.seeds[ra, report.generator_index(ga)])
@@ -58,7 +83,7 @@ def _same_stream(report: StreamReport, a: tuple[int, str], b: tuple[int, str]) -
     return _seeds_text(sa, sb, report.devices[report.generator_index(ga)])
 
 
-def _rank_generator(report: StreamReport, flat: int) -> tuple[int, str]:
+def _rank_generator(report: StreamTable, flat: int) -> tuple[int, str]:
     """The (rank, generator name) of a flat cell index into the rank x generator table."""
     rank, column = divmod(int(flat), len(report.generators))
     return rank, report.generators[column]
@@ -80,7 +105,7 @@ def _duplicate_in_rows(ids: np.ndarray) -> tuple[int, int, int] | None:
     return row, a, b
 
 
-def _distinct_within(report: StreamReport, generators: tuple[str, ...], dim: str, what: str) -> str | None:
+def _distinct_within(report: StreamTable, generators: tuple[str, ...], dim: str, what: str) -> str | None:
     """Failure text when some ``generators`` stream is shared by two ranks of one group of ``dim``."""
     groups = report.layout.groups(dim)
     for generator in generators:
@@ -96,7 +121,7 @@ def _distinct_within(report: StreamReport, generators: tuple[str, ...], dim: str
     return None
 
 
-def check_pp_shared_in_tensor_groups(report: StreamReport) -> Row:
+def check_pp_shared_in_tensor_groups(report: StreamTable) -> Row:
     """pp streams are shared by every rank of a tensor group and by no rank outside it."""
     name = "pp streams shared exactly within each tensor group"
     groups = report.layout.groups("tensor")
@@ -129,7 +154,7 @@ def check_pp_shared_in_tensor_groups(report: StreamReport) -> Row:
     )
 
 
-def check_tp_distinct_in_tensor_groups(report: StreamReport) -> Row:
+def check_tp_distinct_in_tensor_groups(report: StreamTable) -> Row:
     """tp streams (and tp_init streams, unless ``reproducible_init``) differ between the ranks of a tensor group."""
     name = "tp streams distinct inside every tensor group"
     tp = report.layout.tensor_parallel
@@ -142,7 +167,7 @@ def check_tp_distinct_in_tensor_groups(report: StreamReport) -> Row:
     return _row(name, True, f"the {tp} ranks of every tensor group draw different {' and '.join(generators)} streams")
 
 
-def check_distinct_across(report: StreamReport, dim: str) -> Row:
+def check_distinct_across(report: StreamTable, dim: str) -> Row:
     """pp and tp streams differ between the ranks of every ``dim`` group (``data`` or ``pipeline``)."""
     name = f"pp and tp streams distinct across {dim} ranks"
     size = report.layout.groups(dim).shape[1]
@@ -154,7 +179,7 @@ def check_distinct_across(report: StreamReport, dim: str) -> Row:
     return _row(name, True, f"in every {dim} group the {size} ranks draw different pp and tp streams")
 
 
-def check_init_generators(report: StreamReport) -> Row:
+def check_init_generators(report: StreamTable) -> Row:
     """Init generators equal across data and pipeline ranks exactly when ``reproducible_init``."""
     name = "init generators equal across data and pipeline ranks exactly when reproducible_init"
     layout = report.layout
@@ -188,7 +213,7 @@ def check_init_generators(report: StreamReport) -> Row:
     return _row(name, True, "reproducible_init=False: every init stream differs across data and pipeline ranks")
 
 
-def _other_moments(report: StreamReport) -> list[tuple[str, int, PhaseType]]:
+def _other_moments(report: StreamTable) -> list[tuple[str, int, PhaseType]]:
     moments = [(f"step {report.step + 1}", report.step + 1, report.phase)]
     test_like = {PhaseType.test, PhaseType.inference}
     for phase in (PhaseType.training, PhaseType.validation, PhaseType.test):
@@ -198,7 +223,7 @@ def _other_moments(report: StreamReport) -> list[tuple[str, int, PhaseType]]:
     return moments
 
 
-def check_streams_change(report: StreamReport) -> Row:
+def check_streams_change(report: StreamTable) -> Row:
     """Every rank's pp and tp streams change at the next step and in every other phase, and never reappear."""
     name = "streams change with step and with phase"
     columns = [report.generator_index(g) for g in _STEP_GENERATORS]
@@ -236,7 +261,7 @@ def check_streams_change(report: StreamReport) -> Row:
     )
 
 
-def _expected_classes(report: StreamReport) -> np.ndarray:
+def _expected_classes(report: StreamTable) -> np.ndarray:
     """For every cell, the class of cells that are meant to share its stream (same class = may share)."""
     layout = report.layout
     world = layout.world_size
@@ -259,7 +284,7 @@ def _expected_classes(report: StreamReport) -> np.ndarray:
     return classes
 
 
-def check_no_collisions(report: StreamReport) -> Row:
+def check_no_collisions(report: StreamTable) -> Row:
     """No two cells that are meant to have different streams share one, across all ranks and generators."""
     name = "no two streams that should differ collide anywhere in the world"
     ids = report.stream_ids.ravel()
@@ -307,7 +332,7 @@ def _equal_rows(rows: np.ndarray) -> tuple[int, int] | None:
     return min(a, b), max(a, b)
 
 
-def check_draws_agree(report: StreamReport) -> Row:
+def check_draws_agree(report: StreamTable) -> Row:
     """Cells with one stream id drew the same values; cells with different ids drew different values."""
     name = "draws agree with stream ids"
     values = report.values.reshape(-1, report.draws)
@@ -336,7 +361,7 @@ def check_draws_agree(report: StreamReport) -> Row:
     return _row(name, True, f"{first.size} streams, each with its own {report.draws} draw(s), equal wherever shared")
 
 
-def note_inference_reuses_test(report: StreamReport) -> Row:
+def note_inference_reuses_test(report: StreamTable) -> Row:
     """A note (always ok): the inference phase reuses the test phase's seed shift, hence its streams."""
     layout = report.layout
     test = layout.seed_table(report.step, PhaseType.test).iloc[0]
@@ -350,7 +375,7 @@ def note_inference_reuses_test(report: StreamReport) -> Row:
     return _row("note: inference reuses the test phase's streams", True, detail)
 
 
-def note_cpu_seed_bits(report: StreamReport) -> Row:
+def note_cpu_seed_bits(report: StreamTable) -> Row:
     """A note (always ok): torch's CPU generator reads only the low 32 bits of a seed; says what that merges here."""
     cpu = [i for i, device in enumerate(report.devices) if device == "cpu"]
     seeds = report.seeds[:, cpu]
@@ -387,6 +412,6 @@ CHECKS = (
 """Every check, in the order of the table."""
 
 
-def run_checks(report: StreamReport) -> list[Row]:
+def run_checks(report: StreamTable) -> list[Row]:
     """Every check's row for ``report``."""
     return [check(report) for check in CHECKS]

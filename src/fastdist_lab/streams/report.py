@@ -10,6 +10,7 @@ import numpy as np
 from ..config import PhaseType
 from ..layout import RANK_COLUMNS, Layout
 from ..seeds import GENERATORS, number_streams, stream_keys
+from .checks import run_checks
 from .draws import DRAW_FUNCTION
 
 if TYPE_CHECKING:
@@ -123,8 +124,6 @@ class StreamReport:
     def check(self) -> pd.DataFrame:
         """The stream invariants as a table with columns ``check``, ``ok`` and ``detail`` (see ``checks``)."""
         import pandas as pd
-
-        from .checks import run_checks
 
         return pd.DataFrame(run_checks(self), columns=["check", "ok", "detail"])
 
