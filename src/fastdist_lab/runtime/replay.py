@@ -54,52 +54,22 @@ SWEEP_COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatte
 """Default collectives of ``bandwidth``."""
 
 REPLAY_COLUMNS: tuple[str, ...] = (
-    "collectives",
-    "group_size",
-    "inter_node",
-    "calls_per_step",
-    "scaled_bytes_per_step",
-    "replayed_bytes_per_step",
-    "bus_bytes_per_step",
-    "seconds",
-    "algbw_GBps",
-    "busbw_GBps",
-    "predicted_seconds",
-    "predicted_busbw_GBps",
+    "collectives", "group_size", "inter_node", "calls_per_step", "scaled_bytes_per_step", "replayed_bytes_per_step",
+    "bus_bytes_per_step", "seconds", "algbw_GBps", "busbw_GBps", "predicted_seconds", "predicted_busbw_GBps",
     "measured_over_predicted",
-)
+)  # fmt: skip
 """Columns of ``replay(...)`` per dim (index ``dim``); every byte count is per rank, seconds are per step."""
 
 REPLAY_ROW_COLUMNS: tuple[str, ...] = (
-    "dim",
-    "collective",
-    "group_size",
-    "groups",
-    "inter_node",
-    "calls_per_step",
-    "bytes_per_call",
-    "scaled_bytes_per_call",
-    "replayed_bytes_per_call",
-    "seconds_per_call",
-    "seconds",
-    "algbw_GBps",
-    "busbw_GBps",
-    "predicted_seconds",
-    "predicted_busbw_GBps",
-    "measured_over_predicted",
-)
+    "dim", "collective", "group_size", "groups", "inter_node", "calls_per_step", "bytes_per_call",
+    "scaled_bytes_per_call", "replayed_bytes_per_call", "seconds_per_call", "seconds", "algbw_GBps", "busbw_GBps",
+    "predicted_seconds", "predicted_busbw_GBps", "measured_over_predicted",
+)  # fmt: skip
 """Columns of ``replay(..., per="collective")``: one row per row of ``estimate(...).communication``."""
 
 BANDWIDTH_COLUMNS: tuple[str, ...] = (
-    "collective",
-    "size",
-    "count",
-    "group_size",
-    "groups",
-    "seconds",
-    "algbw_GBps",
-    "busbw_GBps",
-)
+    "collective", "size", "count", "group_size", "groups", "seconds", "algbw_GBps", "busbw_GBps",
+)  # fmt: skip
 """Columns of ``bandwidth(...)``: nccl-tests' size (bytes), count (float32 elements), time and bandwidths."""
 
 Progress = Callable[[int, int, str], None]

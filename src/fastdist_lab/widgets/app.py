@@ -1,4 +1,4 @@
-"""``lab()``: the layout, cluster and streams panels linked in one widget."""
+"""``lab()``: the layout, cluster, streams and cost panels linked in one widget."""
 
 from __future__ import annotations
 
@@ -8,18 +8,26 @@ import ipywidgets as widgets
 
 from ..layout import Layout
 from .cluster_panel import ClusterPanel
+from .cost_panel import CostPanel
 from .layout_panel import LayoutPanel
 from .streams_panel import StreamsPanel
 
 
 class Lab(widgets.VBox):
-    """The three panels stacked in one widget; ``layout_panel``, ``cluster_panel``, ``streams_panel``.
+    """The panels stacked in one widget; ``layout_panel``, ``cluster_panel``, ``streams_panel``, ``cost_panel``.
 
-    Changing the layout updates the cluster panel (what Start / Apply use) and the streams panel (the
-    prediction); starting or stopping the cluster tells the streams panel which cluster to draw on.
+    Changing the layout updates the cluster panel (what Start / Apply use), the streams panel (the
+    prediction) and the cost panel (the estimate); starting or stopping the cluster tells the streams and cost
+    panels which cluster to draw and replay on.
     """
 
-    def __init__(self, layout_panel: LayoutPanel, cluster_panel: ClusterPanel, streams_panel: StreamsPanel):
+    def __init__(
+        self,
+        layout_panel: LayoutPanel,
+        cluster_panel: ClusterPanel,
+        streams_panel: StreamsPanel,
+        cost_panel: CostPanel | None = None,
+    ):
         def header(text: str) -> widgets.HTML:
             return widgets.HTML(f"<h3 style='margin:0.6em 0 0.2em 0'>{text}</h3>")
 
@@ -31,26 +39,34 @@ class Lab(widgets.VBox):
                 cluster_panel.widget,
                 header("Generator streams"),
                 streams_panel.widget,
+                *([header("What a training step costs"), cost_panel.widget] if cost_panel is not None else []),
             ]
         )
         self.add_class("fdl-lab")
         self.layout_panel = layout_panel
         self.cluster_panel = cluster_panel
         self.streams_panel = streams_panel
+        self.cost_panel = cost_panel
         layout_panel.observe(self._on_layout, names="layout")
         cluster_panel.observe(self._on_cluster, names="cluster")
 
     def _on_layout(self, change: dict) -> None:
         self.cluster_panel.set_layout(change["new"])
         self.streams_panel.set_layout(change["new"])
+        if self.cost_panel is not None:
+            self.cost_panel.set_layout(change["new"])
 
     def _on_cluster(self, change: dict) -> None:
         self.streams_panel.set_cluster(change["new"])
+        if self.cost_panel is not None:
+            self.cost_panel.set_cluster(change["new"])
 
     def flush(self) -> None:
         """Draw every pending redraw now."""
         self.layout_panel.flush()
         self.streams_panel.flush()
+        if self.cost_panel is not None:
+            self.cost_panel.flush()
 
     def close(self) -> None:
         """Stop the cluster (if any) and close every widget."""
@@ -78,7 +94,8 @@ def lab(
     timeout: float = 60,
 ) -> Lab:
     """The lab: a ``LayoutPanel`` (default world 8 = tensor 2 x pipeline 2 x sequence-data 2 on one node), a
-    ``ClusterPanel`` and a ``StreamsPanel``, linked, in one widget. No cluster is started until Start is clicked.
+    ``ClusterPanel``, a ``StreamsPanel`` and a ``CostPanel``, linked, in one widget. No cluster is started until
+    Start is clicked.
 
     ``lab(layout)`` opens the lab on an existing ``Layout`` (its sizes, order and seed).
     """
@@ -95,4 +112,4 @@ def lab(
         )
     cluster_panel = ClusterPanel(layout_panel.layout, backend=backend, timeout=timeout)
     streams_panel = StreamsPanel(layout_panel.layout)
-    return Lab(layout_panel, cluster_panel, streams_panel)
+    return Lab(layout_panel, cluster_panel, streams_panel, CostPanel(layout_panel.layout))
