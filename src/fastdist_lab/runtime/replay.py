@@ -174,7 +174,9 @@ def time_on_rank(ctx: Any, plan: dict[str, Any]) -> dict[str, Any] | None:
 
 
 # --------------------------------------------------------------------------- on the controller
-def _progress_bar(progress: Progress | bool | None, total: int, what: str) -> tuple[Progress, Callable[[], None]]:
+def _progress_bar(
+    progress: Progress | bool | None, total: int, what: str, unit: str
+) -> tuple[Progress, Callable[[], None]]:
     """``progress(done, total, message)`` and a closer: tqdm.auto's bar (None/True), silent (False) or a callable."""
     if progress is False:
         return (lambda done, total, message: None), (lambda: None)
@@ -184,7 +186,7 @@ def _progress_bar(progress: Progress | bool | None, total: int, what: str) -> tu
         raise CostError(f"progress={progress!r} must be None, True, False or a callable(done, total, message)")
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=total, desc=what, unit="step", leave=True)
+    bar = tqdm(total=total, desc=what, unit=unit, leave=True)
 
     def update(done: int, total: int, message: str) -> None:
         bar.set_postfix_str(message, refresh=False)
@@ -317,7 +319,7 @@ def replay(
     if not report.rows:
         raise CostError(f"{layout!r} moves no bytes in a step (one rank per group everywhere): nothing to replay")
     plans, scale = _plans(report, scale, max_message, warmup, iterations)
-    update, close = _progress_bar(progress, len(plans) + 1, "replay")
+    update, close = _progress_bar(progress, len(plans) + 1, "replay", "row")
     measured = []
     try:
         update(0, len(plans) + 1, "checking groups")
@@ -454,7 +456,7 @@ def bandwidth(
         for collective in collectives
         for size in sizes
     ]
-    update, close = _progress_bar(progress, len(plans) + 1, f"bandwidth {dim}")
+    update, close = _progress_bar(progress, len(plans) + 1, f"bandwidth {dim}", "size")
     rows = []
     try:
         update(0, len(plans) + 1, "checking groups")
