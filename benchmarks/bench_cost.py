@@ -1,14 +1,18 @@
-"""Benchmark: ``estimate`` for a sweep of 1,000 layouts of a 70B model (issue 12).
+"""Benchmark: the three performance targets of issue 12 (what a layout costs).
 
-Target: the whole sweep (build each ``Layout``, ``estimate`` it, read the peak memory and the bus bytes)
-in under 1 s. Baseline, measured in the same run on every 20th layout of the sweep: the per-rank way,
-building each rank's ``DistributedConfig`` and reading its dims' ``global_ranks`` to find group sizes and the
-nodes each group spans (what a tool without the whole-world ``Layout`` does), then the same formulas.
+1. ``estimate`` for a sweep of 1,000 layouts of a 70B model: < 1 s in all (build each ``Layout``, ``estimate``
+   it, read the peak memory and the bus bytes). Baseline, measured in the same run on every 20th layout: the
+   per-rank way, building each rank's ``DistributedConfig`` and reading its dims' ``global_ranks`` to find group
+   sizes and the nodes each group spans (what a tool without the whole-world ``Layout`` does), then the formulas.
+2. The Cost panel at 256 ranks: a changed setting to a new picture and table < 200 ms (the time of the
+   control's change, which estimates, draws and fills the tables synchronously outside a kernel). Baseline in
+   the same run: the layout panel's own redraw of the same 256-rank layout (a changed colour-by dim).
+3. ``replay`` on 8 gloo ranks (two emulated nodes of 4) with its progress bar: < 10 s. Baseline in the same
+   run: the same calls (every row's warm-up and timed calls, same bytes) issued as plain all-reduces on the same
+   dims' real groups in one cluster call: what the replay adds is its per-row cluster calls, the group check,
+   the per-call timing and the bar.
 
-Figures still to come here with the later phase: the Cost panel's redraw at 256 ranks (< 200 ms) and
-``replay`` on 8 gloo ranks (< 10 s); each gets its own function in ``FIGURES``.
-
-Run: python benchmarks/bench_cost.py [--repeat N]
+Run: python benchmarks/bench_cost.py [--repeat N] [--only sweep|panel|replay]
 """
 
 from __future__ import annotations
@@ -105,17 +109,115 @@ def sweep_figure(repeat: int) -> None:
     )
 
 
-FIGURES: list[Callable[[int], None]] = [sweep_figure]
-"""One function per performance target of issue 12 (panel and replay figures join in the later phase)."""
+def _timed_change(control, values: list, panel) -> list[float]:
+    """Seconds of each ``control.value = v`` (the panel estimates, draws and fills its tables at once)."""
+    seconds = []
+    for value in values:
+        start = time.perf_counter()
+        control.value = value
+        panel.flush()
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+def panel_figure(repeat: int) -> None:
+    """The Cost panel's redraw after a changed setting at 256 ranks, against the layout panel's redraw."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from fastdist_lab.widgets import CostPanel, LayoutPanel
+
+    fields = dict(world_size=256, local_world_size=8, tensor_parallel=4, pipeline_parallel=8)
+    panel = CostPanel(Layout(**fields), model="llama2-70b")
+    changes = [2, 1] * max(2, repeat)
+    single = _timed_change(panel.micro_batch_size, changes, panel)
+    zero = _timed_change(panel.zero_stage, [1, 0] * max(2, repeat), panel)
+    panel.view.value = "compare"
+    both = _timed_change(panel.micro_batch_size, changes, panel)
+    panel.view.value = "single"
+    # a new layout: the traffic grid is drawn afresh (settings reuse the grid drawn for the layout)
+    layouts = [Layout(**fields, seed=1000 + i) for i in range(2 * max(2, repeat))]
+    fresh = []
+    for layout in layouts:
+        start = time.perf_counter()
+        panel.set_layout(layout)
+        panel.flush()
+        fresh.append(time.perf_counter() - start)
+    base_panel = LayoutPanel(**fields)
+    base = _timed_change(base_panel.dim, ["data", "tensor"] * max(2, repeat), base_panel)
+    median, base_median = statistics.median(single), statistics.median(base)
+    print(
+        f"Cost panel, 256 ranks (llama2-70b): a changed micro-batch to new picture and tables: median "
+        f"{median * 1e3:.0f} ms (max {max(single) * 1e3:.0f}); ZeRO stage {statistics.median(zero) * 1e3:.0f} ms; "
+        f"target < 200 ms: {'OK' if median < 0.2 else 'MISSED'}"
+    )
+    print(
+        f"  side by side (data-first vs pipeline-first): {statistics.median(both) * 1e3:.0f} ms; a new layout "
+        f"(traffic grid drawn afresh): {statistics.median(fresh) * 1e3:.0f} ms"
+    )
+    print(
+        f"baseline (the layout panel's redraw of the same layout, colour-by dim changed): "
+        f"{base_median * 1e3:.0f} ms; ratio cost panel / layout panel {median / base_median:.2f}"
+    )
+
+
+def replay_figure(repeat: int) -> None:
+    """``replay`` on 8 gloo ranks with its progress bar, against the same calls as world all-reduces."""
+    from fastdist_lab import LocalCluster
+
+    layout = Layout(world_size=8, local_world_size=4, tensor_parallel=2, pipeline_parallel=2, sequence_data_parallel=2)
+    training = Training(num_microbatches=8, distributed_optimizer=True, sequence_tensor_parallel=True)
+    start = time.perf_counter()
+    with LocalCluster(8, backend="gloo", local_world_size=4, progress=False) as cluster:
+        assert cluster.apply(layout).ok
+        ready = time.perf_counter() - start
+        rows = cluster.replay(layout, "llama2-7b", training, per="collective", progress=False)  # warm-up
+        runs = []
+        for _ in range(max(1, repeat)):
+            begin = time.perf_counter()
+            cluster.replay(layout, "llama2-7b", training, progress=True)  # tqdm's bar on stderr
+            runs.append(time.perf_counter() - begin)
+        calls = 1 + rows.attrs["iterations"]  # the warm-up call and the timed ones, per row
+        issued = [(dim, int(b)) for dim, b in zip(rows["dim"], rows["replayed_bytes_per_call"]) for _ in range(calls)]
+
+        def plain_all_reduces(ctx, issued):
+            import torch
+
+            for dim, size in issued:
+                ctx.distributed.group(dim).allreduce([torch.ones(size // 4)]).wait()
+
+        bases = []
+        for _ in range(max(1, repeat)):
+            begin = time.perf_counter()
+            assert cluster.run(plain_all_reduces, issued).ok
+            bases.append(time.perf_counter() - begin)
+    median, base = statistics.median(runs), statistics.median(bases)
+    print(
+        f"replay of one llama2-7b step ({len(rows)} rows, {sum(b for _, b in issued) / 2**20:.1f} MiB issued per "
+        "rank) on 8 gloo "
+        f"ranks: median {median:.2f} s (max {max(runs):.2f}; cluster start and apply {ready:.1f} s, not counted); "
+        f"target < 10 s: {'OK' if median < 10 else 'MISSED'}"
+    )
+    print(
+        f"baseline (the same {len(issued)} calls as plain all-reduces on the same dims' groups, in one cluster "
+        f"call): {base:.2f} s; "
+        f"ratio replay / baseline {median / base:.1f}"
+    )
+
+
+FIGURES: dict[str, Callable[[int], None]] = {"sweep": sweep_figure, "panel": panel_figure, "replay": replay_figure}
+"""One function per performance target of issue 12."""
 
 
 def main() -> None:
     """Print every figure and its ratio."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--only", choices=tuple(FIGURES), default=None, help="one figure only")
     args = parser.parse_args()
-    for figure in FIGURES:
-        figure(args.repeat)
+    for name, figure in FIGURES.items():
+        if args.only in (None, name):
+            figure(args.repeat)
 
 
 if __name__ == "__main__":

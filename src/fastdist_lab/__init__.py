@@ -49,10 +49,13 @@ _LAZY: dict[str, str] = {
     "plot_sharing": ".viz",
     "plot_conventions": ".viz",
     "plot_seed_sharing": ".viz",
+    "plot_cost": ".viz",
+    "plot_cost_comparison": ".viz",
     # widgets (ipywidgets)
     "LayoutPanel": ".widgets",
     "ClusterPanel": ".widgets",
     "StreamsPanel": ".widgets",
+    "CostPanel": ".widgets",
     "lab": ".widgets",
     # other frameworks' rank conventions
     "Megatron": ".conventions",
@@ -63,6 +66,7 @@ _LAZY: dict[str, str] = {
     "Training": ".cost",
     "Hardware": ".cost",
     "estimate": ".cost",
+    "compare": ".cost",
     "CostReport": ".cost",
     "CostError": ".cost",
     "MegatronParallelState": ".conventions",

@@ -99,3 +99,47 @@ def test_cost_command_in_a_fresh_process(tmp_path):
                           text=True, env=env, cwd=tmp_path)  # fmt: skip
     assert good.returncode == 0, good.stderr
     assert json.loads(good.stdout)["summary"]["world_size"] == 8
+
+
+def test_cost_replay_runs_the_step_on_local_gloo_ranks(tmp_path):
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    argv = [
+        "--world-size",
+        "4",
+        "--local-world-size",
+        "2",
+        "--tp",
+        "2",
+        "--pp",
+        "2",
+        "--sdp",
+        "1",
+        "--model",
+        "gpt3-1.3b",
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "fastdist_lab", "cost", *argv, "--replay", "--backend", "gloo", "--scale", "1e-4",
+         "--format", "json"],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=240,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    replay = document["replay"]
+    assert replay["backend"] == "gloo" and replay["scale"] == 1e-4
+    assert [row["dim"] for row in replay["per_dim"]] == [row["dim"] for row in document["time"]["per_dim"]]
+    assert all(row["seconds"] > 0 and row["busbw_GBps"] > 0 for row in replay["per_dim"])
+    assert "replay: 100%" in done.stderr  # the progress bar
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--replay", "--scale", "0"], "--scale=0.0 must be in (0, 1]"),
+        (["--replay", "--scale", "1.5"], "--scale=1.5 must be in (0, 1]"),
+        (["--replay", "--world-size", "128", "--local-world-size", "8"], "world_size=128 is over 64"),
+    ],
+)
+def test_cost_replay_bad_values_are_one_line_exit_2(capsys, argv, message):
+    assert main(["cost", *argv, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fastdist-lab cost: error: ") and err.count("\n") == 1 and message in err

@@ -11,12 +11,13 @@ def test_check_default_layout_passes_and_prints_the_table(capsys, tmp_path):
     report = tmp_path / "check.json"
     assert main(["check", "--quiet", "--backend", "gloo", "--report", str(report)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("Verification OK")
+    assert out.startswith("layout: Layout(world_size=8") and "Verification OK" in out
     for dim in ("tensor", "pipeline", "sequence_data", "model_and_sequence_data"):
         assert dim in out
     assert json.loads(report.read_text())["layout"]["world_size"] == 8
     # the main job also compares every rank's real generator streams with the prediction
     assert "real vs predicted (step 0, training): all 40 (rank, generator) streams match exactly" in out
+    assert out.rstrip().endswith("result: OK")
 
 
 def test_check_bad_layout_is_one_line_and_exit_2(capsys):

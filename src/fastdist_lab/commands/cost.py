@@ -5,11 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from ..cost import HARDWARE_PRESETS, PRESETS, RECOMPUTE, CostError
 from .common import add_layout_arguments, layout_from_args
 
 HELP = "estimate what one training step costs on a layout: memory per stage, bytes per group, time per dim"
+
+MAX_REPLAY_RANKS = 64
+"""``--replay`` starts one local process per rank: at most this many."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,6 +35,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--hardware", choices=tuple(HARDWARE_PRESETS), default="dgx-h100", help="link speeds")
     parser.add_argument("--format", choices=("table", "json", "csv"), default="table", help="output format")
+    replay = parser.add_argument_group("replay on a local cluster")
+    replay.add_argument(
+        "--replay", action="store_true", help="also run the step's collectives on real groups of local processes"
+    )
+    replay.add_argument(
+        "--scale", type=float, default=None, help="message scale in (0, 1] (default: the largest message to 1 MiB)"
+    )
+    replay.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto", help="auto: NCCL on GPUs")
+    replay.add_argument("--quiet", action="store_true", help="no progress bars on stderr")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,8 +66,26 @@ def run(args: argparse.Namespace) -> int:
     except CostError as error:
         sys.stderr.write(f"fastdist-lab cost: error: {error}\n")
         return 2
+    if args.scale is not None and not 0 < args.scale <= 1:
+        sys.stderr.write(f"fastdist-lab cost: error: --scale={args.scale} must be in (0, 1]\n")
+        return 2
+    replayed = None
+    if args.replay:
+        try:
+            replayed = _replay(args, layout, model, training)
+        except Exception as error:  # CostError, ClusterError: one line, never a traceback
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            sys.stderr.write(f"fastdist-lab cost: error: {first}\n")
+            return 2
     if args.format == "json":
-        print(json.dumps(report.to_dict(args.hardware)))
+        document = report.to_dict(args.hardware)
+        if replayed is not None:
+            document["replay"] = {
+                "scale": replayed.attrs["scale"],
+                "backend": replayed.attrs["backend"],
+                "per_dim": json.loads(replayed.reset_index().to_json(orient="records")),
+            }
+        print(json.dumps(document))
     elif args.format == "csv":
         for title, frame, index in (
             ("memory", report.memory, True),
@@ -63,6 +94,35 @@ def run(args: argparse.Namespace) -> int:
         ):
             print(f"# {title}")
             frame.to_csv(sys.stdout, index=index)
+        if replayed is not None:
+            print(f"# replay (scale {replayed.attrs['scale']:.6g}, {replayed.attrs['backend']})")
+            replayed.to_csv(sys.stdout)
     else:
         print(report.to_text(args.hardware))
+        if replayed is not None:
+            attrs = replayed.attrs
+            print(
+                f"\nreplayed on {layout.world_size} local ranks ({attrs['backend']}), messages x {attrs['scale']:.3g}, "
+                f"median of {attrs['iterations']} timed calls; prediction on {attrs['hardware'].name}:"
+            )
+            print(replayed.to_string())
     return 0
+
+
+def _replay(args: argparse.Namespace, layout: Any, model: Any, training: Any) -> Any:
+    """Start a local cluster of the layout, apply it and replay the step (per dim)."""
+    if layout.world_size > MAX_REPLAY_RANKS:
+        raise CostError(
+            f"--replay starts one process per rank: world_size={layout.world_size} is over {MAX_REPLAY_RANKS}; "
+            "replay a smaller layout"
+        )
+    from ..runtime import ClusterError, LocalCluster
+
+    progress = False if args.quiet else True
+    with LocalCluster(
+        layout.world_size, backend=args.backend, local_world_size=layout.local_world_size, progress=progress
+    ) as cluster:
+        verification = cluster.apply(layout)
+        if not verification.ok:
+            raise ClusterError(f"the layout's groups failed their check: {verification.summary()}")
+        return cluster.replay(layout, model, training, args.scale, hardware=args.hardware, progress=progress)

@@ -1,7 +1,8 @@
 """What a layout costs: memory per pipeline stage and the bytes each group moves in one training step.
 
 ``estimate(layout, model, training)`` returns a ``CostReport``: ``.memory`` (one row per stage),
-``.most_loaded``, ``.communication`` (one row per (dim, collective)) and ``.time(hardware)``.
+``.most_loaded``, ``.communication`` (one row per (dim, collective)) and ``.time(hardware)``;
+``compare(layout_a, layout_b, model=...)`` sets the headline figures of several layouts side by side.
 Pure Python and numpy (pandas only when a table is asked for); it reads the layout's real groups.
 Every formula cites its source in ``memory`` and ``communication``; the figures match Megatron-LM's
 theoretical memory estimator where that covers the set-up (``tests/cost/crosscheck_megatron_memory.py``).
@@ -10,6 +11,7 @@ theoretical memory estimator where that covers the set-up (``tests/cost/crossche
 from __future__ import annotations
 
 from .communication import COLLECTIVES, COMMUNICATION_COLUMNS, CollectiveRow, bus_factor, nodes_spanned
+from .comparison import COMPARE_COLUMNS, compare, compare_reports, heaviest_inter_node_dim, layout_name
 from .errors import CostError
 from .hardware import HARDWARE_PRESETS, Hardware
 from .memory import MEMORY_COLUMNS
@@ -20,6 +22,7 @@ from .training import RECOMPUTE, Training
 __all__ = [
     "COLLECTIVES",
     "COMMUNICATION_COLUMNS",
+    "COMPARE_COLUMNS",
     "HARDWARE_PRESETS",
     "MEMORY_COLUMNS",
     "PRESETS",
@@ -33,7 +36,11 @@ __all__ = [
     "Training",
     "Transformer",
     "bus_factor",
+    "compare",
+    "compare_reports",
     "estimate",
     "format_bytes",
+    "heaviest_inter_node_dim",
+    "layout_name",
     "nodes_spanned",
 ]

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from .errors import CostError, positive_number
 
@@ -72,3 +75,13 @@ class Hardware:
         if not isinstance(hardware, Hardware):
             raise CostError(f"hardware={hardware!r} must be a Hardware or a preset name")
         return hardware
+
+    def link_GBps(self, inter_node: Any) -> Any:
+        """The bus bandwidth (GB/s) a collective gets: ``inter_node_GBps`` where its groups span nodes, else
+        ``intra_node_GBps`` (``inter_node`` a bool or a numpy array of them)."""
+        return np.where(inter_node, self.inter_node_GBps, self.intra_node_GBps)
+
+    def seconds(self, bus_bytes: Any, inter_node: Any) -> Any:
+        """Seconds to move ``bus_bytes`` (nccl-tests' bus bytes) at ``link_GBps(inter_node)``: the one time model
+        of ``CostReport.time`` and of the replay's prediction (bandwidth only, no latency, no overlap)."""
+        return np.asarray(bus_bytes, dtype=np.float64) / (self.link_GBps(inter_node) * 1e9)

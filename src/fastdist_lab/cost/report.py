@@ -122,8 +122,7 @@ class CostReport:
 
         hw = Hardware.coerce(hardware)
         columns = self._columns
-        rate = np.where(columns["inter_node"], hw.inter_node_GBps, hw.intra_node_GBps) * 1e9
-        seconds = columns["bus_bytes_per_step"] / rate
+        seconds = hw.seconds(columns["bus_bytes_per_step"], columns["inter_node"])
         dims = list(dict.fromkeys(columns["dim"].tolist()))
         rows = [columns["dim"] == dim for dim in dims]
         per_dim = pd.DataFrame(

@@ -834,6 +834,21 @@ class LocalCluster:
         text = html.escape(repr(self)[len("LocalCluster") :])
         return f"<div class='fastdist-cluster'><b>LocalCluster</b> {text}</div>"
 
+    # ------------------------------------------------------------------ cost replay (runtime/replay.py)
+    def replay(
+        self, layout: Layout | None, model: Any, training: Any = None, scale: float | None = None, **options: Any
+    ) -> pd.DataFrame:
+        """Replay one training step's collectives on this cluster's real groups; see ``runtime.replay.replay``."""
+        from .replay import replay
+
+        return replay(self, layout, model, training, scale, **options)
+
+    def bandwidth(self, dim: str, sizes: Any = None, **options: Any) -> pd.DataFrame:
+        """Sweep all-reduce / all-gather / reduce-scatter on ``dim``'s groups; see ``runtime.replay.bandwidth``."""
+        from .replay import SWEEP_SIZES, bandwidth
+
+        return bandwidth(self, dim, SWEEP_SIZES if sizes is None else sizes, **options)
+
 
 STATUSES = (STATUS_OK, STATUS_INTERRUPTED, STATUS_TIMEOUT, STATUS_DIED)
 """Status values a ``RankResult`` of a cluster call can take (plus ``"error"``)."""

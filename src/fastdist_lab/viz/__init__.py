@@ -1,5 +1,6 @@
 """Pictures (matplotlib ``Figure`` objects, never pyplot): rank grids, per-dim small multiples, generator streams,
-conventions side by side, and the notebook display of a ``Layout``. One palette for all (``viz.colors``).
+conventions side by side, what a layout costs (memory per stage, inter-node traffic), and the notebook display
+of a ``Layout``. One palette for all (``viz.colors``).
 
 The rank grids are composed pixel by pixel: ``grid_picture`` / ``stream_picture`` return a ``GridPicture``
 (pixels, PNG, ``Figure``) whose ``geometry`` maps a pixel back to the rank under it; ``Marks`` write results
@@ -9,6 +10,7 @@ The rank grids are composed pixel by pixel: ``grid_picture`` / ``stream_picture`
 from __future__ import annotations
 
 from .conventions import plot_conventions, plot_seed_sharing
+from .cost import plot_cost, plot_cost_comparison, plot_memory, plot_traffic
 from .grid import plot_dims
 from .layout_picture import grid_picture, plot_layout
 from .marks import stream_marks, verdict_marks
@@ -24,14 +26,18 @@ __all__ = [
     "Marks",
     "grid_picture",
     "layout_html",
+    "plot_cost",
+    "plot_cost_comparison",
     "plot_conventions",
     "plot_dims",
     "plot_layout",
+    "plot_memory",
     "plot_seed_sharing",
     "plot_sharing",
     "plot_streams",
     "stream_marks",
     "stream_picture",
+    "plot_traffic",
     "to_pixels",
     "to_png",
     "verdict_marks",

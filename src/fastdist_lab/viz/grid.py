@@ -222,8 +222,12 @@ def draw_grid(
     text: bool | None = None,
     fontsize: float = 7.0,
     short_labels: bool = False,
+    max_ticks: int = 32,
 ) -> None:
-    """Draw ``layout``'s rank grid coloured by the groups of ``dim`` on ``ax`` (see ``plot_layout``)."""
+    """Draw ``layout``'s rank grid coloured by the groups of ``dim`` on ``ax`` (see ``plot_layout``).
+
+    At most ``max_ticks`` node and GPU labels per axis (fewer draw faster in small pictures).
+    """
     dim = check_dim(dim)
     highlight = check_highlight(layout, highlight)
     grid = cell_grid(layout)
@@ -247,7 +251,7 @@ def draw_grid(
         _draw_labels(ax, grid, labels, members, fontsize)
     _draw_outlines(ax, grid, highlight, members, text=bool(text))
 
-    xt, yt = _ticks(grid.cols), _ticks(grid.rows)
+    xt, yt = _ticks(grid.cols, max_ticks), _ticks(grid.rows, max_ticks)
     ax.set_xticks(xt + 0.5, [grid.column_label(j) for j in xt])
     ax.set_yticks(yt + 0.5, [grid.row_label(i, layout.num_nodes - 1) for i in yt])
     ax.tick_params(axis="both", length=0, labelsize=max(6.0, fontsize))

@@ -1,4 +1,4 @@
-"""``lab()``: the layout, cluster and streams panels linked in one widget."""
+"""``lab()``: the layout, cluster, streams and cost panels linked in one widget."""
 
 from __future__ import annotations
 
@@ -8,19 +8,27 @@ import ipywidgets as widgets
 
 from ..layout import Layout
 from .cluster_panel import ClusterPanel
+from .cost_panel import CostPanel
 from .layout_panel import LayoutPanel
 from .streams_panel import StreamsPanel
 
 
 class Lab(widgets.VBox):
-    """The three panels stacked in one widget; ``layout_panel``, ``cluster_panel``, ``streams_panel``.
+    """The panels stacked in one widget; ``layout_panel``, ``cluster_panel``, ``streams_panel``, ``cost_panel``.
 
-    Changing the layout updates the cluster panel (what Start / Apply use) and the streams panel (the
-    prediction); starting or stopping the cluster tells the streams panel which cluster to draw on; each
-    verification (Start / Apply) puts every rank's verdict on the layout panel's grid.
+    Changing the layout updates the cluster panel (what Start / Apply use), the streams panel (the
+    prediction) and the cost panel (the estimate); starting or stopping the cluster tells the streams and cost
+    panels which cluster to draw and replay on; each verification (Start / Apply) puts every rank's verdict on the
+    layout panel's grid.
     """
 
-    def __init__(self, layout_panel: LayoutPanel, cluster_panel: ClusterPanel, streams_panel: StreamsPanel):
+    def __init__(
+        self,
+        layout_panel: LayoutPanel,
+        cluster_panel: ClusterPanel,
+        streams_panel: StreamsPanel,
+        cost_panel: CostPanel | None = None,
+    ):
         def header(text: str) -> widgets.HTML:
             return widgets.HTML(f"<h3 style='margin:0.6em 0 0.2em 0'>{text}</h3>")
 
@@ -32,12 +40,14 @@ class Lab(widgets.VBox):
                 cluster_panel.widget,
                 header("Generator streams"),
                 streams_panel.widget,
+                *([header("What a training step costs"), cost_panel.widget] if cost_panel is not None else []),
             ]
         )
         self.add_class("fdl-lab")
         self.layout_panel = layout_panel
         self.cluster_panel = cluster_panel
         self.streams_panel = streams_panel
+        self.cost_panel = cost_panel
         layout_panel.observe(self._on_layout, names="layout")
         cluster_panel.observe(self._on_cluster, names="cluster")
         cluster_panel.show_grid = False  # the verdicts go on the layout panel's grid, the one you point at
@@ -47,9 +57,13 @@ class Lab(widgets.VBox):
     def _on_layout(self, change: dict) -> None:
         self.cluster_panel.set_layout(change["new"])
         self.streams_panel.set_layout(change["new"])
+        if self.cost_panel is not None:
+            self.cost_panel.set_layout(change["new"])
 
     def _on_cluster(self, change: dict) -> None:
         self.streams_panel.set_cluster(change["new"])
+        if self.cost_panel is not None:
+            self.cost_panel.set_cluster(change["new"])
 
     def _on_verification(self, change: dict) -> None:
         self.layout_panel.show_verification(change["new"], self.cluster_panel.verified_layout)
@@ -58,6 +72,8 @@ class Lab(widgets.VBox):
         """Draw every pending redraw now."""
         self.layout_panel.flush()
         self.streams_panel.flush()
+        if self.cost_panel is not None:
+            self.cost_panel.flush()
 
     def close(self) -> None:
         """Stop the cluster (if any) and close every widget."""
@@ -85,7 +101,8 @@ def lab(
     timeout: float = 60,
 ) -> Lab:
     """The lab: a ``LayoutPanel`` (default world 8 = tensor 2 x pipeline 2 x sequence-data 2 on one node), a
-    ``ClusterPanel`` and a ``StreamsPanel``, linked, in one widget. No cluster is started until Start is clicked.
+    ``ClusterPanel``, a ``StreamsPanel`` and a ``CostPanel``, linked, in one widget. No cluster is started until
+    Start is clicked.
 
     ``lab(layout)`` opens the lab on an existing ``Layout`` (its sizes, order and seed).
     """
@@ -102,4 +119,4 @@ def lab(
         )
     cluster_panel = ClusterPanel(layout_panel.layout, backend=backend, timeout=timeout)
     streams_panel = StreamsPanel(layout_panel.layout)
-    return Lab(layout_panel, cluster_panel, streams_panel)
+    return Lab(layout_panel, cluster_panel, streams_panel, CostPanel(layout_panel.layout))

@@ -1,0 +1,330 @@
+"""``CostPanel``: what one training step costs on the layout (memory per stage, bytes per group, inter-node
+traffic), two orderings side by side, and the step's collectives replayed on a running cluster."""
+
+from __future__ import annotations
+
+import html
+import time
+from typing import Any
+
+import ipywidgets as widgets
+import traitlets
+
+from ..cost import (
+    HARDWARE_PRESETS,
+    PRESETS,
+    RECOMPUTE,
+    CostReport,
+    Training,
+    Transformer,
+    compare_reports,
+    estimate,
+    format_bytes,
+    layout_name,
+)
+from ..layout import Layout
+from ..viz import to_png
+from ..viz.cost import plot_memory, plot_traffic, traffic_dim, traffic_title
+from .cluster_panel import ClusterPanel
+from .common import TABLE_STYLE, Debouncer, Panel, error_html, frame_table, short_error
+from .layout_panel import LayoutPanel
+
+_ZERO = (("0: none", 0), ("1: distributed optimizer", 1), ("2: + gradients", 2), ("3: + weights", 3))
+_VIEWS = (("this layout", "single"), ("data-first vs pipeline-first", "compare"))
+_BYTES = ("bytes_per_call", "bytes_per_step", "bus_bytes_per_step")
+
+
+def other_order(layout: Layout) -> Layout:
+    """``layout`` with the other ordering (data-first <-> pipeline-first), all other fields kept."""
+    return Layout(**{**layout.fields(), "pipeline_first": not layout.pipeline_first})
+
+
+def communication_html(report: CostReport, hardware: Any) -> str:
+    """The communication rows (bytes in binary units) and the time per dim on ``hardware``, as HTML tables."""
+    comm = report.communication.copy()
+    if comm.empty:
+        return "<i>no communication: every group has one rank</i>"
+    for name in _BYTES:
+        comm[name] = comm[name].map(format_bytes)
+    time_frame = report.time(hardware)
+    time_frame = time_frame.assign(
+        bytes_per_step=time_frame["bytes_per_step"].map(format_bytes),
+        bus_bytes_per_step=time_frame["bus_bytes_per_step"].map(format_bytes),
+        seconds=time_frame["seconds"].map(lambda v: f"{v * 1e3:.2f} ms"),
+    )
+    return (
+        TABLE_STYLE
+        + "<b>Communication per step</b> (per rank of the busiest stage)"
+        + frame_table(comm)
+        + f"<b>Time per step on {html.escape(time_frame.attrs['hardware'].name)}</b>"
+        + frame_table(time_frame, index=True)
+    )
+
+
+def comparison_html(reports: list[CostReport], hardware: Any) -> str:
+    """``compare_reports`` of ``reports`` as an HTML table, one column per layout (bytes in binary units)."""
+    frame = compare_reports(reports, hardware)
+    for name in ("peak_bytes", "bytes_per_step", "inter_node_bytes_per_step"):
+        frame[name] = frame[name].map(format_bytes)
+    frame["seconds"] = frame["seconds"].map(lambda v: f"{v * 1e3:.2f} ms")
+    table = frame.T
+    table.index.name = "per rank"
+    return TABLE_STYLE + "<b>Side by side</b>" + frame_table(table, index=True)
+
+
+def replay_html(frame: Any) -> str:
+    """A replay's per-dim table (seconds in ms, bytes in binary units, bandwidths in GB/s) as HTML."""
+    shown = frame.copy()
+    for name in ("scaled_bytes_per_step", "replayed_bytes_per_step", "bus_bytes_per_step"):
+        shown[name] = shown[name].map(format_bytes)
+    for name in ("seconds", "predicted_seconds"):
+        shown[name] = shown[name].map(lambda v: f"{v * 1e3:.3f} ms")
+    for name in ("algbw_GBps", "busbw_GBps", "predicted_busbw_GBps"):
+        shown[name] = shown[name].map(lambda v: f"{v:.3g}")
+    shown["measured_over_predicted"] = shown["measured_over_predicted"].map(lambda v: f"{v:.3g}")
+    attrs = frame.attrs
+    head = (
+        f"<b>Replayed on the cluster</b> ({html.escape(str(attrs.get('backend')))}, messages x "
+        f"{attrs.get('scale', 0):.3g}, median of {attrs.get('iterations')} timed calls; prediction on "
+        f"{html.escape(attrs['hardware'].name)})"
+    )
+    return TABLE_STYLE + head + frame_table(shown, index=True)
+
+
+class CostPanel(Panel):
+    """Model and training controls, memory bars per stage, the communication table and inter-node traffic on
+    the rank grid; a toggle shows the layout beside its other ordering (data-first vs pipeline-first); Replay
+    runs the step's collectives on the linked running cluster.
+
+    ``layout`` is a ``Layout`` or a ``LayoutPanel`` to follow, ``cluster`` a ``LocalCluster`` or a
+    ``ClusterPanel`` to follow. ``report`` (and ``other`` in the side-by-side view) are the last
+    ``CostReport``s, ``replayed`` the last replay's DataFrame, ``error`` the last problem (empty when none).
+    The traffic grid shows the groups of the dim that moves the most bytes across nodes (``viz.cost``).
+    """
+
+    layout = traitlets.Instance(Layout, allow_none=True)
+    cluster = traitlets.Any(None, allow_none=True)
+    error = traitlets.Unicode("")
+
+    def __init__(
+        self,
+        layout: Layout | LayoutPanel | None = None,
+        cluster: Any = None,
+        model: str = "llama2-7b",
+        debounce: float = 0.05,
+    ):
+        super().__init__()
+        self.widget.add_class("fdl-cost-panel")
+        style = {"description_width": "initial"}
+        small = widgets.Layout(width="190px")
+        preset = Transformer.preset(model)
+        self.model = widgets.Dropdown(options=list(PRESETS), value=model, description="model", style=style)
+        self.seq_length = widgets.BoundedIntText(
+            value=preset.seq_length, min=1, max=1 << 22, description="sequence length", continuous_update=False,
+            style=style, layout=small,
+        )  # fmt: skip
+        self.micro_batch_size = widgets.BoundedIntText(
+            value=1, min=1, max=4096, description="micro-batch", continuous_update=False, style=style, layout=small
+        )
+        self.num_microbatches = widgets.BoundedIntText(
+            value=0, min=0, max=1 << 16, description="micro-batches (0: stages)", continuous_update=False,
+            style=style, layout=widgets.Layout(width="230px"),
+        )  # fmt: skip
+        self.zero_stage = widgets.Dropdown(options=list(_ZERO), value=0, description="ZeRO", style=style)
+        self.sequence_tensor_parallel = widgets.Checkbox(value=False, description="sequence tensor parallel",
+                                                         indent=False)  # fmt: skip
+        self.recompute = widgets.Dropdown(options=list(RECOMPUTE), value="none", description="recompute", style=style)
+        self.hardware = widgets.Dropdown(options=list(HARDWARE_PRESETS), value="dgx-h100", description="hardware",
+                                         style=style)  # fmt: skip
+        self.view = widgets.ToggleButtons(options=list(_VIEWS), value="single")
+        self.replay_button = widgets.Button(description="Replay on cluster", icon="play")
+        self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="200px"))
+        for control, css in (
+            (self.model, "fdl-cost-model"), (self.seq_length, "fdl-cost-seq-length"),
+            (self.micro_batch_size, "fdl-cost-micro-batch"), (self.num_microbatches, "fdl-cost-microbatches"),
+            (self.zero_stage, "fdl-cost-zero"), (self.sequence_tensor_parallel, "fdl-cost-stp"),
+            (self.recompute, "fdl-cost-recompute"), (self.hardware, "fdl-cost-hardware"),
+            (self.view, "fdl-cost-view"), (self.replay_button, "fdl-cost-replay"), (self.progress, "fdl-cost-progress"),
+        ):  # fmt: skip
+            control.add_class(css)
+        self.status = widgets.HTML()
+        self.status.add_class("fdl-cost-status")
+        self.memory_picture = widgets.Image(format="png", layout=widgets.Layout(max_width="100%"))
+        self.memory_picture.add_class("fdl-cost-memory")
+        self.traffic_box = widgets.HBox(layout=widgets.Layout(flex_flow="row wrap"))
+        self.traffic_box.add_class("fdl-cost-traffic")
+        self.tables = widgets.HTML()
+        self.tables.add_class("fdl-cost-tables")
+        self.replay_table = widgets.HTML()
+        self.replay_table.add_class("fdl-cost-replay-table")
+        row = widgets.Layout(flex_flow="row wrap", align_items="center")
+        self.widget.children = [
+            widgets.HBox([self.model, self.seq_length, self.micro_batch_size, self.num_microbatches], layout=row),
+            widgets.HBox([self.zero_stage, self.sequence_tensor_parallel, self.recompute, self.hardware], layout=row),
+            widgets.HBox([self.view, self.replay_button, self.progress], layout=row),
+            self.status,
+            self.memory_picture,
+            self.traffic_box,
+            self.tables,
+            self.replay_table,
+        ]
+        self.report: CostReport | None = None
+        self.other: CostReport | None = None
+        self.replayed: Any = None
+        self.renders = 0
+        self.render_seconds = 0.0
+        self._traffic: dict[tuple[Any, ...], widgets.Image] = {}
+        self._redraw = Debouncer(self._render, debounce)
+        self.model.observe(self._on_model, names="value")
+        for control in (
+            self.seq_length, self.micro_batch_size, self.num_microbatches, self.zero_stage,
+            self.sequence_tensor_parallel, self.recompute, self.hardware, self.view,
+        ):  # fmt: skip
+            control.observe(lambda _: self._estimate(), names="value")
+        self.replay_button.on_click(lambda _: self.replay())
+        self.observe(lambda _: self._estimate(), names="layout")
+        self.observe(lambda _: self._refresh_button(), names="cluster")
+        if isinstance(layout, LayoutPanel):  # follow the panel's layout
+            layout.observe(lambda change: self.set_layout(change["new"]), names="layout")
+            layout = layout.layout
+        if isinstance(cluster, ClusterPanel):  # replay on the panel's cluster
+            cluster.observe(lambda change: self.set_cluster(change["new"]), names="cluster")
+            cluster = cluster.cluster
+        self.cluster = cluster
+        self.layout = layout
+        if layout is None:
+            self._estimate()
+        self._refresh_button()
+
+    def __repr__(self) -> str:
+        return f"CostPanel(layout={self.layout!r}, model={self.model.value!r}, view={self.view.value!r})"
+
+    # ----------------------------------------------------------------- public
+    def set_layout(self, layout: Layout | None) -> None:
+        """Estimate ``layout`` (None: no valid layout)."""
+        self.layout = layout
+
+    def set_cluster(self, cluster: Any) -> None:
+        """Replay on ``cluster`` (a running ``LocalCluster`` or None)."""
+        self.cluster = cluster
+
+    def flush(self) -> None:
+        """Draw a pending redraw now."""
+        self._redraw.flush()
+
+    @property
+    def png(self) -> bytes:
+        """The PNG bytes of the memory picture shown."""
+        return bytes(self.memory_picture.value)
+
+    def training(self) -> Training:
+        """The ``Training`` the controls hold (``CostError`` when they contradict each other)."""
+        return Training(
+            micro_batch_size=self.micro_batch_size.value,
+            num_microbatches=self.num_microbatches.value or None,
+            zero_stage=self.zero_stage.value,
+            sequence_tensor_parallel=self.sequence_tensor_parallel.value,
+            recompute=self.recompute.value,
+        )
+
+    def transformer(self) -> Transformer:
+        """The model preset with the chosen sequence length."""
+        return Transformer.preset(self.model.value, seq_length=self.seq_length.value)
+
+    # ----------------------------------------------------------------- reactions
+    def _say(self, text: str, error: bool = False) -> None:
+        self.error = text if error else ""
+        self.status.value = error_html(text) if error else html.escape(text)
+
+    def _on_model(self, change: dict) -> None:
+        seq = Transformer.preset(change["new"]).seq_length
+        if self.seq_length.value != seq:
+            self.seq_length.value = seq  # estimates once, through the seq_length observer
+        else:
+            self._estimate()
+
+    def _refresh_button(self) -> None:
+        # Enabled while a cluster runs: replay() itself says when the cluster runs another layout (an Apply in
+        # the cluster panel changes that without telling this panel).
+        self.replay_button.disabled = self.cluster is None or not getattr(self.cluster, "running", False)
+
+    def _estimate(self) -> None:
+        """Estimate the layout (and its other ordering in the side-by-side view), then ask for a redraw."""
+        self.replayed = None
+        self.replay_table.value = ""
+        layout = self.layout
+        if layout is None:
+            self.report = self.other = None
+            self._say("no valid layout: fix the layout first", error=True)
+            return
+        try:
+            model, training = self.transformer(), self.training()
+            self.report = estimate(layout, model, training)
+            compare = self.view.value == "compare"
+            self.other = estimate(other_order(layout), model, training) if compare else None
+        except Exception as error:  # shown in the panel, never as a traceback
+            self.report = self.other = None
+            self._say(short_error(error), error=True)
+            return
+        report = self.report
+        self._say(
+            f"{layout_name(layout)}: peak {format_bytes(report.peak_bytes)} per rank (stage "
+            f"{report.most_loaded_stage}); {traffic_title(report)}"
+        )
+        self._redraw.schedule()
+
+    def _traffic_image(self, report: CostReport) -> widgets.Image:
+        """The traffic grid of ``report`` (kept per layout and dim: settings rarely change it)."""
+        key = (report.layout, traffic_dim(report)[0], traffic_title(report, detail=False))
+        image = self._traffic.get(key)
+        if image is None:
+            figure = plot_traffic(report, detail=False)
+            image = widgets.Image(value=to_png(figure), format="png", layout=widgets.Layout(max_width="49%"))
+            figure.clear()
+            if len(self._traffic) >= 8:  # the oldest picture goes (and its widget with it)
+                self._traffic.pop(next(iter(self._traffic))).close()
+            self._traffic[key] = image
+        return image
+
+    def _render(self) -> None:
+        report = self.report
+        if report is None:
+            return
+        start = time.perf_counter()
+        reports = [report] if self.other is None else [report, self.other]
+        figure = plot_memory(reports)
+        self.memory_picture.value = to_png(figure)
+        figure.clear()
+        self.traffic_box.children = [self._traffic_image(r) for r in reports]
+        hw = self.hardware.value
+        side = comparison_html(reports, hw) if len(reports) > 1 else ""
+        self.tables.value = side + communication_html(report, hw)
+        self.renders += 1
+        self.render_seconds = time.perf_counter() - start
+
+    def _progress(self, done: int, total: int, message: str) -> None:
+        self.progress.max = max(1, total)
+        self.progress.value = done
+        self.progress.description = message[:20]
+
+    def replay(self, **options: Any) -> bool:
+        """Replay the step's collectives on the linked running cluster; whether it worked (errors shown)."""
+        cluster, layout = self.cluster, self.layout
+        if cluster is None or not getattr(cluster, "running", False):
+            self._say("no running cluster: start one in the cluster panel first", error=True)
+            return False
+        if layout is None or cluster.layout != layout:
+            self._say("the cluster runs another layout: Apply this layout in the cluster panel first", error=True)
+            return False
+        try:
+            frame = cluster.replay(
+                layout, self.transformer(), self.training(), hardware=self.hardware.value,
+                progress=self._progress, **options,
+            )  # fmt: skip
+        except Exception as error:  # shown in the panel, never as a traceback
+            self._say(short_error(error), error=True)
+            return False
+        self.replayed = frame
+        self.replay_table.value = replay_html(frame)
+        self._say(f"replayed {len(frame)} dim(s) on {cluster.world_size} rank(s)")
+        return True

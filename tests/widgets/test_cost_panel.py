@@ -1,0 +1,138 @@
+"""CostPanel: every control changes the estimate, picture and tables; errors as text; the side-by-side view;
+following the layout panel and the lab; Replay on a real 4-rank gloo cluster."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402  (tests only: to count figures registered with pyplot)
+import pytest  # noqa: E402
+
+import fastdist_lab  # noqa: E402
+from fastdist_lab import Layout  # noqa: E402
+from fastdist_lab.cost import Training, Transformer, estimate  # noqa: E402
+from fastdist_lab.widgets import CostPanel, LayoutPanel  # noqa: E402
+from fastdist_lab.widgets.cost_panel import other_order  # noqa: E402
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def layout_64(**kw) -> Layout:
+    return Layout(**{"world_size": 64, "local_world_size": 8, "tensor_parallel": 2, "pipeline_parallel": 4, **kw})
+
+
+def test_panel_shows_the_estimate_of_its_layout():
+    layout = layout_64()
+    panel = CostPanel(layout)
+    expected = estimate(layout, "llama2-7b")
+    assert panel.report.peak_bytes == expected.peak_bytes and panel.other is None
+    assert panel.png.startswith(PNG_MAGIC) and len(panel.traffic_box.children) == 1
+    assert "Communication per step" in panel.tables.value and "Time per step on dgx-h100" in panel.tables.value
+    assert "tp2 pp4 dp8 data-first: peak" in panel.status.value and panel.error == ""
+    assert panel.replay_button.disabled  # no cluster
+    assert "fdl-cost-panel" in panel.widget._dom_classes
+    assert plt.get_fignums() == []
+
+
+@pytest.mark.parametrize(
+    ("control", "value", "field"),
+    [
+        ("micro_batch_size", 2, "micro_batch_size"),
+        ("num_microbatches", 16, "num_microbatches"),
+        ("zero_stage", 1, "zero_stage"),
+        ("sequence_tensor_parallel", True, "sequence_tensor_parallel"),
+        ("recompute", "full", "recompute"),
+    ],
+)
+def test_each_training_control_changes_the_estimate_and_the_picture(control, value, field):
+    panel = CostPanel(layout_64())
+    before_png, before_tables, renders = panel.png, panel.tables.value, panel.renders
+    getattr(panel, control).value = value
+    assert getattr(panel.report.training, field) == value
+    assert panel.report.training == panel.training()
+    expected = estimate(layout_64(), "llama2-7b", panel.training())
+    assert panel.report.peak_bytes == expected.peak_bytes
+    assert panel.renders == renders + 1 and panel.render_seconds > 0
+    assert panel.png != before_png or panel.tables.value != before_tables
+
+
+def test_model_and_sequence_length_and_hardware():
+    panel = CostPanel(layout_64())
+    panel.model.value = "gpt3-1.3b"
+    assert panel.seq_length.value == Transformer.preset("gpt3-1.3b").seq_length == 2048
+    assert panel.report.model == Transformer.preset("gpt3-1.3b")
+    panel.seq_length.value = 1024
+    assert panel.report.model.seq_length == 1024
+    png = panel.png
+    panel.hardware.value = "pcie-100gbe"
+    assert "Time per step on pcie-100gbe" in panel.tables.value and panel.png == png  # memory does not depend on it
+
+
+def test_an_impossible_setting_is_shown_as_text_and_fixing_it_recovers():
+    panel = CostPanel(layout_64(sequence_data_parallel=2))
+    png = panel.png
+    panel.seq_length.value = 4095
+    assert panel.report is None
+    assert "seq_length=4095 must be a multiple of 2" in panel.error and "Traceback" not in panel.status.value
+    assert panel.png == png  # the last picture stays
+    panel.seq_length.value = 4096
+    assert panel.error == "" and panel.report is not None
+    panel.set_layout(None)
+    assert "fix the layout" in panel.error and panel.report is None
+
+
+def test_side_by_side_view_compares_the_two_orderings():
+    layout = layout_64()
+    panel = CostPanel(layout)
+    single = panel.png
+    panel.view.value = "compare"
+    assert panel.other.layout == other_order(layout) and panel.other.layout.pipeline_first
+    assert len(panel.traffic_box.children) == 2 and panel.png != single
+    tables = panel.tables.value
+    assert "Side by side" in tables
+    assert "tp2 pp4 dp8 data-first" in tables and "tp2 pp4 dp8 pipeline-first" in tables
+    panel.view.value = "single"
+    assert panel.other is None and len(panel.traffic_box.children) == 1
+
+
+def test_the_panel_follows_a_layout_panel_and_lives_in_the_lab():
+    layout_panel = LayoutPanel(world_size=16, local_world_size=8, tensor_parallel=2, pipeline_parallel=2,
+                               sequence_data_parallel=1)  # fmt: skip
+    panel = CostPanel(layout_panel)
+    assert panel.layout == layout_panel.layout
+    layout_panel.tensor_parallel.value = 4
+    assert panel.layout == layout_panel.layout and panel.report.layout.tensor_parallel == 4
+    app = fastdist_lab.lab()
+    assert any("fdl-cost-panel" in child._dom_classes for child in app.children)
+    app.layout_panel.pipeline_parallel.value = 1
+    assert app.cost_panel.layout == app.layout_panel.layout and app.cost_panel.report.sizes.pipeline_parallel == 1
+    app.layout_panel.tensor_parallel.value = 8  # impossible on 8 GPUs with sequence-data 2
+    assert app.cost_panel.layout is None and "fix the layout" in app.cost_panel.error
+    app.flush()
+    assert plt.get_fignums() == []
+
+
+def test_replay_on_a_running_cluster():
+    from fastdist_lab import LocalCluster
+
+    layout = Layout(world_size=4, local_world_size=2, tensor_parallel=2, pipeline_parallel=2)
+    panel = CostPanel(layout, model="gpt3-1.3b")
+    assert panel.replay() is False and "no running cluster" in panel.error
+    with LocalCluster(4, backend="gloo", local_world_size=2, progress=False) as cluster:
+        panel.set_cluster(cluster)
+        assert not panel.replay_button.disabled
+        assert panel.replay() is False and "Apply this layout" in panel.error  # nothing applied yet
+        assert cluster.apply(layout).ok
+        assert panel.replay(iterations=2) is True, panel.error
+        frame = panel.replayed
+        assert frame.index.tolist() == panel.report.time().index.tolist()
+        assert (frame["seconds"] > 0).all() and panel.progress.value == panel.progress.max
+        assert "Replayed on the cluster" in panel.replay_table.value and "gloo" in panel.replay_table.value
+        panel.micro_batch_size.value = 2  # a new estimate drops the old replay
+        assert panel.replayed is None and panel.replay_table.value == ""
+        training = Training(micro_batch_size=2)
+        assert panel.training() == training
+    panel.set_cluster(None)
+    assert panel.replay_button.disabled
