@@ -54,6 +54,7 @@ _LAZY: dict[str, str] = {
     "ClusterPanel": ".widgets",
     "StreamsPanel": ".widgets",
     "lab": ".widgets",
+    "ConfigLoad": ".widgets",
     # other frameworks' rank conventions
     "Megatron": ".conventions",
     "DeviceMesh": ".conventions",
@@ -69,6 +70,7 @@ _LAZY: dict[str, str] = {
     "torchtitan": ".conventions",
     "load_config": ".conventions",
     "LoadedConfig": ".conventions",
+    "WorldSizeNeeded": ".fastllm",
 }
 
 __all__ = [
