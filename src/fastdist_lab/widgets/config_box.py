@@ -31,6 +31,9 @@ PLACEHOLDER = (
 )
 """What the empty text area suggests."""
 
+AUTO_VERSION = "auto"
+"""The version choice that lets ``load_config`` pick torchtitan's vintage (from the command line, else its default)."""
+
 MAX_GROUP_TABLE_WORLD = 65536
 """The framework's groups are listed for worlds up to this many ranks (they are built in full)."""
 
@@ -88,7 +91,7 @@ def groups_table_html(loaded: LoadedConfig, first: int = 2) -> str:
 
 
 def _text_html(text: str, css: str = "fdl-config-message") -> str:
-    style = "white-space:pre-wrap;font-family:var(--jp-code-font-family,monospace);font-size:12px"
+    style = "white-space:pre-wrap;font-family:var(--jp-code-font-family,monospace);font-size:12px;line-height:1.4"
     return f"<div class='{css}' style='{style}'>{html.escape(text)}</div>"
 
 
@@ -104,8 +107,8 @@ class ConfigBox:
         self.text = widgets.Textarea(placeholder=PLACEHOLDER, rows=5, layout=widgets.Layout(width="100%"))
         self.text.add_class("fdl-config-text")
         self.version = widgets.Dropdown(
-            options=[("auto", None), *((version, version) for version in TORCHTITAN_VERSIONS)],
-            value=None,
+            options=[AUTO_VERSION, *TORCHTITAN_VERSIONS],
+            value=AUTO_VERSION,
             description="torchtitan version",
             style={"description_width": "initial"},
             layout=widgets.Layout(width="auto"),
@@ -134,7 +137,8 @@ class ConfigBox:
             text = self.text.value
         else:
             self.text.value = text
-        version = self.version.value if version is None else version
+        if version is None and self.version.value != AUTO_VERSION:
+            version = self.version.value
         result = self._read_and_apply(text, framework, version)
         self._show(result)
         self.last = result
@@ -205,7 +209,7 @@ class ConfigBox:
     def _show(self, result: ConfigLoad) -> None:
         parts = []
         if result.error:
-            parts.append(f"<div class='fdl-config-error'>{error_html(result.error)}</div>")
+            parts.append(f"<div class='fdl-config-error' style='line-height:1.4'>{error_html(result.error)}</div>")
         if result.message:
             parts.append(_text_html(result.message))
         self.status.value = "".join(parts)
