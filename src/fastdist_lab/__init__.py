@@ -57,6 +57,7 @@ _LAZY: dict[str, str] = {
     "StreamsPanel": ".widgets",
     "CostPanel": ".widgets",
     "lab": ".widgets",
+    "ConfigLoad": ".widgets",
     # other frameworks' rank conventions
     "Megatron": ".conventions",
     "DeviceMesh": ".conventions",
@@ -73,6 +74,7 @@ _LAZY: dict[str, str] = {
     "torchtitan": ".conventions",
     "load_config": ".conventions",
     "LoadedConfig": ".conventions",
+    "WorldSizeNeeded": ".fastllm",
 }
 
 __all__ = [

@@ -92,6 +92,12 @@ VINTAGE_KEYS: dict[str, str] = {
 _OPTIONAL_NULL = ("world_size", "local_world_size", "rank")
 
 
+class WorldSizeNeeded(LayoutError):
+    """A config or command line that gives no world size, read without one: pass ``world_size=...``
+    (``--world-size``). Every config reader raises it (``conventions`` raises a subclass that is also a
+    ``ConventionError``), so a caller that has a world to offer (the lab's layout panel) can catch it and retry."""
+
+
 @dataclass(frozen=True)
 class FastLLMSettings:
     """What ``read_fastllm`` found: the ``Layout`` keyword arguments and where each came from.
@@ -171,7 +177,7 @@ def read_fastllm(
                 notes.append(f"{arg}={value} from the argument (the file says {fields[arg]})")
             fields[arg] = value
     if "world_size" not in fields:
-        raise LayoutError(
+        raise WorldSizeNeeded(
             f"{name}: {section or 'the mapping'} sets no world_size (Fast-LLM takes it from torchrun's WORLD_SIZE); "
             "pass the world size (world_size=..., --world-size)"
         )

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from fastdist_lab import Layout, LayoutError
 from fastdist_lab.cli import main
-from fastdist_lab.conventions import ConventionError, Megatron, equivalent, load_config, torchtitan
+from fastdist_lab.conventions import ConventionError, Megatron, WorldSizeNeeded, equivalent, load_config, torchtitan
 from fastdist_lab.conventions.launch import shell_commands, split_launch
 
 CONFIGS = Path(__file__).parent / "configs"
@@ -93,6 +93,30 @@ def test_torchtitan_toml_configs():
     assert "expert meshes" in deepseek.description
     with pytest.raises(ConventionError, match="pass the world size"):
         load_config(CONFIGS / "torchtitan_deepseek_ep.toml")
+
+
+@pytest.mark.parametrize(
+    "source, also",
+    [
+        ("model:\n  distributed:\n    tensor_parallel: 2\n", LayoutError),
+        ("--tensor-model-parallel-size 2", ConventionError),
+        ("./run_train.sh --parallelism.tensor_parallel_degree 2", ConventionError),
+        ("[parallelism]\ndata_parallel_shard_degree = -1\n", ConventionError),
+        (CONFIGS / "torchtitan_deepseek_ep.toml", ConventionError),
+    ],
+)
+def test_every_framework_asks_for_the_world_size_with_one_error_type(source, also):
+    with pytest.raises(WorldSizeNeeded, match="pass the world size") as raised:
+        load_config(source)
+    assert isinstance(raised.value, also)
+    assert load_config(source, world_size=8).convention.world_size == 8
+
+
+def test_other_errors_are_not_a_missing_world_size():
+    for source in ("torchrun --nproc-per-node 8 pretrain_gpt.py --tensor-model-parallel-size 3", "hello world"):
+        with pytest.raises(ValueError) as raised:
+            load_config(source)
+        assert not isinstance(raised.value, WorldSizeNeeded)
 
 
 def test_torchtitan_launch_lines():

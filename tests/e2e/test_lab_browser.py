@@ -3,7 +3,8 @@
 Opens ``notebooks/00_quickstart.ipynb`` in a private JupyterLab, runs every cell from the Run menu and drives
 the panel ``fastdist_lab.lab()`` shows through its DOM (the ``fdl-*`` CSS classes of the widgets): the grid
 picture and the ranks table follow the tensor-parallel control, an impossible combination shows the readable
-error, and a 4-rank gloo cluster started from the cluster panel verifies every group. Each step is saved as a
+error, a 4-rank gloo cluster started from the cluster panel verifies every group, and a Megatron-LM launch line
+pasted into the panel's *paste a config* box becomes the panel's layout. Each step is saved as a
 screenshot in the folder printed at the end of the run.
 
 Run: ``python -m pytest tests/e2e`` (Chromium from ``scripts/install_browser.sh``; skipped without it unless
@@ -26,6 +27,7 @@ import pytest
 from fastdist_lab import Layout, LayoutError
 
 from .conftest import JupyterLab, skip_or_fail
+from .paste import paste_config_and_check
 from .pointing import check_big_worlds, click_cell_and_check, hover_cell_and_check, read_verdicts
 
 pytestmark = pytest.mark.timeout(900)
@@ -577,6 +579,10 @@ def test_lab_in_chromium(page: Any, jupyter_lab: JupyterLab, screenshots: Path) 
         f"workers still running after stop: {alive}"
     )
     shot("cluster_stopped", cluster)
+
+    # 5c. paste a Megatron-LM launch line into the layout panel's box, Load: the controls take its layout
+    paste_config_and_check(page, act, wait_until, reveal, read_values, wait_table_shows)
+    shot("pasted_megatron_launch_line", page.locator(".fdl-config-box").first)
 
     # 6. big worlds: 256, 4,096 and 16,384 ranks stay within 1,000 pixels; a double-click zooms into nodes
     check_big_worlds(page, lambda: picture(page), lambda t: set_layout(page, lab, t), shot, act, wait_until)

@@ -7,14 +7,16 @@ coordinates and the groups of any set of axes. ``Megatron`` reproduces Megatron-
 ``init_device_mesh`` numbering, with ``picotron`` and ``DeepSpeed`` presets; ``torchtitan(..., version=...)``
 torchtitan's meshes of December 2025, January 2026 or today, experts included; ``as_convention(layout)``
 this project's layout. ``equivalent(a, b, mapping)`` says whether the mapped axes give the same groups and
-shows the first group that differs. ``load_config`` reads a framework's config file or launch line. ``seeds``
+shows the first group that differs. ``load_config`` reads a framework's config file or launch line
+(``WorldSizeNeeded`` when it gives no world size and none is passed). ``seeds``
 compares which ranks share random streams under each framework's seeding rules. Pure numpy, no torch (the real
 ``DeviceMesh`` check on a running cluster is ``fastdist_lab.checks.device_mesh_check``).
 """
 
 from __future__ import annotations
 
-from .base import Convention, ConventionError
+from ..fastllm import WorldSizeNeeded
+from .base import Convention, ConventionError, ConventionWorldSizeNeeded
 from .device_mesh import (
     DeepSpeed,
     DeviceMesh,
@@ -35,6 +37,7 @@ from .torchtitan_dims import TORCHTITAN_VERSIONS, TorchtitanMesh, torchtitan
 __all__ = [
     "Convention",
     "ConventionError",
+    "ConventionWorldSizeNeeded",
     "DeepSpeed",
     "DeviceMesh",
     "EXPERT_GROUPS",
@@ -52,6 +55,7 @@ __all__ = [
     "SubsetResult",
     "TORCHTITAN_VERSIONS",
     "TorchtitanMesh",
+    "WorldSizeNeeded",
     "as_convention",
     "compare_groups",
     "deepspeed_topology",

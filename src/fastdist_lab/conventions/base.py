@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..fastllm import WorldSizeNeeded
 from ..numbering import RankGrid
 
 if TYPE_CHECKING:
@@ -25,6 +26,11 @@ MAX_CONVENTION_WORLD_SIZE = 2**24
 
 class ConventionError(ValueError):
     """An invalid convention, axis name or mapping; the message names the input and the numbers."""
+
+
+class ConventionWorldSizeNeeded(ConventionError, WorldSizeNeeded):
+    """A Megatron-LM or torchtitan input that gives no world size, read without one: both a ``ConventionError``
+    and ``fastdist_lab.fastllm.WorldSizeNeeded`` (catch the latter for every framework)."""
 
 
 class Convention:

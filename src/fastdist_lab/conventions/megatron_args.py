@@ -17,7 +17,7 @@ import difflib
 from collections.abc import Sequence
 from typing import Any
 
-from .base import ConventionError
+from .base import ConventionError, ConventionWorldSizeNeeded
 from .launch import Command, shell_commands, split_launch
 
 INT_ARGS: dict[str, str] = {
@@ -218,7 +218,7 @@ def megatron_from_args(
             notes.append(f"{name}={given} from the argument (the command line says {found})")
     world = world_size if world_size is not None else launch.world_size
     if world is None:
-        raise ConventionError(
+        raise ConventionWorldSizeNeeded(
             "the command line does not give the world size (no torchrun --nnodes / --nproc-per-node, no WORLD_SIZE=); "
             "pass the world size (world_size=..., --world-size)"
         )

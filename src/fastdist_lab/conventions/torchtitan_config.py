@@ -18,7 +18,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .base import ConventionError
+from .base import ConventionError, ConventionWorldSizeNeeded
 from .launch import Command, shell_commands, split_launch
 from .torchtitan_dims import DEFAULT_VERSION, TorchtitanMesh, torchtitan
 
@@ -179,7 +179,7 @@ def torchtitan_from_command(
         version = "2026-08" if registry else DEFAULT_VERSION
     world = world_size if world_size is not None else launch.world_size
     if world is None:
-        raise ConventionError(
+        raise ConventionWorldSizeNeeded(
             "the command line does not give the world size (no NGPU=, no torchrun); "
             "pass the world size (world_size=..., --world-size)"
         )

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import ConventionError
+from .base import ConventionError, ConventionWorldSizeNeeded
 from .device_mesh import DeviceMesh
 
 TORCHTITAN_VERSIONS: dict[str, str] = {
@@ -99,7 +99,7 @@ def parallel_dims(
     others = degrees["dp_replicate"] * cp * tp * pp
     if world_size is None:
         if degrees["dp_shard"] == -1:
-            raise ConventionError(
+            raise ConventionWorldSizeNeeded(
                 "dp_shard=-1 means the rest of the world: pass the world size (world_size=..., --world-size)"
             )
         world_size = others * degrees["dp_shard"]

@@ -142,6 +142,16 @@ def html_table(columns: Sequence[str], rows: Iterable[Sequence[Any]], css_class:
     return f"<table class='{css_class}'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def members_text(members: Any, limit: int = 48) -> str:
+    """A group's members as text: all of them up to ``limit``, else the first ``limit // 2``, how many more, the
+    last four."""
+    values = members.tolist() if hasattr(members, "tolist") else [int(v) for v in members]
+    if len(values) <= limit:
+        return ", ".join(map(str, values))
+    head, tail = values[: limit // 2], values[-4:]
+    return ", ".join(map(str, head)) + f", ... ({len(values) - limit // 2 - 4} more) ..., " + ", ".join(map(str, tail))
+
+
 def frame_table(frame: Any, css_class: str = "fdl-table", index: bool = False) -> str:
     """A pandas DataFrame as ``html_table`` (index as first column when ``index``)."""
     columns = list(frame.columns)

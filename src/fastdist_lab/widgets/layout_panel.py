@@ -15,7 +15,8 @@ from ..config import DIM_NAMES, LayoutError
 from ..layout import RANK_COLUMNS, Layout
 from ..viz import grid_picture, verdict_marks
 from ..viz.layout_picture import check_ranks
-from .common import TABLE_STYLE, Debouncer, FactorDropdown, Panel, divisors, error_html, html_table
+from .common import TABLE_STYLE, Debouncer, FactorDropdown, Panel, divisors, error_html, html_table, members_text
+from .config_box import ConfigBox, ConfigLoad
 from .grid_view import GridView
 from .rank_card import CARD_HINT, hover_text, rank_card_html
 
@@ -29,14 +30,6 @@ MAX_GROUPS_SHOWN = 512
 """The groups tab lists at most this many groups."""
 
 _RANK_HEADERS = ("rank", "node", "local", "tensor", "data", "pipeline", "seq. data", "batch data")
-
-
-def _members_text(members: np.ndarray, limit: int = 48) -> str:
-    values = members.tolist()
-    if len(values) <= limit:
-        return ", ".join(map(str, values))
-    head, tail = values[: limit // 2], values[-4:]
-    return ", ".join(map(str, head)) + f", ... ({len(values) - limit // 2 - 4} more) ..., " + ", ".join(map(str, tail))
 
 
 def ranks_html(layout: Layout, limit: int = MAX_TABLE_RANKS) -> str:
@@ -54,7 +47,7 @@ def ranks_html(layout: Layout, limit: int = MAX_TABLE_RANKS) -> str:
 def groups_html(layout: Layout, dim: str, limit: int = MAX_GROUPS_SHOWN) -> str:
     """The groups of ``dim`` as HTML: one row per group (the first ``limit``), members in group-rank order."""
     groups = layout.groups(dim)
-    rows = ((index, len(members), _members_text(members)) for index, members in enumerate(groups[:limit]))
+    rows = ((index, len(members), members_text(members)) for index, members in enumerate(groups[:limit]))
     note = "" if groups.shape[0] <= limit else f"<p>first {limit} of {groups.shape[0]} groups</p>"
     title = f"<b>{html.escape(dim)}</b>: {groups.shape[0]} group(s) of {groups.shape[1]} rank(s)"
     return TABLE_STYLE + title + html_table(("group", "size", "members"), rows) + note
@@ -80,6 +73,10 @@ class LayoutPanel(Panel):
     ``panel.highlight = rank``) highlights that rank and its group and shows its card (coordinates, groups of every
     dim, seeds) beside the grid; big worlds show one cell per node, ``zoom_to`` / ``zoom_nodes`` zoom in.
     ``show_verification(verification)`` writes each rank's verdict on the grid (while the layout is the same).
+
+    Paste a framework's config or launch line in the *paste a config* box (or call ``load_config(text)``): when
+    a ``Layout`` reproduces it, the controls take it at once (``other_fields`` keeps the fields without a control,
+    such as seed shifts); else the box says why and lists the framework's groups, and nothing changes.
 
     Inside a running kernel the pictures are redrawn ``debounce`` seconds after the last change; elsewhere
     (tests, scripts) at once. ``flush()`` draws a pending redraw now.
@@ -177,8 +174,11 @@ class LayoutPanel(Panel):
             layout=widgets.Layout(flex_flow="row wrap", align_items="center"),
         )
         view = widgets.HBox([self.dim, self.rank, self.seed], layout=widgets.Layout(flex_flow="row wrap"))
-        self.widget.children = [factors, view, self.message, self.summary, self.tabs]
+        self.config_box = ConfigBox(self)
+        self.widget.children = [factors, view, self.config_box.widget, self.message, self.summary, self.tabs]
 
+        self.other_fields: dict[str, Any] = {}
+        """Layout fields without a control (seed shifts, ``sequence_tensor_parallel``, ...), set by ``load_config``."""
         self.renders = 0
         self.render_seconds = 0.0
         self.geometry = None
@@ -272,6 +272,12 @@ class LayoutPanel(Panel):
         self._update()
         if "rank" in values:
             self.rank.value = values["rank"]
+
+    def load_config(self, text: str, *, framework: str | None = None, version: str | None = None) -> ConfigLoad:
+        """Load a framework's config or command line (``fastdist_lab.conventions.load_config``) into the panel, as
+        the *paste a config* box's *Load* does; returns what it did. Without a world size in ``text``, the
+        panel's is used."""
+        return self.config_box.load(text, framework=framework, version=version)
 
     def flush(self) -> None:
         """Draw a pending redraw now (pictures and tables match the controls afterwards)."""
@@ -381,7 +387,7 @@ class LayoutPanel(Panel):
         finally:
             self._busy = False
         try:
-            layout: Layout | None = Layout(backend="gloo", **self.values())
+            layout: Layout | None = Layout(**{**self.other_fields, "backend": "gloo", **self.values()})
             error = ""
         except LayoutError as exc:
             layout, error = None, str(exc)
