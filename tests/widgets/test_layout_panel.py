@@ -167,3 +167,10 @@ def test_inside_a_running_loop_changes_are_debounced_into_one_redraw():
     assert pending
     assert after_wait == start + 1
     assert flushed == after_wait + 1
+
+
+def test_a_panel_from_a_layout_keeps_the_fields_without_a_control():
+    layout = Layout(world_size=8, tensor_parallel=2, reproducible_init=True, tp_seed_shift=7, seed=99)
+    panel = LayoutPanel.from_layout(layout)
+    assert panel.layout.reproducible_init and panel.layout.tp_seed_shift == 7 and panel.layout.seed == 99
+    assert panel.layout.fields() == {**layout.fields(), "backend": panel.layout.backend}

@@ -205,8 +205,9 @@ class LayoutPanel(Panel):
     # ----------------------------------------------------------------- construction helpers
     @classmethod
     def from_layout(cls, layout: Layout, **options: Any) -> LayoutPanel:
-        """A panel showing ``layout`` (its sizes, order and seed); ``options`` as for the constructor."""
-        return cls(
+        """A panel showing ``layout`` (its sizes, order and seed; its other fields, such as seed shifts, are kept
+        in ``other_fields``); ``options`` as for the constructor."""
+        panel = cls(
             world_size=layout.world_size,
             local_world_size=layout.local_world_size,
             tensor_parallel=layout.tensor_parallel,
@@ -216,6 +217,10 @@ class LayoutPanel(Panel):
             seed=layout.seed,
             **options,
         )
+        controlled = set(panel.values()) | {"backend"}
+        panel.other_fields = {k: v for k, v in layout.fields().items() if k not in controlled}
+        panel._update()
+        return panel
 
     def _factor(self, description: str, value: int, css: str) -> FactorDropdown:
         control = FactorDropdown(
