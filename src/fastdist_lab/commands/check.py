@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"fastdist-lab check: error: --timeout={args.timeout} must be > 0\n")
         return 2
     layout = layout_from_args(args)  # LayoutError -> exit 2 in cli.main
-    from ..runtime import ClusterError, LocalCluster
+    from ..runtime import BackendUnavailable, ClusterError, LocalCluster
     from ..streams import compare_on_cluster, comparison_text
 
     try:
@@ -43,6 +43,8 @@ def run(args: argparse.Namespace) -> int:
             streams = compare_on_cluster(cluster, timeout=args.timeout) if verification.ok else None
     except ClusterError as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if isinstance(error, BackendUnavailable):
+            first += f" (--backend {error.alternative})"
         sys.stderr.write(f"fastdist-lab check: error: {first}\n")
         return 2
     print(verification.to_text())

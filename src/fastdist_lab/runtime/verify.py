@@ -69,3 +69,9 @@ def check_rank(distributed: Distributed) -> dict[str, Any]:
 def expected_groups(layout: Layout) -> dict[str, list[list[int]]]:
     """Every dim's groups, as lists of member lists (what the checks must find)."""
     return {name: layout.groups(name).tolist() for name in DIM_NAMES}
+
+
+def rank_coordinates(layout: Layout) -> list[dict[str, int]]:
+    """Each rank's coordinates in ``layout`` (one dict per rank, in rank order), for ``RankResults.to_frame``."""
+    records = layout.ranks.reset_index().to_dict(orient="records")
+    return [{key: int(value) for key, value in row.items()} for row in records]
