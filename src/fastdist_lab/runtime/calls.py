@@ -78,13 +78,15 @@ class CallTransport(Protocol):
 
 @dataclass
 class CallState:
-    """Where a call stands: replies recorded, ranks still awaited, ranks gone. ``settled`` turns true once every
-    rank answered or the ranks were stopped: only then may the next call use them as they are."""
+    """Where a call stands: replies recorded, ranks still awaited, ranks gone. ``limit`` is the call's deadline in
+    seconds, of which ``waited`` were spent before it was sent (waiting for an earlier call). ``settled`` turns
+    true once every rank answered or the ranks were stopped: only then may the next call use them as they are."""
 
     call: Call
     label: str
     limit: float
     ranks: list[int]
+    waited: float = 0.0
     records: dict[int, RankResult] = field(default_factory=dict)
     pending: set[int] = field(default_factory=set)
     dead: set[int] = field(default_factory=set)
@@ -140,7 +142,7 @@ def perform_call(
         state.dead |= unreachable
         state.pending = set(state.ranks) - unreachable
         try:
-            _collect(transport, state, time.monotonic() + state.limit, progress)
+            _collect(transport, state, time.monotonic() + state.limit - state.waited, progress)
         except KeyboardInterrupt:
             transport.interrupt(state.pending)
             with contextlib.suppress(KeyboardInterrupt):  # a second interrupt only ends the grace early

@@ -290,7 +290,10 @@ class LocalCluster:
         if not callable(fn):
             raise TypeError(f"fn={fn!r} is not callable")
         payload = cloudpickle.dumps((fn, args))
-        return self._call("run", payload, timeout, label=getattr(fn, "__name__", "run"))
+        label = getattr(fn, "__name__", "run")
+        limit = self._limit(timeout)
+        with self._held(limit, label) as waited:
+            return self._call("run", payload, limit, waited, label)
 
     def apply(self, layout: Layout | DistributedConfig, timeout: float | None = None) -> Verification:
         """Build ``Distributed(layout.config(rank))`` on every rank and check each group with real collectives.
@@ -314,10 +317,10 @@ class LocalCluster:
         fields = dict(layout.fields(), backend=self._backend)
         applied = Layout(**fields)
         limit = self._limit(timeout)
-        with self._held(limit, "apply"):
+        with self._held(limit, "apply") as waited:
             self._layout = None
             begin = time.monotonic()
-            results = self._call("apply", fields, limit, label="apply", layout=applied)
+            results = self._call("apply", fields, limit, waited, "apply", applied)
             seconds = time.monotonic() - begin
             report_fields = {k: (v.value if hasattr(v, "value") else v) for k, v in fields.items()}
             verification = Verification.from_rank_rows(
@@ -337,15 +340,17 @@ class LocalCluster:
         return float(limit)
 
     @contextlib.contextmanager
-    def _held(self, limit: float, label: str) -> Iterator[None]:
-        """Hold the cluster for one call, waiting at most ``limit`` seconds for an earlier call to end."""
+    def _held(self, limit: float, label: str) -> Iterator[float]:
+        """Hold the cluster for one call, waiting at most ``limit`` seconds for an earlier call to end; yields the
+        seconds waited (they count against the call's deadline)."""
+        begin = time.monotonic()
         if not self._lock.acquire(timeout=limit):
             raise ClusterTimeout(
                 f"{label} timed out after {limit:g} s waiting for another call on this cluster (still running)",
                 ranks=[],
             )
         try:
-            yield
+            yield time.monotonic() - begin
         finally:
             self._lock.release()
 
@@ -376,23 +381,23 @@ class LocalCluster:
             self.restart()
 
     def _call(
-        self, kind: str, payload: Any, timeout: float | None, label: str, layout: Layout | None = None
+        self, kind: str, payload: Any, limit: float, waited: float, label: str, layout: Layout | None = None
     ) -> RankResults:
-        limit = self._limit(timeout)
-        with self._held(limit, label):
-            self._ensure_running()
-            assert self._workers is not None
-            self._call_id += 1
-            state = CallState(Call(self._call_id, kind, payload), label, limit, self._workers.ranks)
-            layout = layout or self._layout
-            coordinates = None if layout is None else rank_coordinates(layout)
-            self._in_flight = state.call.call_id
-            try:
-                progress = resolve_progress(self._progress_option, label, leave=False)
-                return perform_call(self._workers, state, coordinates, progress)
-            finally:
-                if state.settled:
-                    self._in_flight = None
+        """One call on every rank (the caller holds the cluster); ``waited`` seconds of ``limit`` are already gone."""
+        self._ensure_running()
+        assert self._workers is not None
+        self._call_id += 1
+        call = Call(self._call_id, kind, payload)
+        state = CallState(call, label, limit, self._workers.ranks, waited=waited)
+        layout = layout or self._layout
+        coordinates = None if layout is None else rank_coordinates(layout)
+        self._in_flight = call.call_id
+        try:
+            progress = resolve_progress(self._progress_option, label, leave=False)
+            return perform_call(self._workers, state, coordinates, progress)
+        finally:
+            if state.settled:
+                self._in_flight = None
 
     # ------------------------------------------------------------------ display
     def _state(self) -> str:

@@ -65,7 +65,12 @@ class ProgressBar:
             if finished or time.monotonic() - self._begin < self.delay:
                 return
             self._bar = _bar_class()(
-                total=total, desc=self.description, leave=self.leave, file=sys.stderr, dynamic_ncols=True
+                total=total,
+                desc=self.description,
+                leave=self.leave,
+                file=sys.stderr,
+                dynamic_ncols=True,
+                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n}/{total} [{elapsed}]{postfix}",
             )
         bar = self._bar
         bar.total = total

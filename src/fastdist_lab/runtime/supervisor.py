@@ -53,6 +53,22 @@ def _quiet(done: int, message: str) -> None:
     return None
 
 
+class _Steps:
+    """Start-up progress: ``steps(done, message)`` reports a step; ``tick()`` repeats the last one while waiting, so
+    a bar that appears only after a while (see ``progress``) shows up during a long wait too."""
+
+    def __init__(self, report: Report):
+        self.report = report
+        self.done, self.message = 0, ""
+
+    def __call__(self, done: int, message: str) -> None:
+        self.done, self.message = done, message
+        self.report(done, message)
+
+    def tick(self) -> None:
+        self.report(self.done, self.message)
+
+
 class WorkerServer:
     """The worker server of one cluster: started once, it forks a fresh generation of workers on each ``spawn``."""
 
@@ -103,7 +119,8 @@ class WorkerServer:
     def start(self, report: Report = _quiet) -> None:
         """Start the server process and wait until it has imported torch (raises on failure or after the timeout)."""
         deadline = time.monotonic() + self.timeout
-        report(0, "starting the worker server")
+        steps = _Steps(report)
+        steps(0, "starting the worker server")
         self.tmpdir = tempfile.mkdtemp(prefix="fastdist-lab-")
         self._authkey = os.urandom(32)
         self._address = control_address(self.tmpdir)
@@ -113,6 +130,7 @@ class WorkerServer:
         channel = None
         while channel is None:
             self.check()
+            steps.tick()
             self._left(deadline, "the worker server did not connect")
             ready = wait(self._acceptor.waitables(), timeout=0.2)
             done = self._acceptor.advance(ready)
@@ -120,13 +138,13 @@ class WorkerServer:
             for extra in done[1:]:
                 extra.close()
         channel.peer = "worker server"
-        hello = self._receive(channel, ServerStarted, deadline, "the worker server did not say hello")
+        hello = self._receive(channel, ServerStarted, deadline, "the worker server did not say hello", steps)
         if hello.pid != self.process.pid:
             raise ClusterError(f"process {hello.pid} answered instead of the worker server {self.process.pid}")
         self.channel = channel
-        report(0, "importing torch in the worker server")
-        self._receive(channel, ServerReady, deadline, "the worker server did not import torch")
-        report(1, "torch imported")
+        steps(0, "importing torch in the worker server")
+        self._receive(channel, ServerReady, deadline, "the worker server did not import torch", steps)
+        steps(1, "torch imported")
 
     def _launch(self) -> subprocess.Popen:
         env = dict(os.environ)
@@ -173,9 +191,10 @@ class WorkerServer:
             raise ClusterTimeout(f"start-up timed out after {self.timeout:g} s: {what}")
         return left
 
-    def _receive(self, channel: Channel, kind: type, deadline: float, what: str) -> object:
+    def _receive(self, channel: Channel, kind: type, deadline: float, what: str, steps: _Steps) -> object:
         while True:
             self.check()
+            steps.tick()
             if channel.poll(min(self._left(deadline, what), 0.2)):
                 try:
                     return channel.receive(kind)
@@ -207,26 +226,33 @@ class WorkerServer:
             store_prefix=secrets.token_hex(16),
         )
         what = "the worker server did not start the workers"
-        reply = self.channel.ask(Spawn(0, spec), Spawned, deadline, what, self.check)
+        steps = _Steps(report)
+        steps(1, f"starting {self.world_size} ranks")
+
+        def check() -> None:
+            self.check()
+            steps.tick()
+
+        reply = self.channel.ask(Spawn(0, spec), Spawned, deadline, what, check)
         if reply.error:
             raise ClusterError(reply.error)
-        report(1, f"starting {self.world_size} ranks")
         pids = {int(rank): int(pid) for rank, pid in reply.pids.items()}
         workers = Workers(self, pids, stack_dir)
         try:
-            self._await_ready(workers, deadline, report)
+            self._await_ready(workers, deadline, steps)
         except BaseException:
             with hold_interrupts():
                 workers.stop()
             raise
         return workers
 
-    def _await_ready(self, workers: Workers, deadline: float, report: Report) -> None:
+    def _await_ready(self, workers: Workers, deadline: float, steps: _Steps) -> None:
         assert self._acceptor is not None
         unnamed: list[Channel] = []
         ready: set[int] = set()
         while len(ready) < self.world_size:
             self.check()
+            steps.tick()
             left = self._left(deadline, f"{ranks_text(set(workers.pids) - ready)} did not become ready")
             gone = [rank for rank, pid in workers.pids.items() if rank not in ready and not process_running(pid)]
             if gone:
@@ -249,7 +275,7 @@ class WorkerServer:
                     workers.adopt(message.rank, message.pid, item)
                 elif isinstance(message, WorkerReady):
                     ready.add(message.rank)
-                    report(1 + len(ready), f"rank {message.rank} ready")
+                    steps(1 + len(ready), f"rank {message.rank} ready")
                 else:
                     error = RankError(**message.error)
                     raise ClusterError(f"rank {message.rank} could not start: {error}\n{error.traceback}")
