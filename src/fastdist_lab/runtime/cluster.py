@@ -35,7 +35,7 @@ from .progress import ProgressCallback, finish, resolve_progress
 from .results import RankResults, ranks_text
 from .supervisor import WorkerServer
 from .verification import Verification
-from .verify import expected_groups, rank_coordinates
+from .verify import layout_for_cluster, rank_coordinates, verification_of
 from .workers import Workers
 
 _LIVE: weakref.WeakSet[LocalCluster] = weakref.WeakSet()
@@ -301,31 +301,14 @@ class LocalCluster:
         The layout's backend is replaced by the cluster's. Returns the ``Verification``; raises
         ``ClusterTimeout`` / ``ClusterError`` when ranks hang or die, ``LayoutError`` when the sizes do not fit.
         """
-        if isinstance(layout, DistributedConfig):
-            layout = Layout.from_config(layout)
-        if not isinstance(layout, Layout):
-            raise TypeError(f"apply() needs a Layout, got {type(layout).__name__}")
-        if layout.world_size != self._world_size:
-            raise LayoutError(
-                f"layout world_size={layout.world_size} does not match the cluster's {self._world_size} ranks"
-            )
-        if layout.local_world_size > self._local_world_size:
-            raise LayoutError(
-                f"layout local_world_size={layout.local_world_size} is larger than the cluster's "
-                f"local_world_size={self._local_world_size}"
-            )
-        fields = dict(layout.fields(), backend=self._backend)
-        applied = Layout(**fields)
+        layout, applied = layout_for_cluster(layout, self._world_size, self._local_world_size, self._backend)
+        fields = applied.fields()
         limit = self._limit(timeout)
         with self._held(limit, "apply") as waited:
             self._layout = None
             begin = time.monotonic()
             results = self._call("apply", fields, limit, waited, "apply", applied)
-            seconds = time.monotonic() - begin
-            report_fields = {k: (v.value if hasattr(v, "value") else v) for k, v in fields.items()}
-            verification = Verification.from_rank_rows(
-                expected_groups(applied), results, report_fields, self._backend, seconds
-            )
+            verification = verification_of(applied, results, time.monotonic() - begin)
             if results.ok:
                 self._layout = layout
             else:  # ranks disagree about their groups now: start over on the next call

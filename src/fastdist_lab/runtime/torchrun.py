@@ -17,7 +17,7 @@ from .channel import outcome_to_result
 from .pool import ProcessGroupPool
 from .results import RankResult, RankResults
 from .verification import Verification
-from .verify import expected_groups, rank_coordinates
+from .verify import rank_coordinates, verification_of
 from .worker import RankContext, applier, execute
 
 REPORT_PREFIX = "fastdist_report"
@@ -41,12 +41,7 @@ def verify_this_rank(layout: Layout, timeout: float) -> tuple[RankResult, Verifi
         if records is None:
             return record, None
         results = RankResults(records, rank_coordinates(layout), label="verify", world_size=layout.world_size)
-        fields = {k: (v.value if hasattr(v, "value") else v) for k, v in layout.fields().items()}
-        seconds = time.perf_counter() - begin
-        verification = Verification.from_rank_rows(
-            expected_groups(layout), results, fields, layout.backend.value, seconds
-        )
-        return record, verification
+        return record, verification_of(layout, results, time.perf_counter() - begin)
     finally:
         ctx.distributed = None
         pool.shutdown()
