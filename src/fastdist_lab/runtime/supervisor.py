@@ -326,7 +326,8 @@ class WorkerServer:
                     channel.send(Exit())
             if process is not None:
                 try:
-                    process.wait(timeout=5)
+                    # without a channel it has started nothing yet, and would only wait for the controller
+                    process.wait(timeout=5 if channel is not None else 0)
                 except subprocess.TimeoutExpired:
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         os.killpg(process.pid, signal.SIGKILL)  # not reaped yet: its group id is still its own
