@@ -19,11 +19,14 @@ from fastdist_lab.runtime.capture import OutputCapture, quiet_harmless_c10d
 from fastdist_lab.runtime.channel import (
     Acceptor,
     Channel,
+    ExitStatuses,
     Outcome,
     ProtocolError,
     ServerReady,
     ServerStarted,
+    Statuses,
     WorkerHello,
+    WorkersKilled,
     connect,
     control_address,
     listen,
@@ -47,6 +50,16 @@ def test_a_message_of_the_wrong_kind_is_refused_by_name():
         right.receive(ServerReady)
     left.send(WorkerHello(3, 456))
     assert right.receive(WorkerHello, ServerReady) == WorkerHello(3, 456)
+
+
+def test_an_answer_to_an_earlier_request_is_dropped_whatever_its_kind():
+    left, right = _pair()
+    right._requests = 1  # a first request was sent, and an interrupt cut the wait for its answer short
+    left.send(WorkersKilled(1))  # ... which arrives late, ahead of the answer to the next request
+    left.send(Statuses(2, {7: "exited with code 0"}))
+    reply = right.ask(ExitStatuses(0, (7,)), Statuses, time.monotonic() + 5, "statuses", lambda: None)
+    assert reply == Statuses(2, {7: "exited with code 0"})
+    assert left.receive(ExitStatuses) == ExitStatuses(2, (7,))
 
 
 def _accept_one(acceptor: Acceptor, seconds: float) -> list[Channel]:

@@ -257,9 +257,12 @@ class Channel:
                 raise ClusterTimeout(f"{what}: no answer from the {self.peer}")
             if not self.poll(min(left, 0.2)):
                 continue
-            reply = self.receive(reply_type)
-            if reply.request == number:
-                return reply
+            reply = self.receive()
+            if getattr(reply, "request", number) != number:
+                continue  # the answer to an earlier request that an interrupt cut short
+            if not isinstance(reply, reply_type):
+                raise ProtocolError(f"{self.peer} sent {type(reply).__name__} where {reply_type.__name__} was expected")
+            return reply
 
     def close(self) -> None:
         """Close the connection (idempotent)."""
