@@ -66,6 +66,9 @@ def _sleep_on_rank_2(ctx, seconds):
 
 
 def test_a_sigkilled_worker_is_detected_quickly_and_the_cluster_recovers(cluster):
+    # warm up: the first call of a function loads it on every rank, which on a busy machine can outlast the
+    # grace the other ranks get once one died
+    assert cluster.run(_sleep_on_rank_2, 0).values == list(range(WORLD))
     victim = cluster.pids[2]
     timer = threading.Timer(0.5, os.kill, (victim, signal.SIGKILL))
     timer.start()
@@ -76,7 +79,7 @@ def test_a_sigkilled_worker_is_detected_quickly_and_the_cluster_recovers(cluster
     timer.join()
     assert not isinstance(caught.value, ClusterTimeout)
     assert elapsed < 0.5 + 2 + 1  # detected within 2 s of the kill (plus scheduling slack)
-    assert caught.value.ranks == [2]
+    assert caught.value.ranks == [2], str(caught.value)
     assert "rank 2 died" in str(caught.value) and "SIGKILL" in str(caught.value)
     assert caught.value.results[2].status == "died" and caught.value.results[3].value == 3
     assert not cluster.running

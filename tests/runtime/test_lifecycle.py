@@ -115,3 +115,52 @@ def test_a_killed_controller_takes_its_workers_with_it():
     begin = time.monotonic()
     assert not wait_gone(pids, 10)
     assert time.monotonic() - begin < 10
+
+
+def _slow(ctx):
+    import time
+
+    time.sleep(1.6)
+    return ctx.rank
+
+
+def test_a_call_slower_than_a_second_shows_a_bar_and_a_quick_one_does_not(capsys):
+    with LocalCluster(2, backend="gloo", local_world_size=2, progress=True) as cluster:
+        capsys.readouterr()
+        assert cluster.run(lambda ctx: ctx.rank).values == [0, 1]
+        assert "ranks answered" not in capsys.readouterr().err
+        assert cluster.run(_slow).values == [0, 1]
+        err = capsys.readouterr().err
+        assert "_slow" in err and "ranks answered" in err
+
+
+def test_the_controller_hosts_no_store_and_listens_on_no_port():
+    import torch  # noqa: F401 - imported before the count, as a notebook would have it
+
+    me = psutil.Process()
+    before = _listening(me)
+    with LocalCluster(2, backend="gloo", local_world_size=2, progress=False) as cluster:
+        assert cluster.run(lambda ctx: ctx.rank).values == [0, 1]
+        assert _listening(me) == before  # the store lives below the worker server, never in this process
+
+
+_QUIET = textwrap.dedent(
+    """
+    from fastdist_lab import Layout, LocalCluster
+    with LocalCluster(4, backend="gloo", local_world_size=4, progress=False) as cluster:
+        layout = Layout(world_size=4, local_world_size=4, tensor_parallel=2, pipeline_parallel=2)
+        assert cluster.apply(layout).ok
+        cluster.restart()
+        print(cluster.run(lambda ctx: ctx.rank).values)
+    """
+)
+
+
+def test_a_healthy_cluster_writes_nothing_to_stderr(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-c", _QUIET], capture_output=True, text=True, timeout=240,
+        env=dict(os.environ, TMPDIR=str(tmp_path)),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[0, 1, 2, 3]"
+    assert done.stderr == ""

@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     layout = layout_from_args(args)  # LayoutError -> exit 2 in cli.main
     from ..checks import check_layout
-    from ..runtime import ClusterError, LocalCluster
+    from ..runtime import BackendUnavailable, ClusterError, LocalCluster
 
     try:
         with LocalCluster(
@@ -43,6 +43,8 @@ def run(args: argparse.Namespace) -> int:
             result = check_layout(cluster, layout, timeout=args.timeout)
     except ClusterError as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if isinstance(error, BackendUnavailable):
+            first += f" (--backend {error.alternative})"
         sys.stderr.write(f"fastdist-lab check: error: {first}\n")
         return 2
     print(result.to_text(verbose=args.verbose))

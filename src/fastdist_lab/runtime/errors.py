@@ -1,4 +1,5 @@
-"""Errors of the process-group runtime: ``ClusterError`` and its timeout flavour ``ClusterTimeout``."""
+"""Errors of the process-group runtime: ``ClusterError``, its timeout flavour ``ClusterTimeout``, and
+``BackendUnavailable`` for a backend this machine cannot run."""
 
 from __future__ import annotations
 
@@ -30,3 +31,16 @@ class ClusterTimeout(ClusterError, TimeoutError):
     ):
         super().__init__(message, results, ranks)
         self.stacks = dict(stacks or {})
+
+
+class BackendUnavailable(ClusterError):
+    """The requested backend cannot run here (e.g. NCCL without one GPU per rank).
+
+    The message is worded for Python and command-line users alike ("use the gloo backend"); ``alternative``
+    names the backend that would work, so a command line can add its own flag for it.
+    """
+
+    def __init__(self, message: str, backend: str, alternative: str = "gloo"):
+        super().__init__(message)
+        self.backend = backend
+        self.alternative = alternative

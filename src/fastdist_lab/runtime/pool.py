@@ -1,10 +1,11 @@
 """``ProcessGroupPool`` and ``Distributed``: real process groups for every named dim, gloo or NCCL.
 
-A port of the original framework's pool (see ``shared/seed/distributed.py``): rendezvous through one
-TCP store without ``init_process_group``, one ``PrefixStore`` per group, one group per distinct member
-list, every generator (and torch's default CPU generator) seeded from ``fastdist_lab.generator_seeds``.
-Two bugs of the seed are not reproduced: member lists are hashed as tuples, and a ``range`` and a ``tuple``
-with the same members are the same group.
+A port of the pool of ServiceNow's Fast-LLM (commit 91b28fab, ``fast_llm/engine/distributed/distributed.py``):
+rendezvous through one TCP store without ``init_process_group``, one ``PrefixStore`` per group, one group per
+distinct member list, every generator (and torch's default CPU generator) seeded from
+``fastdist_lab.generator_seeds``. Two bugs of the original are not reproduced: member lists are hashed as tuples,
+and a ``range`` and a ``tuple`` with the same members are the same group. Groups come into being in one method,
+``ProcessGroupPool.create_group``, which a pool of another kind of group overrides.
 """
 
 from __future__ import annotations
@@ -26,11 +27,12 @@ from ..config import (
     DistributedConfig,
     DistributedDim,
     DistributedDimNames,
+    LayoutError,
     PhaseType,
     check_ranks_in_range,
 )
 from ..seeds import generator_seeds
-from .errors import ClusterError
+from .errors import BackendUnavailable, ClusterError
 
 logger = logging.getLogger(__name__)
 
@@ -40,23 +42,26 @@ ProcessGroup = Any
 LOOPBACK = "127.0.0.1"
 
 
-def loopback_store(world_size: int, timeout: float) -> tuple[torch.distributed.TCPStore, int]:
-    """A master ``TCPStore`` listening on 127.0.0.1 only, on a port no other process can take first.
-
-    The socket is bound and listening before the store adopts it (``master_listen_fd``), so there is no
-    window between choosing the port and using it. Returns ``(store, port)``.
-    """
+def loopback_listener(backlog: int) -> socket.socket:
+    """A TCP socket bound to a free port of 127.0.0.1 and listening (no window between choosing and using it)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.bind((LOOPBACK, 0))
-        sock.listen(max(128, 2 * world_size))
-        port = sock.getsockname()[1]
+        sock.listen(backlog)
     except BaseException:
         sock.close()
         raise
-    # The store owns the file descriptor from here on: Python must not close it under the store.
-    fd = sock.detach()
-    store = torch.distributed.TCPStore(
+    return sock
+
+
+def master_store(listener: socket.socket, world_size: int, timeout: float) -> torch.distributed.TCPStore:
+    """The rendezvous ``TCPStore`` serving on ``listener`` (which it takes over), on torch's libuv server.
+
+    The libuv server refuses a value over 8 MiB and survives a flood of idle connections.
+    """
+    port = listener.getsockname()[1]
+    fd = listener.detach()  # the store owns the descriptor from here on
+    return torch.distributed.TCPStore(
         LOOPBACK,
         port,
         world_size,
@@ -64,21 +69,20 @@ def loopback_store(world_size: int, timeout: float) -> tuple[torch.distributed.T
         timeout=datetime.timedelta(seconds=timeout),
         wait_for_workers=False,
         master_listen_fd=fd,
-        use_libuv=False,
+        use_libuv=True,
     )
-    return store, port
 
 
-def client_store(port: int, world_size: int, timeout: float, host: str = LOOPBACK) -> torch.distributed.TCPStore:
-    """A client of the store at ``host:port``."""
-    return torch.distributed.TCPStore(
+def client_store(port: int, world_size: int, timeout: float, prefix: str = "", host: str = LOOPBACK) -> Any:
+    """A client of the store at ``host:port``; with ``prefix``, every key this client uses lives under it."""
+    store = torch.distributed.TCPStore(
         host,
         port,
         world_size,
         is_master=False,
         timeout=datetime.timedelta(seconds=timeout),
-        use_libuv=False,
     )
+    return torch.distributed.PrefixStore(prefix, store) if prefix else store
 
 
 def _gpus(n: int) -> str:
@@ -86,16 +90,38 @@ def _gpus(n: int) -> str:
 
 
 def check_nccl(local_world_size: int) -> None:
-    """Raise ``ClusterError`` unless NCCL can give one GPU to each of ``local_world_size`` ranks on this node."""
+    """Raise ``BackendUnavailable`` unless NCCL can give one GPU to each of ``local_world_size`` ranks here."""
     if not hasattr(torch.distributed, "ProcessGroupNCCL") or not torch.cuda.is_available():
         build = torch.__version__
         what = "has no CUDA/NCCL support" if torch.version.cuda is None else "sees no CUDA device"
-        raise ClusterError(f"NCCL needs one GPU per rank, but this torch ({build}) {what}; use backend='gloo'")
+        raise BackendUnavailable(
+            f"NCCL needs one GPU per rank, but this torch ({build}) {what}; use the gloo backend", "nccl"
+        )
     visible = torch.cuda.device_count()
     if not 1 <= local_world_size <= visible:
-        raise ClusterError(
-            f"NCCL needs one GPU per rank: {local_world_size} ranks, {_gpus(visible)} visible; use backend='gloo'"
+        raise BackendUnavailable(
+            f"NCCL needs one GPU per rank: {local_world_size} ranks per node, {_gpus(visible)} visible; "
+            "use the gloo backend",
+            "nccl",
         )
+
+
+def resolve_backend(backend: str | DistributedBackend, local_world_size: int) -> str:
+    """The backend ``backend`` stands for here: ``"auto"`` is ``"nccl"`` when every local rank gets a GPU (and NCCL
+    is built in), else ``"gloo"``; ``"nccl"`` is checked the same way (``BackendUnavailable`` when it cannot run)."""
+    name = str(getattr(backend, "value", backend)).strip().lower()
+    if name not in ("auto", "gloo", "nccl"):
+        raise LayoutError(f"backend={backend!r} is not a backend; use 'auto', 'gloo' or 'nccl'")
+    if name == "gloo":
+        return "gloo"
+    if name == "nccl":
+        check_nccl(local_world_size)
+        return "nccl"
+    try:
+        check_nccl(local_world_size)
+    except BackendUnavailable:
+        return "gloo"
+    return "nccl"
 
 
 def _group_prefix(members: tuple[int, ...]) -> str:
@@ -149,7 +175,9 @@ class ProcessGroupPool:
 
         if self._use_cpu:
             if self._backend == DistributedBackend.nccl and self._world_size > 1:
-                raise ClusterError("backend='nccl' cannot run on CPU with more than one rank; use backend='gloo'")
+                raise BackendUnavailable(
+                    "the NCCL backend cannot run on CPU with more than one rank; use the gloo backend", "nccl"
+                )
             self._device = torch.device("cpu")
         else:
             check_nccl(self._local_world_size)
@@ -213,27 +241,34 @@ class ProcessGroupPool:
             return [gloo.create_device(interface=name.strip()) for name in interfaces]
         return [gloo.create_default_device()]
 
-    def _new_group(self, members: tuple[int, ...], group_rank: int, version: int = 0) -> ProcessGroup:
-        # A group released and created again gets a fresh store prefix: the old keys must not be seen again.
-        prefix = _group_prefix(members) + (f"_v{version}" if version else "")
-        store = torch.distributed.PrefixStore(prefix + "/", self.store)
+    def has_group(self, members: Sequence[int]) -> bool:
+        """Whether the group of these members (in this order) exists in the pool now."""
+        return tuple(int(rank) for rank in members) in self._process_groups
+
+    def create_group(self, members: tuple[int, ...], group_rank: int, name: str) -> ProcessGroup:
+        """Create the group of ``members`` (this rank being ``group_rank`` in it), its store keys under ``name``.
+
+        The one place where groups come into being: a pool of another kind of group overrides this alone.
+        """
+        store = torch.distributed.PrefixStore(name + "/", self.store)
         timeout = datetime.timedelta(seconds=self._timeout)
+        # torch names the gloo options, their timeout and devices privately; they are the only way to set them.
         if self._backend == DistributedBackend.gloo:
             gloo = torch.distributed.ProcessGroupGloo
             if self._gloo_device is None:
                 self._gloo_device = self._gloo_devices()
-            options = gloo._Options()
-            options._timeout = timeout
-            options._devices = self._gloo_device
+            options = gloo._Options()  # noqa: SLF001
+            options._timeout = timeout  # noqa: SLF001
+            options._devices = self._gloo_device  # noqa: SLF001
             options.global_ranks_in_group = list(members)
-            options.group_name = prefix
+            options.group_name = name
             return gloo(store, group_rank, len(members), options)
         nccl = torch.distributed.ProcessGroupNCCL
         options = nccl.Options()
         options.is_high_priority_stream = False
-        options._timeout = timeout
+        options._timeout = timeout  # noqa: SLF001
         options.global_ranks_in_group = list(members)
-        options.group_name = prefix
+        options.group_name = name
         return nccl(store, group_rank, len(members), options)
 
     def get_process_group(self, global_ranks: range | tuple[int, ...], group_rank: int) -> ProcessGroup | None:
@@ -251,7 +286,9 @@ class ProcessGroupPool:
         if group is None:
             version = self._creations.get(members, 0)
             begin = time.perf_counter()
-            group = self._new_group(members, group_rank, version)
+            # A group released and created again gets a fresh name: its old store keys must not be seen again.
+            name = _group_prefix(members) + (f"_v{version}" if version else "")
+            group = self.create_group(members, group_rank, name)
             self.created_seconds[members] = time.perf_counter() - begin
             self._creations[members] = version + 1
             self._process_groups[members] = group
@@ -305,11 +342,6 @@ class ProcessGroupPool:
             self.shutdown()
         except Exception:  # noqa: S110 - interpreter teardown
             pass
-
-
-def default_pool() -> ProcessGroupPool | None:
-    """The pool entered with ``with pool:`` in this process, if any."""
-    return _default_pool
 
 
 _GROUP_ATTRIBUTES: dict[str, str] = {
@@ -410,7 +442,7 @@ class Distributed:
         self._config.log_first_rank(f"Initializing group {distributed_dim.name}, size={distributed_dim.size}...")
         distributed_dim.check_ranks_in_range(0, self._config.world_size)
         members = tuple(int(rank) for rank in distributed_dim.global_ranks)
-        existed = len(members) == 1 or members in self._pool._process_groups
+        existed = len(members) == 1 or self._pool.has_group(members)
         begin = time.perf_counter()
         group = self._pool.get_process_group(distributed_dim.global_ranks, distributed_dim.rank)
         self.group_seconds[distributed_dim.name] = time.perf_counter() - begin

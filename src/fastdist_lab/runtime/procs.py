@@ -1,26 +1,47 @@
-"""Small process utilities shared by the controller, the fork server and the workers (Linux first, POSIX else)."""
+"""Small process utilities shared by the controller, the worker server and the workers (Linux first, POSIX else):
+parent-death signals, child subreaping, liveness, killing a whole subtree, exit-status words and file limits."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import os
 import signal
 import sys
+import threading
 import time
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+
+FILES_PER_PROCESS = 64
+"""Open files a worker or controller holds besides its sockets (libraries, pipes, logs): a generous allowance."""
+FILES_PER_PEER = 3
+"""Sockets a worker may hold per other rank: its process groups of the current and the previous layout."""
 
 
-def die_with_parent(sig: int = signal.SIGKILL) -> bool:
-    """Ask the kernel to send ``sig`` to this process when its parent dies (Linux ``prctl``); False elsewhere."""
+def _prctl(option: int, value: int) -> bool:
     if not sys.platform.startswith("linux"):
         return False
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        return libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
+        return libc.prctl(option, int(value), 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> bool:
+    """Ask the kernel to send ``sig`` to this process when its parent dies (Linux ``prctl``); False elsewhere."""
+    return _prctl(PR_SET_PDEATHSIG, sig)
+
+
+def become_subreaper() -> bool:
+    """Make this process the child subreaper of its subtree (Linux): orphaned descendants are re-parented to it
+    instead of to init, so it can still find and end them. False where not supported."""
+    return _prctl(PR_SET_CHILD_SUBREAPER, 1)
 
 
 def pid_alive(pid: int) -> bool:
@@ -34,6 +55,16 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def process_running(pid: int) -> bool:
+    """Whether ``pid`` exists and has not exited (a zombie, exited but not yet reaped, counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            state = file.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return pid_alive(pid) if not os.path.isdir("/proc") else False
+    return state not in (b"Z", b"X")
+
+
 def kill_quietly(pid: int, sig: int = signal.SIGKILL) -> None:
     """Send ``sig`` to ``pid``, ignoring a process that is already gone."""
     try:
@@ -42,7 +73,7 @@ def kill_quietly(pid: int, sig: int = signal.SIGKILL) -> None:
         pass
 
 
-def wait_gone(pids: list[int], timeout: float) -> list[int]:
+def wait_gone(pids: Iterable[int], timeout: float) -> list[int]:
     """Wait until none of ``pids`` exists or ``timeout`` passes; returns those still there."""
     deadline = time.monotonic() + timeout
     left = [pid for pid in pids if pid_alive(pid)]
@@ -50,3 +81,135 @@ def wait_gone(pids: list[int], timeout: float) -> list[int]:
         time.sleep(0.01)
         left = [pid for pid in left if pid_alive(pid)]
     return left
+
+
+def children_of(pid: int) -> set[int]:
+    """Pids whose parent is ``pid`` (zombies included), read from ``/proc``."""
+    found: set[int] = set()
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        tasks = []
+    listed = False
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children", "rb") as file:
+                found.update(int(item) for item in file.read().split())
+            listed = True
+        except OSError:
+            continue
+    if listed or not os.path.isdir("/proc"):
+        return found
+    for entry in os.listdir("/proc"):  # kernels without the children file: scan every process's parent
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as file:
+                    if int(file.read().rsplit(b")", 1)[1].split()[1]) == pid:
+                        found.add(int(entry))
+            except (OSError, IndexError, ValueError):
+                continue
+    return found
+
+
+def reap(statuses: dict[int, int]) -> None:
+    """Collect every exited child of this process without waiting, recording ``pid -> waitpid status``."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        statuses[pid] = status
+
+
+def end_subtree(statuses: dict[int, int], keep: Iterable[int] = (), timeout: float = 10.0) -> None:
+    """SIGKILL every descendant of this process except ``keep`` and reap them, until none is left.
+
+    Meant for a child subreaper: the children of a killed child come back to it and are ended in the next round,
+    whatever process group or session they moved to.
+    """
+    me, kept = os.getpid(), set(keep)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        reap(statuses)
+        targets = children_of(me) - kept
+        if not targets:
+            return
+        for pid in targets:
+            kill_quietly(pid)
+        time.sleep(0.005)
+
+
+def describe_status(status: int | None) -> str:
+    """Words for a ``waitpid`` status (``None``: unknown)."""
+    if status is None:
+        return "exit status unknown"
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            return f"killed by {signal.Signals(number).name}"
+        except ValueError:
+            return f"killed by signal {number}"
+    if os.WIFEXITED(status):
+        return f"exited with code {os.WEXITSTATUS(status)}"
+    return f"status {status}"
+
+
+def files_needed(world_size: int) -> int:
+    """Open files one worker of a ``world_size`` cluster may need (its groups' sockets plus an allowance)."""
+    return FILES_PER_PROCESS + FILES_PER_PEER * world_size
+
+
+def file_limits() -> tuple[int, int]:
+    """This process's (soft, hard) limit on open files; ``RLIM_INFINITY`` as a very large number."""
+    try:
+        import resource
+    except ImportError:  # no such limit on this platform
+        return (1 << 30, 1 << 30)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    infinite = resource.RLIM_INFINITY
+    return (1 << 30 if soft == infinite else soft, 1 << 30 if hard == infinite else hard)
+
+
+def raise_file_limit(needed: int) -> int:
+    """Raise this process's soft limit on open files to ``needed`` when it is lower and the hard limit allows;
+    returns the soft limit now in force (children started afterwards inherit it)."""
+    soft, hard = file_limits()
+    if soft >= needed or hard < needed:
+        return soft
+    import resource
+
+    _, hard_raw = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard_raw))
+    except (ValueError, OSError):
+        return soft
+    return needed
+
+
+@contextlib.contextmanager
+def hold_interrupts() -> Iterator[None]:
+    """Hold a SIGINT back until the block is done, then deliver it (main thread only; elsewhere a no-op).
+
+    For work that must happen whole: a message sent or received (half a message would leave a channel out of step),
+    processes killed, state marked.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[Any] = []
+    try:
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(frame))
+    except ValueError:  # not the main interpreter
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught:
+            if callable(previous):
+                previous(signal.SIGINT, caught[0])
+            elif previous != signal.SIG_IGN:
+                raise KeyboardInterrupt

@@ -1,13 +1,22 @@
-"""Start-up progress of a cluster: a bar in a notebook kernel, a line on stderr in a terminal, or a callback."""
+"""Progress of slow cluster work (start-up, calls on big worlds): a ``tqdm.auto`` bar, a callback, or nothing.
+
+``tqdm.auto`` shows the notebook bar in a Jupyter kernel and a one-line bar on a terminal. A bar appears only once
+the work has taken ``BAR_DELAY`` seconds, so quick work stays quiet.
+"""
 
 from __future__ import annotations
 
+import functools
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
 ProgressCallback = Callable[[int, int, str], None]
-"""``progress(done, total, message)``."""
+"""``progress(done, total, message)``; called as work advances and every half second while it waits."""
+
+BAR_DELAY = 1.0
+"""Seconds before a bar appears: anything that takes longer shows progress."""
 
 
 def in_notebook() -> bool:
@@ -22,59 +31,82 @@ def in_notebook() -> bool:
     return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
 
 
-class TextProgress:
-    """Rewrites one line on stderr: ``fastdist-lab: [done/total] message``."""
+def interactive() -> bool:
+    """Whether someone is watching: a notebook kernel, or stderr is a terminal."""
+    return in_notebook() or bool(getattr(sys.stderr, "isatty", lambda: False)())
 
-    def __init__(self, stream: Any = None):
-        self.stream = stream if stream is not None else sys.stderr
+
+@functools.lru_cache(maxsize=1)
+def _bar_class() -> type:
+    from tqdm.auto import tqdm
+
+    class Bar(tqdm):  # type: ignore[misc, valid-type]
+        monitor_interval = 0  # no monitor thread: a cluster leaves no thread behind
+
+    return Bar
+
+
+class ProgressBar:
+    """A ``tqdm.auto`` bar fed with ``(done, total, message)``; it appears after ``delay`` seconds, closes at the end.
+
+    ``leave`` keeps the finished bar on screen (start-up); calls leave nothing behind.
+    """
+
+    def __init__(self, description: str, delay: float = BAR_DELAY, leave: bool = True):
+        self.description = description
+        self.delay = delay
+        self.leave = leave
+        self._begin = time.monotonic()
+        self._bar: Any = None
 
     def __call__(self, done: int, total: int, message: str) -> None:
-        end = "\n" if done >= total else ""
-        self.stream.write(f"\r\x1b[2Kfastdist-lab: [{done}/{total}] {message}{end}")
-        self.stream.flush()
+        finished = done >= total
+        if self._bar is None:
+            if finished or time.monotonic() - self._begin < self.delay:
+                return
+            self._bar = _bar_class()(
+                total=total,
+                desc=self.description,
+                leave=self.leave,
+                file=sys.stderr,
+                dynamic_ncols=True,
+                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n}/{total} [{elapsed}]{postfix}",
+            )
+        bar = self._bar
+        bar.total = total
+        bar.set_postfix_str(message, refresh=False)
+        bar.update(done - bar.n)
+        bar.refresh()
+        if finished:
+            self.close()
+
+    def close(self) -> None:
+        """Close the bar if it is shown (idempotent)."""
+        bar, self._bar = self._bar, None
+        if bar is not None:
+            bar.close()
 
 
-class WidgetProgress:
-    """An ipywidgets progress bar with a label, displayed on first use."""
+def resolve_progress(
+    progress: ProgressCallback | bool | None, description: str = "cluster", leave: bool = True
+) -> ProgressCallback | None:
+    """The progress reporter an option stands for.
 
-    def __init__(self) -> None:
-        self._box: Any = None
-        self._fallback: TextProgress | None = None
-
-    def __call__(self, done: int, total: int, message: str) -> None:
-        if self._fallback is not None:
-            self._fallback(done, total, message)
-            return
-        try:
-            import ipywidgets
-        except ImportError:  # a kernel without ipywidgets: plain text instead
-            self._fallback = TextProgress()
-            self._fallback(done, total, message)
-            return
-        if self._box is None:
-            from IPython.display import display
-
-            self._bar = ipywidgets.IntProgress(min=0, max=total, description="cluster")
-            self._label = ipywidgets.Label()
-            self._box = ipywidgets.HBox([self._bar, self._label])
-            display(self._box)
-        self._bar.max = total
-        self._bar.value = done
-        self._label.value = message
-        if done >= total:
-            self._bar.bar_style = "success"
-
-
-def resolve_progress(progress: ProgressCallback | bool | None) -> ProgressCallback | None:
-    """``None``: auto (bar in a notebook, text on a terminal's stderr, else silent); ``False``: silent."""
+    ``None``: a bar when someone watches (a notebook, or a terminal on stderr), else silent; ``True``: always a
+    bar; ``False``: silent; a callable: itself.
+    """
     if progress is False:
         return None
-    if progress is None or progress is True:
-        if in_notebook():
-            return WidgetProgress()
-        if progress is True or (hasattr(sys.stderr, "isatty") and sys.stderr.isatty()):
-            return TextProgress()
+    if progress is True or (progress is None and interactive()):
+        return ProgressBar(description, leave=leave)
+    if progress is None:
         return None
     if not callable(progress):
-        raise TypeError(f"progress={progress!r} must be None, False or a callable(done, total, message)")
+        raise TypeError(f"progress={progress!r} must be None, True, False or a callable(done, total, message)")
     return progress
+
+
+def finish(progress: ProgressCallback | None) -> None:
+    """Close a bar that may still be shown (after a failure); nothing for callbacks."""
+    if isinstance(progress, ProgressBar):
+        progress.close()

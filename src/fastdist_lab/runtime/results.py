@@ -1,15 +1,14 @@
-"""What a cluster call returns: ``RankResults`` (one record per rank) and ``Verification`` (one row per group).
+"""What a cluster call returns: ``RankResult`` (one rank) and ``RankResults`` (every rank, indexed by rank).
 
-Both are plain data (no torch), render as text and HTML, convert to pandas, and round-trip through the JSON
-report that ``python -m fastdist_lab.worker --report`` writes (``load_report``).
+Plain data (no torch): renders as text and HTML, converts to pandas, and round-trips through JSON. A rank that
+sent nothing is kept in its place as a ``"missing"`` record, so position and rank never part.
 """
 
 from __future__ import annotations
 
 import html
 import json
-import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -18,14 +17,36 @@ from .errors import ClusterError
 if TYPE_CHECKING:
     import pandas as pd
 
-REPORT_KIND = "fastdist-lab-verification"
-REPORT_VERSION = 1
-
 STATUS_OK = "ok"
 STATUS_ERROR = "error"
 STATUS_TIMEOUT = "timeout"
 STATUS_DIED = "died"
 STATUS_INTERRUPTED = "interrupted"
+STATUS_MISSING = "missing"
+
+REPR_CHARS = 80
+"""Characters of a value's ``repr`` shown in ``repr(RankResult)``."""
+
+
+def ranks_text(ranks: Iterable[int]) -> str:
+    """``"rank 3"``, ``"ranks 0-4, 6, 7"``: sorted, runs of three or more written as a span."""
+    ordered = sorted({int(rank) for rank in ranks})
+    parts: list[str] = []
+    index = 0
+    while index < len(ordered):
+        end = index
+        while end + 1 < len(ordered) and ordered[end + 1] == ordered[end] + 1:
+            end += 1
+        if end - index >= 2:
+            parts.append(f"{ordered[index]}-{ordered[end]}")
+        else:
+            parts.extend(str(rank) for rank in ordered[index : end + 1])
+        index = end + 1
+    return ("rank " if len(ordered) == 1 else "ranks ") + ", ".join(parts)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 class RemoteTraceback(Exception):
@@ -56,7 +77,12 @@ class RankError:
         return {"type": self.type, "message": self.message, "traceback": self.traceback}
 
 
-@dataclass
+def _output_summary(text: str) -> str:
+    lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+    return f"{_plural(lines, 'line')}, {len(text)} chars"
+
+
+@dataclass(repr=False)
 class RankResult:
     """The outcome of one call on one rank."""
 
@@ -72,6 +98,20 @@ class RankResult:
     def ok(self) -> bool:
         """Whether the rank returned normally."""
         return self.status == STATUS_OK
+
+    def __repr__(self) -> str:
+        if self.ok:
+            value = repr(self.value)
+            what = f"value={value[:REPR_CHARS]}{'...' if len(value) > REPR_CHARS else ''}"
+        else:
+            what = f"{self.status}: {self.error or self.status}"
+        parts = [f"rank={self.rank}", what]
+        parts += [
+            f"{name}: {_output_summary(text)}" for name, text in (("stdout", self.stdout), ("stderr", self.stderr))
+        ]
+        if self.seconds is not None:
+            parts.append(f"{self.seconds:.3f} s")
+        return f"RankResult({', '.join(parts)})"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields (a value JSON cannot hold is stored as its ``repr``)."""
@@ -104,29 +144,41 @@ class RankResult:
             seconds=data.get("seconds"),
         )
 
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
-def _ranks_text(ranks: list[int]) -> str:
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+    @classmethod
+    def missing(cls, rank: int) -> RankResult:
+        """The record of a rank that sent no result."""
+        return cls(rank, STATUS_MISSING, error=RankError("Missing", f"rank {rank} sent no result"))
 
 
 class RankResults:
     """The outcome of one call on every rank: value or error, captured output and duration of each.
 
-    ``values[rank]`` is the rank's return value (``None`` where it failed); ``errors`` maps each failed rank to its
+    Indexed by rank: ``results[rank]`` and ``values[rank]`` (``None`` where the rank failed); a rank of
+    ``range(world_size)`` without a record is held as a ``"missing"`` record. ``world_size`` defaults to the
+    highest rank seen plus one (or the number of ``coordinates``). ``errors`` maps each failed rank to its
     ``RankError``. ``coordinates`` (optional) holds each rank's layout coordinates for ``to_frame``.
     """
 
     def __init__(
         self,
-        records: list[RankResult],
+        records: Iterable[RankResult],
         coordinates: list[dict[str, int]] | None = None,
         label: str = "run",
+        world_size: int | None = None,
     ):
-        self.records = sorted(records, key=lambda record: record.rank)
+        by_rank: dict[int, RankResult] = {}
+        for record in records:
+            if record.rank < 0:
+                raise ValueError(f"rank={record.rank} is not a rank")
+            if record.rank in by_rank:
+                raise ValueError(f"two results for rank {record.rank}")
+            by_rank[record.rank] = record
+        if world_size is None:
+            world_size = max(max(by_rank, default=-1) + 1, len(coordinates or ()))
+        outside = sorted(rank for rank in by_rank if rank >= world_size)
+        if outside:
+            raise ValueError(f"{ranks_text(outside)} outside world_size={world_size}")
+        self.records = [by_rank.get(rank) or RankResult.missing(rank) for rank in range(world_size)]
         self.coordinates = coordinates
         self.label = label
 
@@ -138,6 +190,8 @@ class RankResults:
         return iter(self.records)
 
     def __getitem__(self, rank: int) -> RankResult:
+        if not 0 <= rank < len(self.records):
+            raise IndexError(f"rank {rank} is not in this world of {len(self.records)} ranks")
         return self.records[rank]
 
     @property
@@ -147,7 +201,7 @@ class RankResults:
 
     @property
     def values(self) -> list[Any]:
-        """Return values indexed by rank (``None`` where the rank failed)."""
+        """Return values indexed by rank (``None`` where the rank failed or is missing)."""
         return [record.value if record.ok else None for record in self.records]
 
     @property
@@ -162,8 +216,13 @@ class RankResults:
 
     @property
     def failed_ranks(self) -> list[int]:
-        """Ranks that did not return normally."""
+        """Ranks that did not return normally (missing ones included)."""
         return [record.rank for record in self.records if not record.ok]
+
+    @property
+    def missing_ranks(self) -> list[int]:
+        """Ranks that sent no result."""
+        return [record.rank for record in self.records if record.status == STATUS_MISSING]
 
     def error_groups(self) -> list[tuple[list[int], RankError]]:
         """Errors with identical type, message and traceback, each once with the ranks that raised it."""
@@ -220,26 +279,34 @@ class RankResults:
             if len(self.records) > 16:
                 lines.append(f"  ... {len(self.records) - 16} more")
         for ranks, error in self.error_groups():
-            lines.append(f"  {_ranks_text(ranks)}: {error}")
+            lines.append(f"  {ranks_text(ranks)}: {error}")
             for line in error.traceback.rstrip().splitlines():
                 lines.append("    " + line)
         return "\n".join(lines)
 
-    def _repr_html_(self) -> str:
+    def to_html(self) -> str:
+        """The summary, one table row per rank and each distinct error once (what a notebook shows)."""
         head = f"<b>RankResults</b> ({html.escape(self.label)}; {html.escape(self.summary())})"
         table = self.to_frame().drop(columns=["stdout", "stderr"]).to_html(max_rows=64)
-        errors = "".join(
-            f"<details><summary>{html.escape(_ranks_text(ranks))}: {html.escape(str(error))}</summary>"
+        return f"<div class='fastdist-results'>{head}{table}{self.errors_html()}</div>"
+
+    def _repr_html_(self) -> str:
+        return self.to_html()
+
+    def errors_html(self) -> str:
+        """Each distinct error once, foldable, with the ranks that raised it (HTML)."""
+        return "".join(
+            f"<details><summary>{html.escape(ranks_text(ranks))}: {html.escape(str(error))}</summary>"
             f"<pre>{html.escape(error.traceback)}</pre></details>"
             for ranks, error in self.error_groups()
         )
-        return f"<div class='fastdist-results'>{head}{table}{errors}</div>"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {
             "label": self.label,
             "coordinates": self.coordinates,
+            "world_size": self.world_size,
             "records": [record.to_dict() for record in self.records],
         }
 
@@ -250,213 +317,5 @@ class RankResults:
             [RankResult.from_dict(item) for item in data["records"]],
             coordinates=data.get("coordinates"),
             label=data.get("label", "run"),
+            world_size=data.get("world_size"),
         )
-
-
-VERIFICATION_COLUMNS = ("dim", "group", "members", "size", "ok", "seconds", "create_seconds", "created", "detail")
-"""Columns of ``Verification.to_frame()``."""
-
-
-class Verification:
-    """Real-collective checks of a layout: one row per (dim, group), plus per-rank generator-seed checks.
-
-    A group passes when every member reported, the all-gather of global ranks equals the expected member list
-    and the all-reduce of global ranks equals their sum. ``results`` is the ``RankResults`` of the check.
-    """
-
-    def __init__(
-        self,
-        rows: list[dict[str, Any]],
-        results: RankResults,
-        layout_fields: dict[str, Any] | None = None,
-        backend: str = "gloo",
-        seconds: float | None = None,
-    ):
-        self.rows = rows
-        self.results = results
-        self.layout_fields = layout_fields or {}
-        self.backend = backend
-        self.seconds = seconds
-
-    @classmethod
-    def from_rank_rows(
-        cls,
-        expected: dict[str, list[list[int]]],
-        results: RankResults,
-        layout_fields: dict[str, Any] | None = None,
-        backend: str = "gloo",
-        seconds: float | None = None,
-    ) -> Verification:
-        """Aggregate per-rank check rows (the value each rank returned) against the expected groups of each dim."""
-        by_rank: dict[int, dict[str, dict[str, Any]]] = {}
-        for record in results:
-            if record.ok and isinstance(record.value, dict):
-                by_rank[record.rank] = {row["dim"]: row for row in record.value.get("dims", [])}
-        rows = []
-        for dim, groups in expected.items():
-            for index, members in enumerate(groups):
-                problems: list[str] = []
-                seconds_max = create_max = 0.0
-                created = False
-                for rank in members:
-                    row = by_rank.get(rank, {}).get(dim)
-                    if row is None:
-                        record = results[rank] if rank < len(results) else None
-                        why = record.status if record is not None and not record.ok else "no answer"
-                        problems.append(f"rank {rank}: {why}")
-                        continue
-                    seconds_max = max(seconds_max, float(row.get("seconds", 0.0)))
-                    create_max = max(create_max, float(row.get("create_seconds", 0.0)))
-                    created = created or bool(row.get("created", False))
-                    if list(row.get("members", [])) != list(members):
-                        problems.append(f"rank {rank} expected members {list(members)} got {row.get('members')}")
-                    if row.get("detail"):
-                        problems.append(f"rank {rank}: {row['detail']}")
-                    elif row.get("gathered") != list(members):
-                        problems.append(f"rank {rank}: all-gather gave {row.get('gathered')}")
-                    elif row.get("sum") != sum(members):
-                        problems.append(f"rank {rank}: all-reduce gave {row.get('sum')}, expected {sum(members)}")
-                rows.append(
-                    {
-                        "dim": dim,
-                        "group": index,
-                        "members": list(members),
-                        "size": len(members),
-                        "ok": not problems,
-                        "seconds": seconds_max,
-                        "create_seconds": create_max,
-                        "created": created,
-                        "detail": "; ".join(problems[:4]) + (" ..." if len(problems) > 4 else ""),
-                    }
-                )
-        return cls(rows, results, layout_fields, backend, seconds)
-
-    @property
-    def seeds_ok(self) -> bool:
-        """Whether every rank's generators hold the seeds ``generator_seeds`` predicts."""
-        for record in self.results:
-            if not (record.ok and isinstance(record.value, dict) and record.value.get("seeds_ok", False)):
-                return False
-        return True
-
-    @property
-    def ok(self) -> bool:
-        """Whether every group of every dim passed, every rank answered and every seed matched."""
-        return bool(self.rows) and all(row["ok"] for row in self.rows) and self.results.ok and self.seeds_ok
-
-    def failures(self) -> list[dict[str, Any]]:
-        """The rows that failed."""
-        return [row for row in self.rows if not row["ok"]]
-
-    def rank_failures(self) -> list[list[str]]:
-        """For every global rank, what failed that involves it (empty when all is well): the dims whose group
-        holding the rank failed (in ``rows`` order), ``"seeds"`` when its generators' seeds differ from the
-        prediction, ``"no answer"`` when it did not complete the check."""
-        members = [rank for row in self.rows for rank in row["members"]]
-        world = max([len(self.results), *(rank + 1 for rank in members)])
-        out: list[list[str]] = [[] for _ in range(world)]
-        for row in self.rows:
-            if not row["ok"]:
-                for rank in row["members"]:
-                    if row["dim"] not in out[rank]:
-                        out[rank].append(row["dim"])
-        for record in self.results:
-            if not record.ok:
-                out[record.rank].append("no answer")
-            elif not (isinstance(record.value, dict) and record.value.get("seeds_ok", False)):
-                out[record.rank].append("seeds")
-        return out
-
-    def to_frame(self) -> pd.DataFrame:
-        """One row per (dim, group): members, size, ok, seconds (creation plus checks, slowest member),
-        create_seconds (group creation alone), whether it was newly created, and what failed (``detail``)."""
-        import pandas as pd
-
-        return pd.DataFrame(self.rows, columns=list(VERIFICATION_COLUMNS))
-
-    def dim_seconds(self, column: str = "seconds") -> dict[str, float]:
-        """Per dim: the slowest group's ``seconds`` (creation plus checks) or ``create_seconds``."""
-        out: dict[str, float] = {}
-        for row in self.rows:
-            out[row["dim"]] = max(out.get(row["dim"], 0.0), float(row.get(column, 0.0)))
-        return out
-
-    def summary(self) -> str:
-        """One line: verdict, number of groups, backend."""
-        failed = len(self.failures())
-        verdict = "OK" if self.ok else "FAILED"
-        extra = f", {failed} failed" if failed else ""
-        if not self.seeds_ok:
-            extra += ", seeds differ or missing"
-        if not self.results.ok:
-            extra += f", {_ranks_text(self.results.failed_ranks)} did not complete"
-        world = self.layout_fields.get("world_size", len(self.results))
-        took = "" if self.seconds is None else f" in {self.seconds:.2f} s"
-        return f"Verification {verdict}: {_plural(len(self.rows), 'group')}{extra}; {world} ranks, {self.backend}{took}"
-
-    def to_text(self) -> str:
-        """The summary line and the table, as printed by ``fastdist-lab check``."""
-        frame = self.to_frame()
-        if frame.empty:
-            return self.summary()
-        frame = frame.assign(
-            members=[" ".join(map(str, m)) for m in frame["members"]],
-            seconds=[f"{s:.3f}" for s in frame["seconds"]],
-        ).drop(columns=["created", "create_seconds"])
-        if not frame["detail"].astype(bool).any():
-            frame = frame.drop(columns=["detail"])
-        return self.summary() + "\n" + frame.to_string(index=False)
-
-    def __repr__(self) -> str:
-        return self.to_text()
-
-    def _repr_html_(self) -> str:
-        color = "green" if self.ok else "crimson"
-        head = f"<b style='color:{color}'>{html.escape(self.summary())}</b>"
-        frame = self.to_frame()
-        table = frame.to_html(index=False, max_rows=200) if not frame.empty else ""
-        extra = "" if self.results.ok else self.results._repr_html_()
-        return f"<div class='fastdist-verification'>{head}{table}{extra}</div>"
-
-    # ------------------------------------------------------------- report files
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (what ``save`` writes)."""
-        return {
-            "kind": REPORT_KIND,
-            "version": REPORT_VERSION,
-            "backend": self.backend,
-            "seconds": self.seconds,
-            "layout": self.layout_fields,
-            "rows": self.rows,
-            "results": self.results.to_dict(),
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Verification:
-        """Inverse of ``to_dict``."""
-        if data.get("kind") != REPORT_KIND:
-            raise ValueError(f"not a fastdist-lab verification report (kind={data.get('kind')!r})")
-        return cls(
-            rows=list(data["rows"]),
-            results=RankResults.from_dict(data["results"]),
-            layout_fields=data.get("layout") or {},
-            backend=data.get("backend", "gloo"),
-            seconds=data.get("seconds"),
-        )
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the report as JSON (atomically: a temporary file renamed into place)."""
-        path = os.fspath(path)
-        temporary = f"{path}.tmp{os.getpid()}"
-        with open(temporary, "w", encoding="utf-8") as file:
-            json.dump(self.to_dict(), file, indent=1, default=repr)
-        os.replace(temporary, path)
-
-
-def load_report(path: str | os.PathLike[str]) -> Verification:
-    """Read a report written by ``python -m fastdist_lab.worker --report`` (or ``Verification.save``).
-
-    Returns the ``Verification``; its ``results`` attribute is the ``RankResults`` of every rank.
-    """
-    with open(os.fspath(path), encoding="utf-8") as file:
-        return Verification.from_dict(json.load(file))

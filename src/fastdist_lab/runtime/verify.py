@@ -12,10 +12,12 @@ from typing import Any
 
 import torch
 
-from ..config import DIM_NAMES
+from ..config import DIM_NAMES, DistributedConfig, LayoutError
 from ..layout import Layout
 from ..seeds import generator_seeds
 from .pool import Distributed, ProcessGroup
+from .results import RankResults
+from .verification import Verification
 
 
 def gather_and_sum(group: ProcessGroup, value: int, device: torch.device) -> tuple[list[int], int]:
@@ -69,3 +71,34 @@ def check_rank(distributed: Distributed) -> dict[str, Any]:
 def expected_groups(layout: Layout) -> dict[str, list[list[int]]]:
     """Every dim's groups, as lists of member lists (what the checks must find)."""
     return {name: layout.groups(name).tolist() for name in DIM_NAMES}
+
+
+def rank_coordinates(layout: Layout) -> list[dict[str, int]]:
+    """Each rank's coordinates in ``layout`` (one dict per rank, in rank order), for ``RankResults.to_frame``."""
+    records = layout.ranks.reset_index().to_dict(orient="records")
+    return [{key: int(value) for key, value in row.items()} for row in records]
+
+
+def layout_for_cluster(
+    layout: Layout | DistributedConfig, world_size: int, local_world_size: int, backend: str
+) -> tuple[Layout, Layout]:
+    """Check that ``layout`` fits a cluster of these sizes; returns it (as a ``Layout``) and the layout the ranks
+    run: the same with the cluster's backend. ``LayoutError`` when the sizes do not fit."""
+    if isinstance(layout, DistributedConfig):
+        layout = Layout.from_config(layout)
+    if not isinstance(layout, Layout):
+        raise TypeError(f"apply() needs a Layout, got {type(layout).__name__}")
+    if layout.world_size != world_size:
+        raise LayoutError(f"layout world_size={layout.world_size} does not match the cluster's {world_size} ranks")
+    if layout.local_world_size > local_world_size:
+        raise LayoutError(
+            f"layout local_world_size={layout.local_world_size} is larger than the cluster's "
+            f"local_world_size={local_world_size}"
+        )
+    return layout, Layout(**dict(layout.fields(), backend=backend))
+
+
+def verification_of(applied: Layout, results: RankResults, seconds: float | None = None) -> Verification:
+    """The ``Verification`` of every rank's ``check_rank`` rows for the layout the ranks ran."""
+    fields = {key: getattr(value, "value", value) for key, value in applied.fields().items()}
+    return Verification.from_rank_rows(expected_groups(applied), results, fields, fields["backend"], seconds)
