@@ -50,8 +50,11 @@ DIM_NAMES: tuple[str, ...] = (
 
 def check_ranks_in_range(global_ranks: Iterable[int], start: int, stop: int) -> None:
     """Raise ``LayoutError`` unless every rank lies in ``[start, stop)``."""
-    ranks = list(global_ranks) if not isinstance(global_ranks, range) else global_ranks
-    low, high = min(ranks), max(ranks)
+    if isinstance(global_ranks, range) and len(global_ranks):  # its ends, without walking millions of ranks
+        low, high = sorted((global_ranks[0], global_ranks[-1]))
+    else:
+        ranks = list(global_ranks)
+        low, high = min(ranks), max(ranks)
     if low < start or high >= stop:
         raise LayoutError(f"global ranks {low}..{high} are not all in [{start}, {stop})")
 

@@ -2,10 +2,12 @@
 
 Example: ``torchrun --nproc-per-node 8 -m fastdist_lab.worker --tp 2 --pp 2 --sdp 2 --report out.json``.
 
-Every rank builds ``Distributed`` for the layout, checks each group with real collectives and its generator seeds,
-and sends its result to rank 0 through the launcher's store; rank 0 prints the verification table and writes the
-JSON report (``fastdist_lab.load_report`` reads it). Exit code 0 when every group passed, 1 when one failed, 2 for
-bad input (one line on stderr).
+The same checks as ``fastdist-lab check`` (``checks.check_layout``), rank 0 driving the others through the
+launcher's store (``runtime.torchrun.LaunchedCluster``): every rank builds ``Distributed`` for the layout and checks
+each group as its pool holds it, then with real collectives, and its generator seeds; then every rank's real
+generator streams are drawn and compared with the prediction. Rank 0 prints the result and writes the group
+verification as a JSON report (``fastdist_lab.load_report`` reads it). Exit code 0 when everything matched, 1 when
+something failed, 2 for bad input (one line on stderr).
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ import os
 import sys
 from collections.abc import Sequence
 
+from .checks import check_layout
 from .commands.common import add_layout_arguments, layout_from_args
 from .config import DistributedConfig, LayoutError
+from .runtime.backends import resolve_backend
 from .runtime.errors import BackendUnavailable, ClusterError
-from .runtime.pool import resolve_backend
-from .runtime.torchrun import verify_this_rank
+from .runtime.torchrun import LaunchedCluster
 
 PROG = "python -m fastdist_lab.worker"
 
@@ -60,13 +63,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(f"{error} (--backend {error.alternative})")
     except (LayoutError, ClusterError) as error:
         return _fail(str(error))
-    record, verification = verify_this_rank(layout, args.timeout)
-    if verification is None:
-        return 0 if record.ok else 1
+    with LaunchedCluster(layout, args.timeout) as cluster:
+        if cluster.rank != 0:
+            cluster.serve()
+            return 0
+        try:
+            result = check_layout(cluster, layout, timeout=args.timeout)
+        except ClusterError as error:
+            sys.stderr.write(f"{PROG}: check failed: {error}\n")
+            return 1
     if args.report:
-        verification.save(args.report)
-    print(verification.to_text())
-    return 0 if verification.ok else 1
+        result.verification.save(args.report)
+    print(result.to_text(verbose=True))
+    return 0 if result.ok else 1
 
 
 if __name__ == "__main__":

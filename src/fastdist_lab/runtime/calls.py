@@ -111,7 +111,8 @@ def _collect(transport: CallTransport, state: CallState, deadline: float, progre
                 state.pending.discard(rank)
                 state.dead.add(rank)
             elif reply.call_id == state.call.call_id:
-                state.records[rank] = outcome_to_result(rank, reply.outcome)
+                outcome = reply.outcome  # a worker's pickled outcome, or the result of a rank in this process
+                state.records[rank] = outcome if isinstance(outcome, RankResult) else outcome_to_result(rank, outcome)
                 state.pending.discard(rank)
         now = time.monotonic()
         if now >= next_check:
@@ -179,7 +180,8 @@ def stacks_text(stacks: dict[int, str], pid_of: Callable[[int], int | None]) -> 
     lines = []
     for ranks, text in groups[:STACKS_SHOWN]:
         if len(ranks) == 1:
-            lines.append(f"--- stack of rank {ranks[0]} (pid {pid_of(ranks[0])}) ---")
+            pid = pid_of(ranks[0])
+            lines.append(f"--- stack of rank {ranks[0]}{'' if pid is None else f' (pid {pid})'} ---")
         else:
             lines.append(f"--- {ranks_text(ranks)} share this stack ---")
         lines.append(text.rstrip())

@@ -19,18 +19,20 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
-from ..config import DistributedConfig, LayoutError
+from ..config import DistributedConfig
 from ..layout import Layout
+from .arguments import call_limit, check_progress, cluster_sizes, cluster_timeout, held
+from .backends import resolve_backend
 from .calls import CallState, perform_call
+from .capacity import check_capacity
 from .channel import Call
-from .errors import ClusterError, ClusterTimeout
-from .pool import resolve_backend
-from .procs import FILES_PER_PROCESS, file_limits, files_needed, hold_interrupts, process_running, raise_file_limit
+from .errors import ClusterError
+from .procs import FILES_PER_PROCESS, hold_interrupts, process_running, raise_file_limit
 from .progress import ProgressCallback, finish, resolve_progress
 from .replay import SWEEP_SIZES
 from .replay import bandwidth as sweep_bandwidth
@@ -38,7 +40,7 @@ from .replay import replay as replay_step
 from .results import RankResults, ranks_text
 from .supervisor import WorkerServer
 from .verification import Verification
-from .verify import layout_for_cluster, rank_coordinates, verification_of
+from .verify import apply_in_two_steps, layout_for_cluster, rank_coordinates
 from .workers import Workers
 
 if TYPE_CHECKING:
@@ -53,24 +55,6 @@ def _close_all() -> None:
 
 
 atexit.register(_close_all)
-
-
-def check_file_limits(world_size: int) -> None:
-    """Refuse a world whose workers could run out of file descriptors; raise this process's soft limit if needed.
-
-    Each worker may hold about ``files_needed(world_size)`` descriptors (the sockets of its process groups); the
-    worker server raises its own soft limit to that, which its workers inherit. Raises ``ClusterError`` with the
-    numbers when the hard limit is lower, before anything starts.
-    """
-    needed = files_needed(world_size)
-    _, hard = file_limits()
-    if hard < needed:
-        raise ClusterError(
-            f"{world_size} ranks need up to {needed} open files in each worker process (the sockets of their "
-            f"process groups), but processes here may open at most {hard} (the hard limit, 'ulimit -Hn'); "
-            "raise that limit or use fewer ranks"
-        )
-    raise_file_limit(FILES_PER_PROCESS + world_size)  # this process holds one channel per worker
 
 
 class LocalCluster:
@@ -96,18 +80,11 @@ class LocalCluster:
         *,
         start: bool = True,
     ):
-        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-            raise LayoutError(f"world_size={world_size!r} must be an integer > 0")
-        local = world_size if local_world_size is None else local_world_size
-        if isinstance(local, bool) or not isinstance(local, int) or local < 1 or world_size % local:
-            raise LayoutError(f"local_world_size={local_world_size!r} must be an integer > 0 dividing {world_size}")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-            raise LayoutError(f"timeout={timeout!r} must be a number of seconds > 0")
-        if not (progress is None or isinstance(progress, bool) or callable(progress)):
-            raise TypeError(f"progress={progress!r} must be None, True, False or a callable(done, total, message)")
+        world_size, local = cluster_sizes(world_size, local_world_size)
+        check_progress(progress)
         self._world_size = world_size
         self._local_world_size = local
-        self._timeout = float(timeout)
+        self._timeout = cluster_timeout(timeout)
         self._backend = resolve_backend(backend, local)
         self._progress_option = progress
         self._server = WorkerServer(world_size, local, self._backend, self.device_type, self._timeout)
@@ -204,7 +181,8 @@ class LocalCluster:
         with self._lock:
             if self.running:
                 return self
-            check_file_limits(self._world_size)
+            check_capacity(self._world_size)  # before anything starts: one line naming the numbers
+            raise_file_limit(FILES_PER_PROCESS + self._world_size)  # this process holds one channel per worker
             progress = resolve_progress(self._progress_option, "LocalCluster")
             report = self._reporter(progress)
             begin = time.monotonic()
@@ -302,20 +280,25 @@ class LocalCluster:
             return self._call("run", payload, limit, waited, label)
 
     def apply(self, layout: Layout | DistributedConfig, timeout: float | None = None) -> Verification:
-        """Build ``Distributed(layout.config(rank))`` on every rank and check each group with real collectives.
+        """Build ``Distributed(layout.config(rank))`` on every rank, check each group as its pool holds it, then
+        with real collectives (all-gather and all-reduce; see ``runtime.verify``).
 
         The layout's backend is replaced by the cluster's. Returns the ``Verification``; raises
         ``ClusterTimeout`` / ``ClusterError`` when ranks hang or die, ``LayoutError`` when the sizes do not fit.
+        Both steps share the deadline.
         """
         layout, applied = layout_for_cluster(layout, self._world_size, self._local_world_size, self._backend)
-        fields = applied.fields()
         limit = self._limit(timeout)
         with self._held(limit, "apply") as waited:
             self._layout = None
             begin = time.monotonic()
-            results = self._call("apply", fields, limit, waited, "apply", applied)
-            verification = verification_of(applied, results, time.monotonic() - begin)
-            if results.ok:
+
+            def call(kind: str, payload: Any) -> RankResults:
+                spent = waited + time.monotonic() - begin
+                return self._call(kind, payload, limit, spent, "apply", applied)
+
+            verification = apply_in_two_steps(call, applied, applied.fields())
+            if verification.results.ok:
                 self._layout = layout
             else:  # ranks disagree about their groups now: start over on the next call
                 self._stop_workers()
@@ -323,25 +306,10 @@ class LocalCluster:
 
     # ------------------------------------------------------------------ calls
     def _limit(self, timeout: float | None) -> float:
-        limit = self._timeout if timeout is None else timeout
-        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 0:
-            raise ValueError(f"timeout={timeout!r} must be a number of seconds > 0")
-        return float(limit)
+        return call_limit(timeout, self._timeout)
 
-    @contextlib.contextmanager
-    def _held(self, limit: float, label: str) -> Iterator[float]:
-        """Hold the cluster for one call, waiting at most ``limit`` seconds for an earlier call to end; yields the
-        seconds waited (they count against the call's deadline)."""
-        begin = time.monotonic()
-        if not self._lock.acquire(timeout=limit):
-            raise ClusterTimeout(
-                f"{label} timed out after {limit:g} s waiting for another call on this cluster (still running)",
-                ranks=[],
-            )
-        try:
-            yield time.monotonic() - begin
-        finally:
-            self._lock.release()
+    def _held(self, limit: float, label: str) -> contextlib.AbstractContextManager[float]:
+        return held(self._lock, limit, label)
 
     def _ensure_running(self) -> None:
         if self._closed:

@@ -11,11 +11,13 @@ and a ``range`` and a ``tuple`` with the same members are the same group. Groups
 from __future__ import annotations
 
 import datetime
+import functools
 import logging
 import os
 import socket
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -27,11 +29,11 @@ from ..config import (
     DistributedConfig,
     DistributedDim,
     DistributedDimNames,
-    LayoutError,
     PhaseType,
     check_ranks_in_range,
 )
 from ..seeds import generator_seeds
+from .backends import check_nccl
 from .errors import BackendUnavailable, ClusterError
 
 logger = logging.getLogger(__name__)
@@ -85,52 +87,47 @@ def client_store(port: int, world_size: int, timeout: float, prefix: str = "", h
     return torch.distributed.PrefixStore(prefix, store) if prefix else store
 
 
-def _gpus(n: int) -> str:
-    return f"{n} GPU{'' if n == 1 else 's'}"
+SHARED_FROM = 64
+"""Ranges of at least this many ranks convert to one shared tuple per distinct range (``member_tuple``)."""
 
 
-def check_nccl(local_world_size: int) -> None:
-    """Raise ``BackendUnavailable`` unless NCCL can give one GPU to each of ``local_world_size`` ranks here."""
-    if not hasattr(torch.distributed, "ProcessGroupNCCL") or not torch.cuda.is_available():
-        build = torch.__version__
-        what = "has no CUDA/NCCL support" if torch.version.cuda is None else "sees no CUDA device"
-        raise BackendUnavailable(
-            f"NCCL needs one GPU per rank, but this torch ({build}) {what}; use the gloo backend", "nccl"
-        )
-    visible = torch.cuda.device_count()
-    if not 1 <= local_world_size <= visible:
-        raise BackendUnavailable(
-            f"NCCL needs one GPU per rank: {local_world_size} ranks per node, {_gpus(visible)} visible; "
-            "use the gloo backend",
-            "nccl",
-        )
+@functools.lru_cache(maxsize=4096)
+def _range_members(start: int, stop: int, step: int) -> tuple[int, ...]:
+    return tuple(range(start, stop, step))
 
 
-def resolve_backend(backend: str | DistributedBackend, local_world_size: int) -> str:
-    """The backend ``backend`` stands for here: ``"auto"`` is ``"nccl"`` when every local rank gets a GPU (and NCCL
-    is built in), else ``"gloo"``; ``"nccl"`` is checked the same way (``BackendUnavailable`` when it cannot run)."""
-    name = str(getattr(backend, "value", backend)).strip().lower()
-    if name not in ("auto", "gloo", "nccl"):
-        raise LayoutError(f"backend={backend!r} is not a backend; use 'auto', 'gloo' or 'nccl'")
-    if name == "gloo":
-        return "gloo"
-    if name == "nccl":
-        check_nccl(local_world_size)
-        return "nccl"
-    try:
-        check_nccl(local_world_size)
-    except BackendUnavailable:
-        return "gloo"
-    return "nccl"
+def member_tuple(ranks: Iterable[int]) -> tuple[int, ...]:
+    """``ranks`` as a tuple of Python ints. A ``range`` of at least ``SHARED_FROM`` ranks gives the same tuple
+    object every time: the ranks of a simulated world ask for the same wide groups thousands of times, and
+    dictionaries compare one object with itself at once."""
+    if isinstance(ranks, range):
+        if len(ranks) >= SHARED_FROM:
+            return _range_members(ranks.start, ranks.stop, ranks.step)
+        return tuple(ranks)
+    return tuple(map(int, ranks))
 
 
-def _group_prefix(members: tuple[int, ...]) -> str:
-    """A store prefix determined by the member list alone (the same for every member)."""
+def _group_prefix(members: tuple[int, ...], ranks: Iterable[int] = ()) -> str:
+    """A store prefix determined by the member list alone (the same for every member); ``ranks`` may be the
+    ``range`` the members came from (then nothing is walked)."""
+    if isinstance(ranks, range) and len(ranks) > 2 and ranks.step > 0:
+        return f"range_{ranks.start}_{ranks[-1] + ranks.step}_{ranks.step}"
     if len(members) > 2:
         step = members[1] - members[0]
-        if step > 0 and all(b - a == step for a, b in zip(members, members[1:])):
+        regular = step > 0 and members[-1] - members[0] == step * (len(members) - 1)
+        if regular and members == tuple(range(members[0], members[-1] + step, step)):
             return f"range_{members[0]}_{members[-1] + step}_{step}"
-    return "ranks_" + "_".join(str(rank) for rank in members)
+    return "ranks_" + "_".join(map(str, members))
+
+
+@dataclass(frozen=True)
+class GroupRecord:
+    """What a pool created a group as: its ``members`` (group-rank order), this rank's ``group_rank`` in it, and
+    the ``name`` its store keys (its rendezvous) live under."""
+
+    members: tuple[int, ...]
+    group_rank: int
+    name: str
 
 
 _default_pool: ProcessGroupPool | None = None
@@ -169,8 +166,11 @@ class ProcessGroupPool:
         self._gloo_device: list[Any] | None = None
         self._process_groups: dict[tuple[int, ...], ProcessGroup] = {}
         self._creations: dict[tuple[int, ...], int] = {}
+        self._records: dict[int, tuple[ProcessGroup, GroupRecord]] = {}
         self.created_seconds: dict[tuple[int, ...], float] = {}
         """Seconds spent creating each group, keyed by its member tuple."""
+        self.created_count = 0
+        """How many groups this pool has created so far."""
         self.store: Any = None
 
         if self._use_cpu:
@@ -241,9 +241,30 @@ class ProcessGroupPool:
             return [gloo.create_device(interface=name.strip()) for name in interfaces]
         return [gloo.create_default_device()]
 
+    @property
+    def default_cpu_generator(self) -> torch.Generator:
+        """The generator ``Distributed`` seeds as torch's default CPU generator: this process's own one.
+
+        A simulated rank (one of many ranks in one process) has a generator of its own instead.
+        """
+        return torch.random.default_generator
+
+    def canonical(self, value: Any) -> Any:
+        """The object this pool keeps for ``value`` (a member tuple or a group name): ``value`` itself.
+
+        The pools of a simulated world share one object per distinct value, so that thousands of ranks in one
+        process do not each hold their own copy of the world's member lists.
+        """
+        return value
+
+    def record_of(self, group: ProcessGroup) -> GroupRecord | None:
+        """How this pool created ``group`` (``None`` for an object it did not create, or released)."""
+        entry = self._records.get(id(group))
+        return entry[1] if entry is not None and entry[0] is group else None
+
     def has_group(self, members: Sequence[int]) -> bool:
         """Whether the group of these members (in this order) exists in the pool now."""
-        return tuple(int(rank) for rank in members) in self._process_groups
+        return member_tuple(members) in self._process_groups
 
     def create_group(self, members: tuple[int, ...], group_rank: int, name: str) -> ProcessGroup:
         """Create the group of ``members`` (this rank being ``group_rank`` in it), its store keys under ``name``.
@@ -276,22 +297,25 @@ class ProcessGroupPool:
 
         Returns ``None`` for a group of one. Equal member sequences share one group whatever their type.
         """
-        members = tuple(int(rank) for rank in global_ranks)
+        members = member_tuple(global_ranks)
         if not 0 <= group_rank < len(members) or members[group_rank] != self._rank:
             raise ClusterError(f"rank {self._rank} is not member {group_rank} of group {list(members)}")
-        check_ranks_in_range(members, 0, self._world_size)
+        check_ranks_in_range(global_ranks if isinstance(global_ranks, range) else members, 0, self._world_size)
         if len(members) == 1:
             return None
         group = self._process_groups.get(members)
         if group is None:
+            members = self.canonical(members)
             version = self._creations.get(members, 0)
             begin = time.perf_counter()
             # A group released and created again gets a fresh name: its old store keys must not be seen again.
-            name = _group_prefix(members) + (f"_v{version}" if version else "")
+            name = self.canonical(_group_prefix(members, global_ranks) + (f"_v{version}" if version else ""))
             group = self.create_group(members, group_rank, name)
             self.created_seconds[members] = time.perf_counter() - begin
+            self._records[id(group)] = (group, GroupRecord(members, group_rank, name))
             self._creations[members] = version + 1
             self._process_groups[members] = group
+            self.created_count += 1
         return group
 
     def release_groups(self, keep: Iterable[Sequence[int]]) -> int:
@@ -300,10 +324,14 @@ class ProcessGroupPool:
         Every member of a group must release it at the same point (for example because all ranks apply the same
         layouts in the same order); a released group asked for again is created afresh under a new store prefix.
         """
-        kept = {tuple(int(rank) for rank in members) for members in keep}
+        kept = {member_tuple(members) for members in keep}
         released = [members for members in self._process_groups if members not in kept]
+        in_use = {id(group) for key, group in self._process_groups.items() if key in kept}
         for members in released:
             group = self._process_groups.pop(members)
+            if id(group) in in_use:  # the same object is still held under a kept member list
+                continue
+            self._records.pop(id(group), None)
             try:
                 group.shutdown()
             except Exception as error:  # peers may already have closed their side
@@ -326,6 +354,7 @@ class ProcessGroupPool:
     def shutdown(self) -> None:
         """Shut every group down (idempotent); the pool holds no group afterwards."""
         groups, self._process_groups = list(self._process_groups.values()), {}
+        self._records.clear()
         for group in groups:
             try:
                 group.shutdown()
@@ -408,7 +437,7 @@ class Distributed:
         config.log_first_rank("Setting random seeds...")
         seeds = generator_seeds(config, 0, PhaseType.training)
         # torch's default CPU generator too (only needed to match Megatron's initialization).
-        self.default_cpu_generator = torch.random.default_generator
+        self.default_cpu_generator = pool.default_cpu_generator
         self.default_cpu_generator.manual_seed(seeds["default_cpu"])
         self.pp_generator = torch.Generator(device=self.device)
         self.tp_generator = torch.Generator(device=self.device)
@@ -441,12 +470,11 @@ class Distributed:
         """Get the group of ``distributed_dim`` from the pool and attach it to the dim."""
         self._config.log_first_rank(f"Initializing group {distributed_dim.name}, size={distributed_dim.size}...")
         distributed_dim.check_ranks_in_range(0, self._config.world_size)
-        members = tuple(int(rank) for rank in distributed_dim.global_ranks)
-        existed = len(members) == 1 or self._pool.has_group(members)
+        count = self._pool.created_count
         begin = time.perf_counter()
         group = self._pool.get_process_group(distributed_dim.global_ranks, distributed_dim.rank)
         self.group_seconds[distributed_dim.name] = time.perf_counter() - begin
-        self.group_created[distributed_dim.name] = not existed
+        self.group_created[distributed_dim.name] = self._pool.created_count != count
         distributed_dim.setup(group)
         return group
 

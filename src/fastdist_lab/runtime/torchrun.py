@@ -1,61 +1,210 @@
-"""The runtime's side of a job started by a launcher (torchrun, any number of nodes): this rank verifies a layout.
+"""The ranks of a job started by a launcher (torchrun, any number of nodes), driven from rank 0 like a cluster.
 
-``verify_this_rank`` builds the pool from ``env://``, applies the layout and runs the same per-rank checks as a
-local cluster's ``apply`` (all-gather and all-reduce in every group, generator seeds); rank 0 gathers every rank's
-result through the launcher's store and returns the ``Verification``. The command line around it is
-``python -m fastdist_lab.worker``.
+``LaunchedCluster`` builds this rank's pool from ``env://`` (the launcher's rendezvous). On rank 0 it has the
+calls of a ``LocalCluster`` (``run``, ``apply``, ``layout``, ``world_size``, ``timeout``), so the ``checks``
+package drives a launched job unchanged (``check_layout``: groups, then real generator streams against the
+prediction); every other rank calls ``serve()``, which executes rank 0's calls until rank 0 closes. Calls and
+results travel through the launcher's store, under ``CALL_PREFIX``; a rank that does not answer in time makes the
+call raise ``ClusterTimeout`` naming it. The command line around it is ``python -m fastdist_lab.worker``.
 """
 
 from __future__ import annotations
 
-import json
+import datetime
 import time
+from collections.abc import Callable
+from typing import Any
 
-from ..config import DistributedConfig
+import cloudpickle
+
+from ..config import DistributedConfig, LayoutError
 from ..layout import Layout
+from .capture import quiet_harmless_c10d
 from .channel import outcome_to_result
+from .errors import ClusterError, ClusterTimeout
 from .pool import ProcessGroupPool
-from .results import RankResult, RankResults
+from .results import RankResults, ranks_text
 from .verification import Verification
-from .verify import rank_coordinates, verification_of
-from .worker import RankContext, applier, execute
+from .verify import apply_in_two_steps, layout_for_cluster, rank_coordinates
+from .worker import RankContext, builder, checker, execute
 
-REPORT_PREFIX = "fastdist_report"
-"""Store keys under which each rank leaves its result for rank 0."""
+CALL_PREFIX = "fastdist_lab/calls"
+"""Store keys under which rank 0 posts calls and every rank leaves its results."""
+IDLE_LIMIT = 3600.0
+"""Seconds a serving rank waits for rank 0's next call before giving up."""
 
 
-def verify_this_rank(layout: Layout, timeout: float) -> tuple[RankResult, Verification | None]:
-    """Verify ``layout`` on this rank of a launched job (rank, world and rendezvous from the environment).
+class LaunchedCluster:
+    """This rank of a launched job (rank, world and rendezvous from the environment) for ``layout``'s sizes.
 
-    ``layout.backend`` must already be resolved (``resolve_backend``). Returns this rank's ``RankResult`` and, on
-    rank 0, the ``Verification`` of every rank (``None`` on the others).
+    ``layout.backend`` must already be resolved (``resolve_backend``). Rank 0 makes the calls; the other ranks
+    ``serve()``. Use as a context manager or call ``close()`` (on rank 0 it releases the serving ranks).
     """
-    rank = DistributedConfig.default_rank()
-    use_cpu = layout.backend.value == "gloo"
-    begin = time.perf_counter()
-    pool = ProcessGroupPool(rank, layout.world_size, layout.local_world_size, timeout, use_cpu, backend=layout.backend)
-    ctx = RankContext(rank, layout.world_size, pool)
-    try:
-        record = outcome_to_result(rank, execute(ctx, applier(layout.fields(), use_cpu), ()))
-        records = _gather(pool, record, layout.world_size)
-        if records is None:
-            return record, None
-        results = RankResults(records, rank_coordinates(layout), label="verify", world_size=layout.world_size)
-        return record, verification_of(layout, results, time.perf_counter() - begin)
-    finally:
-        ctx.distributed = None
-        pool.shutdown()
 
+    def __init__(self, layout: Layout, timeout: float = 60.0):
+        self.rank = DistributedConfig.default_rank()
+        self._sizes = layout
+        self._timeout = float(timeout)
+        self._backend = layout.backend.value
+        use_cpu = self._backend == "gloo"
+        with quiet_harmless_c10d():
+            self.pool = ProcessGroupPool(
+                self.rank, layout.world_size, layout.local_world_size, timeout, use_cpu, backend=layout.backend
+            )
+        self._ctx = RankContext(self.rank, layout.world_size, self.pool)
+        self._use_cpu = use_cpu
+        self._calls = 0
+        self._layout: Layout | None = None
+        self._closed = False
 
-def _gather(pool: ProcessGroupPool, record: RankResult, world_size: int) -> list[RankResult] | None:
-    """Every rank's result on rank 0 (through the store); ``None`` on the other ranks."""
-    store = pool.store
-    if store is None:  # a world of one
-        return [record]
-    store.set(f"{REPORT_PREFIX}/{record.rank}", json.dumps(record.to_dict()))
-    if record.rank != 0:
-        store.get(f"{REPORT_PREFIX}/done")
-        return None
-    records = [RankResult.from_dict(json.loads(store.get(f"{REPORT_PREFIX}/{other}"))) for other in range(world_size)]
-    store.set(f"{REPORT_PREFIX}/done", "1")
-    return records
+    # ------------------------------------------------------------------ what the checks read
+    @property
+    def world_size(self) -> int:
+        """Number of ranks of the job."""
+        return self._sizes.world_size
+
+    @property
+    def local_world_size(self) -> int:
+        """Ranks per node."""
+        return self._sizes.local_world_size
+
+    @property
+    def backend(self) -> str:
+        """``"gloo"`` or ``"nccl"``."""
+        return self._backend
+
+    @property
+    def device_type(self) -> str:
+        """``"cuda"`` for NCCL, else ``"cpu"``."""
+        return "cuda" if self._backend == "nccl" else "cpu"
+
+    @property
+    def timeout(self) -> float:
+        """Default deadline of a call, in seconds."""
+        return self._timeout
+
+    @property
+    def layout(self) -> Layout | None:
+        """The layout applied last, or ``None``."""
+        return self._layout
+
+    @property
+    def running(self) -> bool:
+        """Whether calls can still be made."""
+        return not self._closed
+
+    def __enter__(self) -> LaunchedCluster:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ rank 0: calls
+    def run(self, fn: Callable[..., Any], *args: Any, timeout: float | None = None) -> RankResults:
+        """Run ``fn(ctx, *args)`` on every rank (rank 0 only); a rank that raises is reported in the results."""
+        if not callable(fn):
+            raise TypeError(f"fn={fn!r} is not callable")
+        return self._call("run", (fn, args), getattr(fn, "__name__", "run"), timeout)
+
+    def apply(self, layout: Layout | DistributedConfig, timeout: float | None = None) -> Verification:
+        """Build ``Distributed`` for ``layout`` on every rank and check every group (rank 0 only; see
+        ``LocalCluster.apply``). The layout's backend is replaced by the job's."""
+        layout, applied = layout_for_cluster(layout, self.world_size, self.local_world_size, self._backend)
+        self._layout = None
+        limit = self._limit(timeout)
+        begin = time.monotonic()
+
+        def call(kind: str, payload: Any) -> RankResults:
+            return self._call(kind, payload, "apply", max(1e-3, limit - (time.monotonic() - begin)), applied)
+
+        verification = apply_in_two_steps(call, applied, applied.fields())
+        if verification.results.ok:
+            self._layout = layout
+        return verification
+
+    def close(self) -> None:
+        """On rank 0, release the serving ranks; on every rank, shut the pool down (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self.rank == 0 and self.pool.store is not None:
+                self._calls += 1
+                self.pool.store.set(f"{CALL_PREFIX}/{self._calls}", cloudpickle.dumps(("exit", None)))
+        finally:
+            self._ctx.distributed = None
+            self.pool.shutdown()
+
+    def _limit(self, timeout: float | None) -> float:
+        limit = self._timeout if timeout is None else timeout
+        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 0:
+            raise ValueError(f"timeout={timeout!r} must be a number of seconds > 0")
+        return float(limit)
+
+    def _call(self, kind: str, payload: Any, label: str, timeout: float | None, layout: Layout | None = None):
+        if self.rank != 0:
+            raise ClusterError(f"rank {self.rank} serves rank 0's calls; only rank 0 makes them")
+        if self._closed:
+            raise ClusterError("this launched cluster is closed")
+        limit = self._limit(timeout)
+        self._calls += 1
+        number = self._calls
+        store = self.pool.store
+        if store is not None:
+            store.set(f"{CALL_PREFIX}/{number}", cloudpickle.dumps((kind, payload)))
+        records = [outcome_to_result(0, self._execute(kind, payload))]
+        if store is not None:
+            records += self._collect(store, number, label, limit)
+        layout = layout or self._layout
+        coordinates = None if layout is None else rank_coordinates(layout)
+        return RankResults(records, coordinates, label, world_size=self.world_size)
+
+    def _collect(self, store: Any, number: int, label: str, limit: float) -> list[Any]:
+        keys = [f"{CALL_PREFIX}/{number}/{rank}" for rank in range(1, self.world_size)]
+        try:
+            store.wait(keys, datetime.timedelta(seconds=limit))
+        except Exception:  # torch raises its own timeout error type: read which answers are missing
+            missing = [rank for rank, key in enumerate(keys, start=1) if not store.check([key])]
+            if missing:
+                raise ClusterTimeout(
+                    f"{label} timed out after {limit:g} s: {ranks_text(missing)} did not answer (launched job; "
+                    "their stacks are in their own logs)",
+                    ranks=missing,
+                ) from None
+        return [outcome_to_result(rank, cloudpickle.loads(store.get(key))) for rank, key in enumerate(keys, start=1)]
+
+    def _execute(self, kind: str, payload: Any) -> Any:
+        if kind == "run":
+            fn, args = payload
+            return execute(self._ctx, fn, tuple(args))
+        if kind == "apply":
+            return execute(self._ctx, builder(payload, self._use_cpu), ())
+        if kind == "check":
+            return execute(self._ctx, checker(*payload), ())
+        raise LayoutError(f"unknown call kind {kind!r}")
+
+    # ------------------------------------------------------------------ the other ranks
+    def serve(self) -> None:
+        """Execute rank 0's calls until it closes (ranks other than 0). Raises ``ClusterTimeout`` after
+        ``IDLE_LIMIT`` seconds without a call."""
+        store = self.pool.store
+        if self.rank == 0 or store is None:
+            return
+        number = 0
+        while True:
+            number += 1
+            key = f"{CALL_PREFIX}/{number}"
+            waited = time.monotonic()
+            while True:
+                try:
+                    store.wait([key], datetime.timedelta(seconds=max(self._timeout, 10.0)))
+                    break
+                except Exception as error:  # no call yet
+                    if time.monotonic() - waited > IDLE_LIMIT:
+                        raise ClusterTimeout(f"rank {self.rank}: no call from rank 0 for {IDLE_LIMIT:g} s") from error
+            kind, payload = cloudpickle.loads(store.get(key))
+            if kind == "exit":
+                self.close()
+                return
+            outcome = self._execute(kind, payload)
+            store.set(f"{key}/{self.rank}", cloudpickle.dumps(outcome))

@@ -27,12 +27,95 @@ def _plural(n: int, word: str) -> str:
 VERIFICATION_COLUMNS = ("dim", "group", "members", "size", "ok", "seconds", "create_seconds", "created", "detail")
 """Columns of ``Verification.to_frame()``."""
 
+MEMBERS_SHOWN = 8
+"""Members of one group written out in texts (longer groups are shortened in the middle)."""
+
+MODES = {
+    "processes": "real process groups, one process per rank",
+    "threads": "torch's threaded process groups, one thread per rank of one process: real collectives",
+    "fake": "torch's fake process groups: membership and group ranks only, no collective ran",
+}
+"""What runs the ranks of a verification, in words."""
+
+FIRST_SPLIT = 4096
+"""A group's first member enters the all-reduce as ``divmod(first, FIRST_SPLIT)``, so no sum can overflow int64
+(a ``Layout`` has at most 2**24 ranks)."""
+
+REDUCTION_TERMS = ("count", "rank", "at_slot", "dim", "dim^2", "first_hi", "first_hi^2", "first_lo", "first_lo^2")
+"""What each member of a group of ``k`` members ``G`` (group-rank order, dim number ``d`` in ``DIM_NAMES``)
+all-reduces (sum): 1, its global rank, 1 when its global rank is ``G[its slot in the communicator]`` (else 0), and
+``d``, ``hi``, ``lo`` (``divmod(G[0], FIRST_SPLIT)``: the group it believes it checks) with their squares.
+
+The sums equal ``(k, sum(G), k, k d, k d^2, k hi, k hi^2, k lo, k lo^2)`` exactly when the communicator's ``k``
+slots hold members that all check this dim's group ``G`` (a sum of squares equal to ``k`` times the square of the
+mean leaves no spread) and each sits at the slot ``G`` gives it: the members are ``G`` in ``G``'s order. That is as
+exact as an all-gather, in a few values per rank whatever the group's width."""
+
+
+def members_text(members: Any, limit: int = MEMBERS_SHOWN) -> str:
+    """``"0 1 2 3"``, or ``"0 1 2 3 ... 63 (64 ranks)"`` past ``limit`` members."""
+    size = len(members)
+    if size <= limit:
+        return " ".join(str(int(m)) for m in members)
+    head = " ".join(str(int(members[index])) for index in range(limit // 2))
+    return f"{head} ... {int(members[size - 1])} ({size} ranks)"
+
+
+def reduction_terms(dim_index: int, rank: int, at_slot: bool, first: int) -> list[int]:
+    """One member's contribution to a group's all-reduce (see ``REDUCTION_TERMS``)."""
+    high, low = divmod(int(first), FIRST_SPLIT)
+    return [1, int(rank), int(at_slot), dim_index, dim_index**2, high, high**2, low, low**2]
+
+
+def expected_reduction(dim_index: int, members: list[int]) -> list[int]:
+    """The all-reduce a group of ``members`` must give (see ``REDUCTION_TERMS``)."""
+    size = len(members)
+    high, low = divmod(int(members[0]), FIRST_SPLIT)
+    return [size, sum(members), size, *(size * v for v in (dim_index, dim_index**2, high, high**2, low, low**2))]
+
+
+def _reduction_problem(got: list[int], expected: list[int]) -> str:
+    """Which part of an all-reduce differs, in words."""
+    wrong = [name for name, a, b in zip(REDUCTION_TERMS, got, expected) if a != b]
+    if "count" in wrong:
+        return f"all-reduce counted {got[0]} members, expected {expected[0]}"
+    if "rank" in wrong or "at_slot" in wrong:
+        return f"all-reduce gave ranks summing to {got[1]} with {got[2]} at their slot, expected {expected[1]}, all"
+    return "all-reduce shows members checking different groups (" + ", ".join(wrong) + " differ)"
+
+
+def _row_problems(rank: int, row: dict[str, Any], members: list[int], dim_index: int, mode: str) -> list[str]:
+    """What one member's row says is wrong with its group (empty when nothing is)."""
+    problems = [f"rank {rank}: {text}" for text in row.get("identity", [])]
+    if "members" in row and list(row["members"]) != list(members):
+        problems.append(f"rank {rank} expected members {members_text(members)} got {members_text(row['members'])}")
+    if problems or row.get("skipped"):
+        return problems
+    if row.get("detail"):
+        return [f"rank {rank}: {row['detail']}"]
+    if "gathered" in row and row["gathered"] != list(members):
+        gathered = row["gathered"]
+        shown = list(gathered) if len(gathered) <= MEMBERS_SHOWN else members_text(gathered)
+        problems.append(f"rank {rank}: all-gather gave {shown}")
+    if "reduced" in row:
+        expected = expected_reduction(dim_index, members)
+        if list(row["reduced"]) != expected:
+            problems.append(f"rank {rank}: {_reduction_problem(list(row['reduced']), expected)}")
+    elif "sum" in row and row["sum"] != sum(members):
+        problems.append(f"rank {rank}: all-reduce gave {row.get('sum')}, expected {sum(members)}")
+    elif "sum" not in row and "gathered" not in row and mode != "fake":
+        problems.append(f"rank {rank}: no collective result")
+    return problems
+
 
 class Verification:
-    """Real-collective checks of a layout: one row per (dim, group), plus per-rank generator-seed checks.
+    """Checks of a layout on every rank: one row per (dim, group), plus per-rank generator-seed checks.
 
-    A group passes when every member reported, the all-gather of global ranks equals the expected member list
-    and the all-reduce of global ranks equals their sum. ``results`` is the ``RankResults`` of the check.
+    A group passes when every member reported, each member's pool holds the group it should (members, size, group
+    rank, created for those members: see ``runtime.verify``) and, unless ``mode`` is ``"fake"``, the collectives
+    agree: the all-reduce of ``REDUCTION_TERMS`` (or, in reports of earlier versions, the sum of the global ranks)
+    and, where the group was all-gathered, the member list in group-rank order. ``results`` is the
+    ``RankResults`` of the check; ``mode`` says what ran the ranks (``MODES``).
     """
 
     def __init__(
@@ -42,12 +125,14 @@ class Verification:
         layout_fields: dict[str, Any] | None = None,
         backend: str = "gloo",
         seconds: float | None = None,
+        mode: str = "processes",
     ):
         self.rows = rows
         self.results = results
         self.layout_fields = layout_fields or {}
         self.backend = backend
         self.seconds = seconds
+        self.mode = mode
 
     @classmethod
     def from_rank_rows(
@@ -57,6 +142,7 @@ class Verification:
         layout_fields: dict[str, Any] | None = None,
         backend: str = "gloo",
         seconds: float | None = None,
+        mode: str = "processes",
     ) -> Verification:
         """Aggregate per-rank check rows (the value each rank returned) against the expected groups of each dim."""
         by_rank: dict[int, dict[str, dict[str, Any]]] = {}
@@ -64,11 +150,11 @@ class Verification:
             if record.ok and isinstance(record.value, dict):
                 by_rank[record.rank] = {row["dim"]: row for row in record.value.get("dims", [])}
         rows = []
-        for dim, groups in expected.items():
+        for dim_index, (dim, groups) in enumerate(expected.items()):
             for index, members in enumerate(groups):
                 problems: list[str] = []
                 seconds_max = create_max = 0.0
-                created = False
+                created = skipped = False
                 for rank in members:
                     row = by_rank.get(rank, {}).get(dim)
                     if row is None:
@@ -82,14 +168,10 @@ class Verification:
                     seconds_max = max(seconds_max, float(row.get("seconds", 0.0)))
                     create_max = max(create_max, float(row.get("create_seconds", 0.0)))
                     created = created or bool(row.get("created", False))
-                    if list(row.get("members", [])) != list(members):
-                        problems.append(f"rank {rank} expected members {list(members)} got {row.get('members')}")
-                    if row.get("detail"):
-                        problems.append(f"rank {rank}: {row['detail']}")
-                    elif row.get("gathered") != list(members):
-                        problems.append(f"rank {rank}: all-gather gave {row.get('gathered')}")
-                    elif row.get("sum") != sum(members):
-                        problems.append(f"rank {rank}: all-reduce gave {row.get('sum')}, expected {sum(members)}")
+                    skipped = skipped or bool(row.get("skipped", False))
+                    problems += _row_problems(rank, row, members, dim_index, mode)
+                if skipped and not problems:
+                    problems.append("not checked: the group was skipped")
                 rows.append(
                     {
                         "dim": dim,
@@ -103,7 +185,7 @@ class Verification:
                         "detail": "; ".join(problems[:4]) + (" ..." if len(problems) > 4 else ""),
                     }
                 )
-        return cls(rows, results, layout_fields, backend, seconds)
+        return cls(rows, results, layout_fields, backend, seconds, mode)
 
     @property
     def seeds_ok(self) -> bool:
@@ -166,7 +248,11 @@ class Verification:
             extra += f", {ranks_text(self.results.failed_ranks)} did not complete"
         world = self.layout_fields.get("world_size", len(self.results))
         took = "" if self.seconds is None else f" in {self.seconds:.2f} s"
-        return f"Verification {verdict}: {_plural(len(self.rows), 'group')}{extra}; {world} ranks, {self.backend}{took}"
+        how = "" if self.mode == "processes" else f" ({MODES.get(self.mode, self.mode)})"
+        return (
+            f"Verification {verdict}: {_plural(len(self.rows), 'group')}{extra}; {world} ranks, "
+            f"{self.backend}{took}{how}"
+        )
 
     def to_text(self) -> str:
         """The summary line and the table, as printed by ``fastdist-lab check``."""
@@ -174,7 +260,7 @@ class Verification:
         if frame.empty:
             return self.summary()
         frame = frame.assign(
-            members=[" ".join(map(str, m)) for m in frame["members"]],
+            members=[members_text(m) for m in frame["members"]],
             seconds=[f"{s:.3f}" for s in frame["seconds"]],
         ).drop(columns=["created", "create_seconds"])
         if not frame["detail"].astype(bool).any():
@@ -199,6 +285,7 @@ class Verification:
             "kind": REPORT_KIND,
             "version": REPORT_VERSION,
             "backend": self.backend,
+            "mode": self.mode,
             "seconds": self.seconds,
             "layout": self.layout_fields,
             "rows": self.rows,
@@ -216,6 +303,7 @@ class Verification:
             layout_fields=data.get("layout") or {},
             backend=data.get("backend", "gloo"),
             seconds=data.get("seconds"),
+            mode=data.get("mode", "processes"),
         )
 
     def save(self, path: str | os.PathLike[str]) -> None:

@@ -30,7 +30,7 @@ from .channel import Call, Channel, Exit, Outcome, Reply, WorkerFailed, WorkerHe
 from .pool import LOOPBACK, Distributed, ProcessGroupPool, client_store
 from .procs import die_with_parent
 from .results import STATUS_ERROR, STATUS_INTERRUPTED, STATUS_OK, RankError
-from .verify import check_rank
+from .verify import check_groups, rank_identity
 
 
 class RankContext:
@@ -39,7 +39,8 @@ class RankContext:
     ``rank`` and ``world_size`` always; once a layout is applied, ``layout``, ``config`` (this rank's
     ``DistributedConfig``) and ``distributed`` (this rank's ``Distributed``, whose ``*_group`` attributes are
     real process groups). ``device`` is where tensors of this rank live; ``pool`` is the process-group pool;
-    ``state`` is a dict kept between calls (until the workers restart).
+    ``state`` is a dict kept between calls (until the workers restart); ``identity`` what the last apply found
+    of this rank's groups before any communication (``runtime.verify.rank_identity``).
     """
 
     def __init__(self, rank: int, world_size: int, pool: ProcessGroupPool | None):
@@ -50,6 +51,7 @@ class RankContext:
         self.config: DistributedConfig | None = None
         self.distributed: Distributed | None = None
         self.state: dict[str, Any] = {}
+        self.identity: dict[str, Any] | None = None
 
     @property
     def device(self) -> torch.device:
@@ -133,37 +135,55 @@ def execute(ctx: RankContext, fn: Any = None, args: tuple = (), payload: bytes |
     )
 
 
-def _members_of(config: DistributedConfig | None) -> list[tuple[int, ...]]:
+def _members_of(config: DistributedConfig | None) -> list[Any]:
     if config is None:
         return []
-    return [tuple(dim.global_ranks) for dim in config.distributed_dims.values()]
+    return [dim.global_ranks for dim in config.distributed_dims.values()]
 
 
-def apply_layout(ctx: RankContext, fields: dict[str, Any], use_cpu: bool) -> dict[str, Any]:
-    """Build this rank's ``Distributed`` for the layout of ``fields`` and check every group with collectives.
+def build_layout(ctx: RankContext, layout: Layout, use_cpu: bool) -> dict[str, Any]:
+    """Step 1 of an apply on this rank: build ``Distributed`` for ``layout`` from the rank's pool and check each
+    dim's group as the pool holds it, without communication (``rank_identity``, kept in ``ctx.identity``).
 
     Keeps the groups of this layout and of the previous one in the pool (switching back and forth stays instant);
     the rest go, so exploring many layouts does not pile up sockets and threads. Every member of a group decides
-    the same way, since all ranks apply the same layouts in the same order. Returns ``check_rank``'s rows.
+    the same way, since all ranks apply the same layouts in the same order.
     """
     previous = ctx.config
-    ctx.layout = ctx.config = ctx.distributed = None
-    layout = Layout(**fields)
+    ctx.layout = ctx.config = ctx.distributed = ctx.identity = None
     config = layout.config(ctx.rank)
     distributed = Distributed(config, use_cpu=use_cpu, pool=ctx.pool)
     ctx.layout, ctx.config, ctx.distributed = layout, config, distributed
+    identity = rank_identity(distributed, layout)
     if ctx.pool is not None:
         ctx.pool.release_groups(_members_of(config) + _members_of(previous))
-    return check_rank(distributed)
+    ctx.identity = identity
+    return identity
 
 
-def applier(fields: dict[str, Any], use_cpu: bool) -> Any:
-    """A rank function applying the layout of ``fields`` (for ``execute``)."""
+def check_built_groups(ctx: RankContext, skip: set[tuple[str, int]], gather_limit: int | None) -> dict[str, Any]:
+    """Step 2 of an apply on this rank: the collective checks of its groups not in ``skip`` (``check_groups``)."""
+    if ctx.distributed is None or ctx.identity is None:
+        raise RuntimeError(f"rank {ctx.rank} has no layout built (its apply failed or never ran)")
+    return check_groups(ctx.distributed, ctx.identity, skip, gather_limit)
 
-    def apply(ctx: RankContext) -> dict[str, Any]:
-        return apply_layout(ctx, fields, use_cpu)
 
-    return apply
+def builder(layout: Layout | dict[str, Any], use_cpu: bool) -> Any:
+    """A rank function doing step 1 of an apply (for ``execute``); ``layout`` may be a ``Layout``'s fields."""
+
+    def build(ctx: RankContext) -> dict[str, Any]:
+        return build_layout(ctx, layout if isinstance(layout, Layout) else Layout(**layout), use_cpu)
+
+    return build
+
+
+def checker(skip: set[tuple[str, int]], gather_limit: int | None) -> Any:
+    """A rank function doing step 2 of an apply (for ``execute``)."""
+
+    def check(ctx: RankContext) -> dict[str, Any]:
+        return check_built_groups(ctx, skip, gather_limit)
+
+    return check
 
 
 def _unknown(kind: str) -> Any:
@@ -256,7 +276,9 @@ def _worker(spec: WorkerSpec, rank: int, server_pid: int, authkey: bytes) -> int
         if message.kind == "run":
             outcome = execute(ctx, payload=message.payload)
         elif message.kind == "apply":
-            outcome = execute(ctx, applier(message.payload, use_cpu), ())
+            outcome = execute(ctx, builder(message.payload, use_cpu), ())
+        elif message.kind == "check":
+            outcome = execute(ctx, checker(*message.payload), ())
         else:
             outcome = execute(ctx, _unknown(message.kind), ())
         channel.send(Reply(message.call_id, rank, outcome))
