@@ -56,8 +56,11 @@ class Workers:
 
     @property
     def alive(self) -> bool:
-        """Whether every worker process still runs (and the generation was not stopped)."""
-        return not self.stopped and all(process_running(pid) for pid in self.pids.values())
+        """Whether every worker process still exists (and the generation was not stopped).
+
+        A worker that died a moment ago may still count until the server reaps it; a call to it then reports it.
+        """
+        return not self.stopped and all(pid_alive(pid) for pid in self.pids.values())
 
     # ------------------------------------------------------------------ the call transport
     def send(self, call: Call) -> set[int]:
