@@ -32,6 +32,7 @@ _LAZY: dict[str, str] = {
     "LocalCluster": ".runtime",
     "ClusterError": ".runtime",
     "ClusterTimeout": ".runtime",
+    "BackendUnavailable": ".runtime",
     "RankResults": ".runtime",
     "Verification": ".runtime",
     "load_report": ".runtime",

@@ -89,7 +89,7 @@ def _descendants() -> set[int]:
 def test_a_barrage_of_interrupts_never_leaves_the_cluster_out_of_step(cluster, layout_of):
     with _interrupts_inside_the_package():
         for every in (0.5, 0.05, 0.004):  # coarse to fine: every moment of a call, its grace and its cleanup
-            with _barrage(4.0, every) as over:
+            with _barrage(2.0, every) as over:
                 while not over.is_set():
                     with contextlib.suppress(KeyboardInterrupt, ClusterError):
                         cluster.run(_hang_on_all_but_rank_5, timeout=30)
@@ -260,7 +260,7 @@ def test_a_call_waiting_behind_a_hung_call_keeps_its_own_deadline(cluster):
 
     def hang() -> None:
         try:
-            cluster.run(_hang_on_all_but_rank_5, timeout=20)
+            cluster.run(_hang_on_all_but_rank_5, timeout=8)
         except BaseException as error:  # noqa: BLE001 - recorded for the assertion below
             first.append(error)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .common import add_layout_arguments, layout_from_args
+from .common import add_layout_arguments, error_line, layout_from_args
 
 HELP = "verify a layout with real process groups on a local cluster (gloo on CPU, NCCL on GPUs)"
 
@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     layout = layout_from_args(args)  # LayoutError -> exit 2 in cli.main
     from ..checks import check_layout
-    from ..runtime import BackendUnavailable, ClusterError, LocalCluster
+    from ..runtime import ClusterError, LocalCluster
 
     try:
         with LocalCluster(
@@ -42,10 +42,7 @@ def run(args: argparse.Namespace) -> int:
         ) as cluster:
             result = check_layout(cluster, layout, timeout=args.timeout)
     except ClusterError as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        if isinstance(error, BackendUnavailable):
-            first += f" (--backend {error.alternative})"
-        sys.stderr.write(f"fastdist-lab check: error: {first}\n")
+        sys.stderr.write(f"fastdist-lab check: error: {error_line(error)}\n")
         return 2
     print(result.to_text(verbose=args.verbose))
     if args.report:

@@ -135,3 +135,12 @@ def config_from_args(args: argparse.Namespace, rank: int) -> DistributedConfig:
         )
     except LayoutError as error:
         raise _with_defaults_named(error, defaulted) from None
+
+
+def error_line(error: BaseException) -> str:
+    """The first line of an error, for a one-line CLI message; a backend the machine cannot run names the flag
+    that picks another (``--backend gloo``)."""
+    text = str(error).strip()
+    first = text.splitlines()[0] if text else type(error).__name__
+    alternative = getattr(error, "alternative", None)  # runtime.BackendUnavailable, read duck-typed
+    return f"{first} (--backend {alternative})" if alternative else first

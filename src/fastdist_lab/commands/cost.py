@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from ..cost import HARDWARE_PRESETS, PRESETS, RECOMPUTE, CostError
-from .common import add_layout_arguments, layout_from_args
+from .common import add_layout_arguments, error_line, layout_from_args
 
 HELP = "estimate what one training step costs on a layout: memory per stage, bytes per group, time per dim"
 
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             replayed = _replay(args, layout, model, training)
         except Exception as error:  # CostError, ClusterError: one line, never a traceback
-            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            first = error_line(error)
             sys.stderr.write(f"fastdist-lab cost: error: {first}\n")
             return 2
     if args.format == "json":

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..config import DEFAULT_SEED_SHIFTS, LayoutError, PhaseType
 from ..seeds import check_step, step_note
-from .common import add_layout_arguments, layout_from_args
+from .common import add_layout_arguments, error_line, layout_from_args
 
 HELP = "show which ranks share each generator stream and check the seeds (--real: draw them on workers too)"
 
@@ -110,8 +110,7 @@ def _run(args: argparse.Namespace) -> int:
         try:
             real = _real(layout, args)
         except ClusterError as error:
-            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            sys.stderr.write(f"fastdist-lab streams: error: {first}\n")
+            sys.stderr.write(f"fastdist-lab streams: error: {error_line(error)}\n")
             return 2
     device = real.devices[real.generator_index("pp")] if real is not None else "cpu"
     predicted = predict(layout, args.step, args.phase, args.draws, device=device)

@@ -98,32 +98,40 @@ def _collect(transport: CallTransport, state: CallState, deadline: float, progre
     ``deadline`` (monotonic) passes. Replies to other calls are dropped."""
     total = len(state.ranks)
     death_cutoff: float | None = None
-    next_check = next_tick = time.monotonic()
-    while state.pending:
-        now = time.monotonic()
-        if state.dead and death_cutoff is None:
-            death_cutoff = now + DEATH_GRACE
-        cutoff = deadline if death_cutoff is None else min(deadline, death_cutoff)
-        if now >= cutoff:
-            return
-        for rank, reply in transport.receive(state.pending, min(cutoff - now, LIVENESS_EVERY)):
-            if reply is None:
-                state.pending.discard(rank)
-                state.dead.add(rank)
-            elif reply.call_id == state.call.call_id:
-                outcome = reply.outcome  # a worker's pickled outcome, or the result of a rank in this process
-                state.records[rank] = outcome if isinstance(outcome, RankResult) else outcome_to_result(rank, outcome)
-                state.pending.discard(rank)
-        now = time.monotonic()
-        if now >= next_check:
-            gone = transport.gone(state.pending)
-            state.pending -= gone
-            state.dead |= gone
-            next_check = now + LIVENESS_EVERY
-        if progress is not None and (now >= next_tick or not state.pending):
-            done = len(state.records)
-            progress(done, total, f"{state.label}: {done} of {total} ranks answered")
-            next_tick = now + TICK
+    next_tick = time.monotonic()
+    next_check = next_tick + LIVENESS_EVERY  # a death closes the channel at once; the check is for the rest
+    with hold_interrupts() as held:  # an interrupt is taken between two rounds, never in the middle of one
+        while state.pending:
+            held.deliver()
+            now = time.monotonic()
+            if state.dead and death_cutoff is None:
+                death_cutoff = now + DEATH_GRACE
+            cutoff = deadline if death_cutoff is None else min(deadline, death_cutoff)
+            if now >= cutoff:
+                return
+            _take(state, transport.receive(state.pending, min(cutoff - now, LIVENESS_EVERY)))
+            now = time.monotonic()
+            if now >= next_check:
+                gone = transport.gone(state.pending)
+                state.pending -= gone
+                state.dead |= gone
+                next_check = now + LIVENESS_EVERY
+            if progress is not None and (now >= next_tick or not state.pending):
+                done = len(state.records)
+                progress(done, total, f"{state.label}: {done} of {total} ranks answered")
+                next_tick = now + TICK
+
+
+def _take(state: CallState, arrived: list[tuple[int, Reply | None]]) -> None:
+    """Record replies to this call (others are late answers to earlier calls, dropped) and closed channels."""
+    for rank, reply in arrived:
+        if reply is None:
+            state.pending.discard(rank)
+            state.dead.add(rank)
+        elif reply.call_id == state.call.call_id:
+            outcome = reply.outcome  # a worker's pickled outcome, or the result of a rank in this process
+            state.records[rank] = outcome if isinstance(outcome, RankResult) else outcome_to_result(rank, outcome)
+            state.pending.discard(rank)
 
 
 def perform_call(

@@ -20,7 +20,7 @@ HARMLESS_C10D = (b"The hostname of the client socket cannot be retrieved",)
 cannot name 127.0.0.1); filtered out, everything else passes through."""
 
 
-class OutputCapture(io.TextIOBase):
+class OutputCapture(io.StringIO):
     """A text stream keeping the first ``head`` and the last ``tail`` characters written to it.
 
     ``getvalue()`` returns everything when it fit; otherwise the beginning up to its last whole line, a marker
@@ -30,54 +30,52 @@ class OutputCapture(io.TextIOBase):
     def __init__(self, head: int = HEAD_CHARS, tail: int = TAIL_CHARS):
         super().__init__()
         self._head_limit, self._tail_limit = head, tail
-        self._head: list[str] = []
-        self._head_size = 0
-        self._tail: collections.deque[str] = collections.deque()
+        self._tail: collections.deque[str] | None = None  # once the head is full
         self._tail_size = 0
         self._cut_chars = 0
         self._cut_lines = 0
         self._tail_starts_line = True
 
-    def writable(self) -> bool:
-        """Always: this is an output stream."""
-        return True
-
     def write(self, text: str) -> int:
         """Keep ``text`` in the head while it has room, then in the tail (dropping the tail's oldest text)."""
         length = len(text)
-        room = self._head_limit - self._head_size
-        if room > 0:
-            self._head.append(text[:room])
-            self._head_size += min(room, length)
-            text = text[room:]
-        if text:
-            self._tail.append(text)
-            self._tail_size += len(text)
-            while self._tail_size > self._tail_limit:
-                excess = self._tail_size - self._tail_limit
-                first = self._tail[0]
-                dropped, self._tail[0] = first[:excess], first[excess:]
-                if not self._tail[0]:
-                    self._tail.popleft()
-                self._tail_size -= len(dropped)
-                self._cut_chars += len(dropped)
-                self._cut_lines += dropped.count("\n")
-                self._tail_starts_line = dropped.endswith("\n")
+        if self._tail is None:
+            room = self._head_limit - self.tell()
+            if length <= room:
+                return super().write(text)
+            if room > 0:
+                super().write(text[:room])
+            self._tail = collections.deque()
+            text = text[max(room, 0) :]
+        self._tail.append(text)
+        self._tail_size += len(text)
+        while self._tail_size > self._tail_limit:
+            excess = self._tail_size - self._tail_limit
+            first = self._tail[0]
+            dropped, self._tail[0] = first[:excess], first[excess:]
+            if not self._tail[0]:
+                self._tail.popleft()
+            self._tail_size -= len(dropped)
+            self._cut_chars += len(dropped)
+            self._cut_lines += dropped.count("\n")
+            self._tail_starts_line = dropped.endswith("\n")
         return length
 
     def getvalue(self) -> str:
         """The captured text, with the marker where something was cut."""
-        head, tail = "".join(self._head), "".join(self._tail)
+        head = super().getvalue()
+        if self._tail is None:
+            return head
+        tail = "".join(self._tail)
         if not self._cut_chars:
             return head + tail
         cut_chars, cut_lines = self._cut_chars, self._cut_lines
         end = head.rfind("\n") + 1
-        if end:
+        if end:  # the head's unfinished last line goes too
             cut_chars += len(head) - end
-            cut_lines += head[end:].count("\n")
             head = head[:end]
         start = 0 if self._tail_starts_line else tail.find("\n") + 1
-        if 0 < start < len(tail):
+        if 0 < start < len(tail):  # and so does what is left of the line the tail starts in
             cut_chars += start
             cut_lines += 1
             tail = tail[start:]

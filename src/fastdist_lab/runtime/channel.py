@@ -1,10 +1,10 @@
 """The control channel: typed messages between the controller, the worker server and the workers.
 
-One module both ends import. Every message is a frozen dataclass; ``Channel.receive`` names the types it accepts
-and refuses anything else, so a start-up handshake verifies what it got. Requests to the server carry a number and
-``Channel.ask`` drops replies to other numbers (a reply left over from an interrupted request cannot be taken for
-the next one). A worker's call reply becomes a ``RankResult`` in exactly one place, ``outcome_to_result``, used by
-the local cluster and by the torchrun path alike.
+One module both ends import. Every message is a frozen dataclass or a named tuple; ``Channel.receive`` names
+the types it accepts and refuses anything else, so a start-up handshake verifies what it got. Requests to the
+server carry a number and ``Channel.ask`` drops replies to other numbers (a reply left over from an interrupted
+request cannot be taken for the next one). A worker's call reply becomes a ``RankResult`` in exactly one place,
+``outcome_to_result``, used by the local cluster and by the torchrun path alike.
 
 The channel is a unix socket with a short address (a path in the cluster's private directory, or an abstract name
 where that path would be too long). Each connection first proves, both ways, that it knows the cluster's random
@@ -23,12 +23,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, NamedTuple
 
 import cloudpickle
 
 from .errors import ClusterError, ClusterTimeout
-from .procs import hold_interrupts
+from .procs import hold_interrupts, interrupts_held
 from .results import RankError, RankResult
 
 HANDSHAKE_TIMEOUT = 5.0
@@ -67,9 +67,11 @@ class WorkerSpec:
     store_port: int = 0
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """A worker's answer to one call: status, pickled value or error, captured output and duration."""
+class Outcome(NamedTuple):
+    """A worker's answer to one call: status, pickled value or error, captured output and duration.
+
+    (``Outcome``, ``Call`` and ``Reply`` travel on every call: tuples, which are quicker to build and pickle.)
+    """
 
     status: str
     value: bytes | None
@@ -170,8 +172,7 @@ class WorkerFailed:
     error: dict[str, str]
 
 
-@dataclass(frozen=True)
-class Call:
+class Call(NamedTuple):
     """Request to every worker: ``kind`` ``"run"`` (payload: pickled ``(fn, args)``) or ``"apply"`` (layout fields)."""
 
     call_id: int
@@ -179,8 +180,7 @@ class Call:
     payload: Any
 
 
-@dataclass(frozen=True)
-class Reply:
+class Reply(NamedTuple):
     """A worker's answer to the call ``call_id``."""
 
     call_id: int
@@ -214,6 +214,8 @@ class Channel:
     def __init__(self, connection: Connection, peer: str):
         self.connection = connection
         self.peer = peer
+        self.holds_interrupts = True
+        """Whether sending and receiving hold SIGINT back (not needed where SIGINT never raises meanwhile)."""
         self._requests = 0
 
     def fileno(self) -> int:
@@ -222,6 +224,9 @@ class Channel:
 
     def send(self, message: object) -> None:
         """Send one message whole (an interrupt waits until it is out)."""
+        if not self.holds_interrupts or interrupts_held():
+            self.connection.send(message)
+            return
         with hold_interrupts():
             self.connection.send(message)
 
@@ -234,8 +239,11 @@ class Channel:
 
         Raises ``EOFError`` / ``OSError`` when the peer is gone.
         """
-        with hold_interrupts():
+        if not self.holds_interrupts or interrupts_held():
             message = self.connection.recv()
+        else:
+            with hold_interrupts():
+                message = self.connection.recv()
         if expected and not isinstance(message, expected):
             names = " or ".join(kind.__name__ for kind in expected)
             raise ProtocolError(f"{self.peer} sent {type(message).__name__} where {names} was expected")

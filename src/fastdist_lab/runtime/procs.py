@@ -188,28 +188,56 @@ def raise_file_limit(needed: int) -> int:
     return needed
 
 
+_holding = False
+"""Whether ``hold_interrupts`` is active in the main thread (an inner one then has nothing to do)."""
+
+
+class HeldInterrupts:
+    """What ``hold_interrupts`` yields: ``deliver()`` hands a SIGINT caught so far to the previous handler now (a
+    safe point inside the block); the block's end delivers one caught afterwards."""
+
+    def __init__(self, previous: Any = None):
+        self.previous = previous
+        self.caught: list[Any] = []
+
+    def deliver(self) -> None:
+        """Deliver a caught SIGINT now (the default handler raises ``KeyboardInterrupt``); nothing if none."""
+        if not self.caught:
+            return
+        frame = self.caught[0]
+        self.caught.clear()
+        if callable(self.previous):
+            self.previous(signal.SIGINT, frame)
+        elif self.previous != signal.SIG_IGN:
+            raise KeyboardInterrupt
+
+
+def interrupts_held() -> bool:
+    """Whether a SIGINT cannot raise here now: ``hold_interrupts`` is active, or this is not the main thread."""
+    return _holding or threading.current_thread() is not threading.main_thread()
+
+
 @contextlib.contextmanager
-def hold_interrupts() -> Iterator[None]:
+def hold_interrupts() -> Iterator[HeldInterrupts]:
     """Hold a SIGINT back until the block is done, then deliver it (main thread only; elsewhere a no-op).
 
     For work that must happen whole: a message sent or received (half a message would leave a channel out of step),
-    processes killed, state marked.
+    processes killed, state marked. A long block can call ``deliver()`` on what it gets at its safe points.
     """
-    if threading.current_thread() is not threading.main_thread():
-        yield
+    global _holding
+    if interrupts_held():
+        yield HeldInterrupts()  # held further out (which delivers the interrupt), or none can arrive here
         return
-    caught: list[Any] = []
+    held = HeldInterrupts()
     try:
-        previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(frame))
+        held.previous = signal.signal(signal.SIGINT, lambda signum, frame: held.caught.append(frame))
     except ValueError:  # not the main interpreter
-        yield
+        yield held
         return
+    _holding = True
     try:
-        yield
+        yield held
     finally:
-        signal.signal(signal.SIGINT, previous)
-        if caught:
-            if callable(previous):
-                previous(signal.SIGINT, caught[0])
-            elif previous != signal.SIG_IGN:
-                raise KeyboardInterrupt
+        _holding = False
+        signal.signal(signal.SIGINT, held.previous)
+        held.deliver()

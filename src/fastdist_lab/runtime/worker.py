@@ -243,6 +243,7 @@ def _worker(spec: WorkerSpec, rank: int, server_pid: int, authkey: bytes) -> int
     torch.set_num_threads(spec.threads)
 
     channel = connect(spec.address, authkey, timeout=spec.timeout)
+    channel.holds_interrupts = False  # SIGINT raises only inside user code here (see _Interruptible)
     _detach_in_children(channel.fileno())
     channel.send(WorkerHello(rank, os.getpid()))
     backend = DistributedBackend.parse(spec.backend)

@@ -12,14 +12,23 @@ import os
 import signal
 import time
 from multiprocessing.connection import wait
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .channel import Call, Channel, Exit, ProtocolError, Reply
 from .procs import hold_interrupts, kill_quietly, pid_alive, process_running
 from .results import RankError
 
-if TYPE_CHECKING:
-    from .supervisor import WorkerServer
+
+class WorkerServer(Protocol):
+    """What a generation of workers asks of the server that forked them (``supervisor.WorkerServer``); declared
+    here so that the supervisor, which makes the generation, and the generation do not import each other."""
+
+    def exit_statuses(self, pids: list[int]) -> dict[int, str]:
+        """How each of ``pids`` ended, in words, keyed by pid."""
+
+    def kill_workers(self, pids: list[int]) -> None:
+        """End the workers ``pids`` (and their descendants) and wait until they are gone."""
+
 
 STACK_WAIT = 1.5
 """Seconds to wait for the stack dumps of ranks that did not answer."""
@@ -56,8 +65,11 @@ class Workers:
 
     @property
     def alive(self) -> bool:
-        """Whether every worker process still runs (and the generation was not stopped)."""
-        return not self.stopped and all(process_running(pid) for pid in self.pids.values())
+        """Whether every worker process still exists (and the generation was not stopped).
+
+        A worker that died a moment ago may still count until the server reaps it; a call to it then reports it.
+        """
+        return not self.stopped and all(pid_alive(pid) for pid in self.pids.values())
 
     # ------------------------------------------------------------------ the call transport
     def send(self, call: Call) -> set[int]:
