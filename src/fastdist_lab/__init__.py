@@ -30,6 +30,11 @@ __version__ = "0.1.0"
 _LAZY: dict[str, str] = {
     # process-group runtime (imports torch)
     "LocalCluster": ".runtime",
+    "SimulatedCluster": ".runtime",
+    "open_cluster": ".runtime",
+    "CLUSTER_MODES": ".runtime",
+    "CapacityError": ".runtime",
+    "InProcessUnavailable": ".runtime",
     "ClusterError": ".runtime",
     "ClusterTimeout": ".runtime",
     "BackendUnavailable": ".runtime",

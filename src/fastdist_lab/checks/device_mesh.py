@@ -31,6 +31,14 @@ def _loopback_interface() -> str | None:
     return None
 
 
+def mesh_of_dim(mesh: Any, dim: str, mesh_dims: tuple[str, ...]) -> Any:
+    """The sub-mesh of ``mesh`` for this project's dim ``dim``: one mesh dim, or ``mesh_dims`` flattened (torch's
+    only way to a flattened mesh dim, ``_flatten``, which torchtitan uses too)."""
+    if len(mesh_dims) == 1:
+        return mesh[mesh_dims[0]]
+    return mesh[mesh_dims]._flatten(f"fastdist_{dim}")  # noqa: SLF001
+
+
 def mesh_worker(
     ctx: Any,
     shape: tuple[int, ...],
@@ -70,10 +78,7 @@ def mesh_worker(
             mesh = init_device_mesh(device.type, shape, mesh_dim_names=names)
             out: dict[str, Any] = {"mesh": mesh.mesh.tolist(), "coordinate": list(mesh.get_coordinate() or [])}
             for dim, mesh_dims in dims.items():
-                if len(mesh_dims) == 1:
-                    sub = mesh[mesh_dims[0]]
-                else:  # torch's only way to a flattened mesh dim (what torchtitan uses too)
-                    sub = mesh[mesh_dims]._flatten(f"fastdist_{dim}")  # noqa: SLF001
+                sub = mesh_of_dim(mesh, dim, mesh_dims)
                 group = sub.get_group()
                 mine = torch.tensor([ctx.rank], dtype=torch.int64, device=device)
                 gathered = [torch.zeros_like(mine) for _ in range(group.size())]

@@ -1,5 +1,11 @@
 """The main job: every group of a layout verified with real collectives, and every rank's real generator streams
-compared with the prediction, on a running cluster (``fastdist-lab check``, the cluster panel)."""
+compared with the prediction, on a running cluster (``fastdist-lab check``, the cluster panel).
+
+The cluster may be real processes (``LocalCluster``), a simulated world (``SimulatedCluster``: threads or fake
+groups) or a launched job (``runtime.torchrun.LaunchedCluster``); what was proven depends on it and is said in the
+text (``WHAT_IS_CHECKED``). A fake world cannot run collectives, so its check adds torch's ``DeviceMesh`` built
+with fake groups for ``"cpu"`` and ``"cuda"`` (``fake_device_mesh_check``).
+"""
 
 from __future__ import annotations
 
@@ -8,43 +14,59 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..layout import Layout
+from ..runtime.verification import members_text
+from ..runtime.verify import THREADS_GATHER_LIMIT
 from ..streams import compare_on_cluster, comparison_text
+from .fake_mesh import fake_device_mesh_check
 
 if TYPE_CHECKING:
     import pandas as pd
 
-MEMBERS_SHOWN = 8
-"""Members of one group written out in the verbose table (longer groups are shortened in the middle)."""
-
-WHAT_IS_CHECKED = (
-    "in every group of every dim, an all-gather of the members' global ranks must give the member list in "
-    "group-rank order and an all-reduce (sum) their sum; every rank's generator seeds are compared with Fast-LLM's "
-    "formulas; then every rank's real generator streams (the first draws of each generator) with the prediction"
+_POOLS = (
+    "each rank's pool must hold, for every dim, the group of the layout's members with the rank at its group rank "
+    "(checked on every rank without communication)"
 )
-"""One sentence for users: what ``check_layout`` verifies."""
-
-
-def members_text(members: Any, limit: int = MEMBERS_SHOWN) -> str:
-    """``"0 1 2 3"``, or ``"0 1 2 3 ... 63 (64 ranks)"`` past ``limit`` members."""
-    members = [int(m) for m in members]
-    if len(members) <= limit:
-        return " ".join(map(str, members))
-    return " ".join(map(str, members[: limit // 2])) + f" ... {members[-1]} ({len(members)} ranks)"
+_SUMS = (
+    "an all-reduce of a few terms per member (count, global rank, slot, dim and first member with their squares) "
+    "must give the exact sums, which only the layout's members in group-rank order give"
+)
+_STREAMS = (
+    "every rank's generator seeds are compared with Fast-LLM's formulas; then every rank's real generator streams "
+    "(the first draws of each generator) with the prediction"
+)
+WHAT_IS_CHECKED = {
+    "processes": f"{_POOLS}; then in every group {_SUMS}, and an all-gather of global ranks the member list; "
+    f"{_STREAMS}",
+    "threads": f"{_POOLS}; then in every group, with torch's threaded process groups (one thread per rank, real "
+    f"collectives, no network transport), {_SUMS}, and groups of up to {THREADS_GATHER_LIMIT} members are "
+    f"all-gathered too; {_STREAMS}",
+    "fake": f"{_POOLS}, with torch's fake process groups: no collective ran; torch's DeviceMesh of the layout is "
+    f"built and sliced with fake groups for each device type at a sample of ranks; {_STREAMS}",
+}
+"""For users, per cluster mode: what ``check_layout`` verifies, in one sentence."""
 
 
 @dataclass
 class LayoutCheck:
-    """What ``check_layout`` found: the group ``verification`` (``Verification``) and the real-vs-predicted
-    ``streams`` comparison (``None`` when the groups failed and the streams were not drawn)."""
+    """What ``check_layout`` found: the group ``verification`` (``Verification``), the real-vs-predicted
+    ``streams`` comparison (``None`` when the groups failed and the streams were not drawn) and, for a fake world,
+    the fake ``DeviceMesh`` check (``mesh``, else ``None``)."""
 
     layout: Layout
     verification: Any
     streams: pd.DataFrame | None
+    mesh: pd.DataFrame | None = None
+
+    @property
+    def mode(self) -> str:
+        """What ran the ranks: ``"processes"``, ``"threads"`` or ``"fake"``."""
+        return str(getattr(self.verification, "mode", "processes"))
 
     @property
     def ok(self) -> bool:
         """Whether every group passed, every seed matched and every real stream equals the prediction."""
-        return bool(self.verification.ok and self.streams is not None and self.streams.attrs.get("matches"))
+        mesh_ok = self.mesh is None or bool(self.mesh.attrs.get("ok"))
+        return bool(self.verification.ok and self.streams is not None and self.streams.attrs.get("matches") and mesh_ok)
 
     def dim_summary(self) -> pd.DataFrame:
         """One row per dim: group size, number of groups, how many passed and failed, slowest group's seconds."""
@@ -61,7 +83,8 @@ class LayoutCheck:
         """The layout, what was checked, one row per dim, every failure in full (``verbose``: every group), and
         the streams verdict; as ``fastdist-lab check`` prints it."""
         verification = self.verification
-        lines = [f"layout: {self.layout!r}", *textwrap.wrap(f"checked: {WHAT_IS_CHECKED}.", 110), ""]
+        what = WHAT_IS_CHECKED.get(self.mode, WHAT_IS_CHECKED["processes"])
+        lines = [f"layout: {self.layout!r}", *textwrap.wrap(f"checked: {what}.", 110), ""]
         lines.append(verification.summary())
         lines.append(self.dim_summary().to_string())
         failures = [row for row in verification.rows if not row["ok"]]
@@ -78,6 +101,9 @@ class LayoutCheck:
                 seconds=[f"{s:.3f}" for s in frame["seconds"]],
             )[["dim", "group", "members", "size", "ok", "seconds", "detail"]]
             lines += ["", "every group:", frame.to_string(index=False)]
+        if self.mesh is not None:
+            lines.append("")
+            lines.append(_mesh_text(self.mesh))
         lines.append("")
         if self.streams is None:
             lines.append("generator streams: not drawn (the groups failed)")
@@ -91,9 +117,33 @@ class LayoutCheck:
         return self.to_text()
 
 
+def _mesh_text(mesh: pd.DataFrame) -> str:
+    """One line per device type: how the fake DeviceMesh check went."""
+    ranks = mesh.attrs.get("ranks", [])
+    lines = []
+    for device_type, rows in mesh.groupby("device_type", sort=False):
+        bad = rows[~rows["ok"].astype(bool)]
+        verdict = "every dim's sub-mesh group matches" if bad.empty else f"{len(bad)} dims differ"
+        lines.append(
+            f"DeviceMesh ({device_type}, fake groups, as ranks {members_text(ranks)}): {verdict}"
+            + ("" if bad.empty else f"; {bad.iloc[0]['dim']}: {bad.iloc[0]['first_mismatch']}")
+        )
+    return "\n".join(lines)
+
+
 def check_layout(cluster: Any, layout: Layout, timeout: float | None = None) -> LayoutCheck:
-    """Apply ``layout`` on ``cluster`` (every group checked with real collectives) and, when every group passed,
-    draw every rank's generator streams and compare them with the prediction."""
+    """Apply ``layout`` on ``cluster`` (every group checked; see ``WHAT_IS_CHECKED`` for each mode) and, when every
+    group passed, draw every rank's generator streams and compare them with the prediction. On a fake world, also
+    build torch's ``DeviceMesh`` with fake groups (``fake_device_mesh_check``)."""
     verification = cluster.apply(layout, timeout=timeout)
     streams = compare_on_cluster(cluster, timeout=timeout) if verification.ok else None
-    return LayoutCheck(layout, verification, streams)
+    mesh = None
+    if getattr(verification, "mode", "processes") == "fake" and verification.ok:
+        mesh = fake_device_mesh_check(verification_layout(layout, cluster))
+    return LayoutCheck(layout, verification, streams, mesh)
+
+
+def verification_layout(layout: Layout, cluster: Any) -> Layout:
+    """``layout`` as the cluster applied it (a ``DistributedConfig`` or fields become a ``Layout``)."""
+    applied = getattr(cluster, "layout", None)
+    return applied if isinstance(applied, Layout) else layout
