@@ -88,6 +88,11 @@ class PhaseType(str, enum.Enum):
         raise LayoutError(f"phase={value!r} is not a phase; use one of {names}")
 
 
+CLUSTER_MODES: tuple[str, ...] = ("processes", "threads", "fake")
+"""What may run a world's ranks (``runtime.open_cluster``): one OS process per rank, or one process simulating
+them with torch's threaded process groups (real collectives) or its fake ones (membership only)."""
+
+
 class DistributedBackend(str, enum.Enum):
     """The torch.distributed backend the process groups use."""
 

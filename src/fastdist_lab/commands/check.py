@@ -1,5 +1,8 @@
 """``fastdist-lab check``: start a local cluster, apply the layout, check every group with real collectives,
-then compare every rank's real generator streams with the prediction (the main job)."""
+then compare every rank's real generator streams with the prediction (the main job).
+
+``--simulate threads|fake`` runs the ranks in this process instead (``SimulatedCluster``): worlds of thousands of
+ranks that do not fit on the machine as processes; the output says what such a check proves."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ import sys
 
 from .common import add_layout_arguments, error_line, layout_from_args
 
-HELP = "verify a layout with real process groups on a local cluster (gloo on CPU, NCCL on GPUs)"
+HELP = "verify a layout with real process groups on a local cluster (gloo on CPU, NCCL on GPUs), or simulated"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -17,7 +20,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--backend", choices=("auto", "gloo", "nccl"), default="auto", help="auto: NCCL with a GPU per rank, else gloo"
     )
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds allowed for start-up and the check")
+    parser.add_argument(
+        "--simulate",
+        choices=("threads", "fake"),
+        default=None,
+        help="run the ranks in this process: threads (torch's threaded groups, real collectives) or fake (torch's "
+        "fake groups: membership only, no collective); for worlds too big for one process per rank",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds allowed for start-up and each step (default: 60; simulated: 60 + 0.02 per rank)",
+    )
     parser.add_argument("--report", default=None, help="also write the JSON report here")
     parser.add_argument("--quiet", action="store_true", help="no start-up progress on stderr")
     parser.add_argument("--verbose", action="store_true", help="also print every group with its members")
@@ -25,18 +40,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Check the layout; 0 when every group passed, 1 when one failed, 2 for bad input or a cluster failure."""
-    if not args.timeout > 0:
+    if args.timeout is not None and not args.timeout > 0:
         sys.stderr.write(f"fastdist-lab check: error: --timeout={args.timeout} must be > 0\n")
         return 2
     layout = layout_from_args(args)  # LayoutError -> exit 2 in cli.main
     from ..checks import check_layout
-    from ..runtime import ClusterError, LocalCluster
+    from ..runtime import ClusterError, open_cluster
 
     try:
-        with LocalCluster(
+        with open_cluster(
+            args.simulate or "processes",
             layout.world_size,
-            backend=args.backend,
             local_world_size=layout.local_world_size,
+            backend=args.backend,
             timeout=args.timeout,
             progress=False if args.quiet else None,
         ) as cluster:

@@ -143,4 +143,6 @@ def error_line(error: BaseException) -> str:
     text = str(error).strip()
     first = text.splitlines()[0] if text else type(error).__name__
     alternative = getattr(error, "alternative", None)  # runtime.BackendUnavailable, read duck-typed
-    return f"{first} (--backend {alternative})" if alternative else first
+    if alternative in ("gloo", "nccl"):  # (a CapacityError's alternative is a mode, already named in its text)
+        return f"{first} (--backend {alternative})"
+    return first

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..config import CLUSTER_MODES
 from .capacity import fits
 from .cluster import LocalCluster
-from .simulated import SIMULATED_MODES, SimulatedCluster, default_timeout
+from .simulated import SimulatedCluster, default_timeout
 
-CLUSTER_MODES = ("processes", *SIMULATED_MODES)
-"""``"processes"`` (one OS process per rank, real gloo / NCCL groups), ``"threads"`` and ``"fake"``."""
+__all__ = ["CLUSTER_MODES", "MODE_PROVES", "check_mode", "open_cluster", "suggested_mode"]
 
 MODE_PROVES = {
     "processes": "real process groups (gloo over loopback, or NCCL): membership, order and arithmetic of every "

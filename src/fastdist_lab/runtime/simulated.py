@@ -29,7 +29,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..config import DistributedConfig, LayoutError
+from ..config import CLUSTER_MODES, DistributedConfig, LayoutError
 from ..layout import Layout
 from .arguments import call_limit, check_progress, cluster_sizes, cluster_timeout, held
 from .calls import CallState, perform_call
@@ -45,7 +45,7 @@ from .verification import Verification
 from .verify import THREADS_GATHER_LIMIT, apply_in_two_steps, layout_for_cluster, layout_groups, rank_coordinates
 from .worker import RankContext, builder, checker
 
-SIMULATED_MODES = ("threads", "fake")
+SIMULATED_MODES = CLUSTER_MODES[1:]
 """The modes of a ``SimulatedCluster``."""
 BACKEND_OF_MODE = {"threads": "threaded", "fake": "fake"}
 """torch's name of the process groups each mode uses."""

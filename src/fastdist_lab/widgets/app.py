@@ -98,13 +98,16 @@ def lab(
     sequence_data_parallel: int = 2,
     pipeline_first: bool = False,
     backend: str = "auto",
-    timeout: float = 60,
+    timeout: float | None = None,
+    mode: str = "processes",
 ) -> Lab:
     """The lab: a ``LayoutPanel`` (default world 8 = tensor 2 x pipeline 2 x sequence-data 2 on one node), a
     ``ClusterPanel``, a ``StreamsPanel`` and a ``CostPanel``, linked, in one widget. No cluster is started until
     Start is clicked.
 
-    ``lab(layout)`` opens the lab on an existing ``Layout`` (its sizes, order and seed).
+    ``lab(layout)`` opens the lab on an existing ``Layout`` (its sizes, order and seed). ``mode`` is what the
+    cluster panel starts (``"processes"``, ``"threads"`` or ``"fake"``; a world too big for processes gets
+    ``"threads"`` proposed); ``timeout`` defaults to each mode's default (60 s for processes).
     """
     if isinstance(world_size, Layout):
         layout_panel = LayoutPanel.from_layout(world_size)
@@ -117,6 +120,6 @@ def lab(
             sequence_data_parallel=sequence_data_parallel,
             pipeline_first=pipeline_first,
         )
-    cluster_panel = ClusterPanel(layout_panel.layout, backend=backend, timeout=timeout)
+    cluster_panel = ClusterPanel(layout_panel.layout, backend=backend, timeout=timeout, mode=mode)
     streams_panel = StreamsPanel(layout_panel.layout)
     return Lab(layout_panel, cluster_panel, streams_panel, CostPanel(layout_panel.layout))

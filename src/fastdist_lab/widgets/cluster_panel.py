@@ -1,5 +1,5 @@
-"""``ClusterPanel``: start / stop a real ``LocalCluster``, apply the layout, show each rank's verdict on the grid
-(the verification table one click away)."""
+"""``ClusterPanel``: start / stop a real ``LocalCluster`` (or a simulated world: ``SimulatedCluster`` with threads
+or fake groups), apply the layout, show each rank's verdict on the grid (the verification table one click away)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import ipywidgets as widgets
 import traitlets
 
 from ..checks import rank_summary
+from ..config import CLUSTER_MODES
 from ..layout import Layout
 from ..viz import grid_picture, verdict_marks
 from .common import TABLE_STYLE, Panel, error_html, frame_table, short_error
@@ -20,7 +21,12 @@ from .layout_panel import LayoutPanel
 from .rank_card import CARD_HINT, hover_text, rank_card_html
 
 if TYPE_CHECKING:
-    from ..runtime import LocalCluster, RankResults, Verification
+    from ..runtime import RankResults, Verification
+
+MODE_LABELS = {"processes": "processes (one per rank)", "threads": "threads (simulated)", "fake": "fake (membership)"}
+"""How the mode menu names each of ``CLUSTER_MODES``."""
+CAPACITY_FROM = 128
+"""World sizes from which the panel asks whether the world fits on this machine as processes."""
 
 
 def verification_html(verification: Verification) -> str:
@@ -33,7 +39,9 @@ def verification_html(verification: Verification) -> str:
     if "ok" in frame:
         frame["ok"] = frame["ok"].map(lambda v: "True" if bool(v) else "False")
     verdict = "every group ok" if verification.ok else "some checks FAILED"
-    return TABLE_STYLE + f"<b>{html.escape(verdict)}</b>" + frame_table(frame)
+    mode = getattr(verification, "mode", "processes")
+    how = "" if mode == "processes" else f" ({html.escape(verification.summary().rpartition(' (')[2].rstrip(')'))})"
+    return TABLE_STYLE + f"<b>{html.escape(verdict)}</b>{how}" + frame_table(frame)
 
 
 def results_html(results: RankResults) -> str:
@@ -49,10 +57,13 @@ def results_html(results: RankResults) -> str:
 
 
 class ClusterPanel(Panel):
-    """Buttons to start, apply and stop a ``LocalCluster`` for the current layout, and what came back.
+    """Buttons to start, apply and stop a cluster for the current layout, and what came back.
 
     ``layout`` is a ``Layout`` or a ``LayoutPanel`` to follow; ``set_layout(layout)`` changes the layout to
-    apply. Start launches ``layout.world_size`` workers (``backend``: gloo on CPU) and applies the layout;
+    apply. The ``mode`` menu says what runs the ranks (``CLUSTER_MODES``: ``"processes"``, a ``LocalCluster``;
+    ``"threads"`` / ``"fake"``, a ``SimulatedCluster``); when a world is too big for this machine as processes,
+    the panel proposes (selects) ``threads`` and says why. Start launches ``layout.world_size`` ranks (``backend``:
+    gloo on CPU, for processes; ``timeout`` defaults to each mode's default) and applies the layout;
     Apply re-applies it to the running workers (when the world size changed, the panel says a restart is
     needed). Every error and timeout is shown as text in ``status``, never as a traceback.
 
@@ -70,14 +81,29 @@ class ClusterPanel(Panel):
         self,
         layout: Layout | LayoutPanel | None = None,
         backend: str = "auto",
-        timeout: float = 60,
+        timeout: float | None = None,
         apply_on_start: bool = True,
+        mode: str = "processes",
     ):
         super().__init__()
+        if mode not in CLUSTER_MODES:
+            raise ValueError(f"mode={mode!r} is not a cluster mode; use one of {', '.join(CLUSTER_MODES)}")
         self.widget.add_class("fdl-cluster-panel")
         self.backend = backend
         self.timeout = timeout
         self.apply_on_start = apply_on_start
+        self.mode = widgets.Dropdown(
+            options=[(MODE_LABELS[m], m) for m in CLUSTER_MODES],
+            value=mode,
+            description="ranks as",
+            layout=widgets.Layout(width="260px"),
+        )
+        self.mode.add_class("fdl-cluster-mode")
+        self.mode_note = ""
+        """Why the panel proposed another mode (empty when it did not)."""
+        self._fits: dict[int, str] = {}
+        self._note_world: int | None = None
+        self._proposing = False
         self.start_button = widgets.Button(description="Start cluster", icon="play", button_style="success")
         self.apply_button = widgets.Button(description="Apply layout", icon="check")
         self.stop_button = widgets.Button(description="Stop", icon="stop", button_style="danger")
@@ -104,7 +130,7 @@ class ClusterPanel(Panel):
         self.apply_button.on_click(lambda _: self.apply())
         self.stop_button.on_click(lambda _: self.stop())
         self.widget.children = [
-            widgets.HBox([self.start_button, self.apply_button, self.stop_button, self.progress]),
+            widgets.HBox([self.mode, self.start_button, self.apply_button, self.stop_button, self.progress]),
             self.status,
             self.view.widget,
             self.tables,
@@ -126,6 +152,7 @@ class ClusterPanel(Panel):
         self.layout = layout
         self.observe(self._on_verification, names="last_verification")
         self.observe(self._on_state, names=["layout", "cluster"])
+        self.mode.observe(lambda change: None if self._proposing else self._refresh(), names="value")
         self._refresh()
 
     def __repr__(self) -> str:
@@ -172,7 +199,10 @@ class ClusterPanel(Panel):
         if layout is None:
             self._say("no valid layout to run: fix the layout first", error=True)
         elif not running:
-            self._say(f"stopped; Start launches {layout.world_size} local worker(s)")
+            self._propose_mode(layout.world_size)
+            what = {"processes": "local worker process(es)", "threads": "rank threads (simulated)",
+                    "fake": "fake ranks (membership only)"}[self.mode.value]  # fmt: skip
+            self._say(f"stopped; Start launches {layout.world_size} {what}" + self.mode_note)
         elif self.cluster.world_size != layout.world_size:
             self._say(
                 f"the layout has world size {layout.world_size} but the running cluster has "
@@ -189,6 +219,29 @@ class ClusterPanel(Panel):
             self._say(f"running {self.cluster.world_size} rank(s); the layout changed: Apply to check it")
         else:
             self._say(f"running {self.cluster.world_size} rank(s); this layout is applied")
+
+    def _propose_mode(self, world_size: int) -> None:
+        """Select ``threads`` (saying why in ``mode_note``) when ``world_size`` ranks do not fit here as processes."""
+        if self._note_world != world_size:
+            self.mode_note = ""
+        if self.mode.value != "processes" or world_size < CAPACITY_FROM:
+            return
+        if world_size not in self._fits:
+            from ..runtime import suggested_mode  # torch is imported only for worlds this big
+
+            self._fits[world_size] = suggested_mode(world_size)
+        proposed = self._fits[world_size]
+        if proposed != "processes":
+            self.mode_note = (
+                f" ({world_size:,} ranks do not fit on this machine as processes: {proposed} proposed; "
+                "'processes' is still yours to choose)"
+            )
+            self._note_world = world_size
+            self._proposing = True
+            try:
+                self.mode.value = proposed
+            finally:
+                self._proposing = False
 
     # ----------------------------------------------------------------- actions
     def _progress(self, done: int, total: int, message: str) -> None:
@@ -218,22 +271,24 @@ class ClusterPanel(Panel):
             return True
 
         def action() -> None:
-            from ..runtime import LocalCluster
+            from ..runtime import open_cluster
 
+            mode = self.mode.value
             self.progress.value = 0
-            self._say(f"starting {layout.world_size} worker(s)...")
+            self._say(f"starting {layout.world_size} rank(s) as {mode}...")
             begin = time.perf_counter()
-            cluster: LocalCluster = LocalCluster(
+            cluster = open_cluster(
+                mode,
                 layout.world_size,
-                backend=self.backend,
                 local_world_size=layout.local_world_size,
+                backend=self.backend,
                 timeout=self.timeout,
                 progress=self._progress,
             )
             self.cluster = cluster
             self.progress.value = self.progress.max
             self._say(
-                f"running: {cluster.world_size} rank(s), backend {cluster.backend}, "
+                f"running: {cluster.world_size} rank(s) as {mode}, backend {cluster.backend}, "
                 f"started in {time.perf_counter() - begin:.1f} s"
             )
 
