@@ -22,7 +22,6 @@ import numpy as np
 
 from ..conventions import ConventionError, layout_mesh_dims
 from ..layout import Layout
-from ..runtime.inprocess import fake_store
 from .device_mesh import mesh_of_dim
 
 if TYPE_CHECKING:
@@ -47,6 +46,8 @@ def _one_rank(layout: Layout, rank: int, device_type: str, dims: dict[str, tuple
     """Build the fake mesh as ``rank`` and return, per dim, what differs from the layout (empty when nothing)."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
+
+    from ..runtime.inprocess import fake_store  # torch's private fake store, behind the feature check
 
     shape, names, _ = layout.device_mesh_spec()
     dist.init_process_group("fake", store=fake_store(), rank=rank, world_size=layout.world_size)

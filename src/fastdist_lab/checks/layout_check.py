@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..layout import Layout
-from ..runtime.verification import members_text
-from ..runtime.verify import THREADS_GATHER_LIMIT
+from ..runtime.verification import THREADS_GATHER_LIMIT, members_text
 from ..streams import compare_on_cluster, comparison_text
 from .fake_mesh import fake_device_mesh_check
 

@@ -3,21 +3,39 @@ simulated worlds of thousands of ranks in one process (``SimulatedCluster``, on 
 
 Three parts make the cluster: process supervision (``supervisor``, ``workers``, ``server``, ``procs``), the typed
 control channel (``channel``) and calls (``calls``); ``cluster.LocalCluster`` composes them. Everything here
-imports torch; ``import fastdist_lab`` does not import this package until one of its names is used.
+imports torch, except ``verification`` and ``results``; names are imported from their modules on first use.
 """
 
 from __future__ import annotations
 
-from .capacity import CapacityError, check_capacity
-from .cluster import LocalCluster
-from .errors import BackendUnavailable, ClusterError, ClusterTimeout
-from .inprocess import InProcessUnavailable
-from .modes import CLUSTER_MODES, MODE_PROVES, open_cluster, suggested_mode
-from .pool import Distributed, ProcessGroupPool
-from .results import RankError, RankResult, RankResults
-from .simulated import SimulatedCluster
-from .verification import Verification, load_report
-from .worker import RankContext
+import importlib
+from typing import Any
+
+_LAZY: dict[str, str] = {
+    "BackendUnavailable": ".errors",
+    "CLUSTER_MODES": ".modes",
+    "CapacityError": ".capacity",
+    "ClusterError": ".errors",
+    "ClusterTimeout": ".errors",
+    "Distributed": ".pool",
+    "InProcessUnavailable": ".inprocess",
+    "LocalCluster": ".cluster",
+    "MODE_PROVES": ".modes",
+    "ProcessGroupPool": ".pool",
+    "RankContext": ".worker",
+    "RankError": ".results",
+    "RankResult": ".results",
+    "RankResults": ".results",
+    "SimulatedCluster": ".simulated",
+    "Verification": ".verification",
+    "check_capacity": ".capacity",
+    "load_report": ".verification",
+    "open_cluster": ".modes",
+    "suggested_mode": ".modes",
+}
+"""Each public name and the module that holds it (imported on first use: ``runtime.verification`` and
+``runtime.results`` need no torch, so the ``checks`` and ``widgets`` layers stay light until a cluster runs)."""
+
 
 __all__ = [
     "CLUSTER_MODES",
@@ -41,3 +59,16 @@ __all__ = [
     "open_cluster",
     "suggested_mode",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fastdist_lab.runtime' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -11,13 +11,11 @@ and a ``range`` and a ``tuple`` with the same members are the same group. Groups
 from __future__ import annotations
 
 import datetime
-import functools
 import logging
 import os
 import socket
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -35,6 +33,7 @@ from ..config import (
 from ..seeds import generator_seeds
 from .backends import check_nccl
 from .errors import BackendUnavailable, ClusterError
+from .members import GroupRecord, group_prefix, member_tuple
 
 logger = logging.getLogger(__name__)
 
@@ -85,49 +84,6 @@ def client_store(port: int, world_size: int, timeout: float, prefix: str = "", h
         timeout=datetime.timedelta(seconds=timeout),
     )
     return torch.distributed.PrefixStore(prefix, store) if prefix else store
-
-
-SHARED_FROM = 64
-"""Ranges of at least this many ranks convert to one shared tuple per distinct range (``member_tuple``)."""
-
-
-@functools.lru_cache(maxsize=4096)
-def _range_members(start: int, stop: int, step: int) -> tuple[int, ...]:
-    return tuple(range(start, stop, step))
-
-
-def member_tuple(ranks: Iterable[int]) -> tuple[int, ...]:
-    """``ranks`` as a tuple of Python ints. A ``range`` of at least ``SHARED_FROM`` ranks gives the same tuple
-    object every time: the ranks of a simulated world ask for the same wide groups thousands of times, and
-    dictionaries compare one object with itself at once."""
-    if isinstance(ranks, range):
-        if len(ranks) >= SHARED_FROM:
-            return _range_members(ranks.start, ranks.stop, ranks.step)
-        return tuple(ranks)
-    return tuple(map(int, ranks))
-
-
-def _group_prefix(members: tuple[int, ...], ranks: Iterable[int] = ()) -> str:
-    """A store prefix determined by the member list alone (the same for every member); ``ranks`` may be the
-    ``range`` the members came from (then nothing is walked)."""
-    if isinstance(ranks, range) and len(ranks) > 2 and ranks.step > 0:
-        return f"range_{ranks.start}_{ranks[-1] + ranks.step}_{ranks.step}"
-    if len(members) > 2:
-        step = members[1] - members[0]
-        regular = step > 0 and members[-1] - members[0] == step * (len(members) - 1)
-        if regular and members == tuple(range(members[0], members[-1] + step, step)):
-            return f"range_{members[0]}_{members[-1] + step}_{step}"
-    return "ranks_" + "_".join(map(str, members))
-
-
-@dataclass(frozen=True)
-class GroupRecord:
-    """What a pool created a group as: its ``members`` (group-rank order), this rank's ``group_rank`` in it, and
-    the ``name`` its store keys (its rendezvous) live under."""
-
-    members: tuple[int, ...]
-    group_rank: int
-    name: str
 
 
 _default_pool: ProcessGroupPool | None = None
@@ -309,7 +265,7 @@ class ProcessGroupPool:
             version = self._creations.get(members, 0)
             begin = time.perf_counter()
             # A group released and created again gets a fresh name: its old store keys must not be seen again.
-            name = self.canonical(_group_prefix(members, global_ranks) + (f"_v{version}" if version else ""))
+            name = self.canonical(group_prefix(members, global_ranks) + (f"_v{version}" if version else ""))
             group = self.create_group(members, group_rank, name)
             self.created_seconds[members] = time.perf_counter() - begin
             self._records[id(group)] = (group, GroupRecord(members, group_rank, name))

@@ -41,8 +41,8 @@ from .progress import ProgressCallback, resolve_progress
 from .rank_threads import OneThread, ThreadPerRank, routed_output
 from .results import RankResults
 from .simulated_pool import FakeGroupPool, ThreadedGroupPool
-from .verification import Verification
-from .verify import THREADS_GATHER_LIMIT, apply_in_two_steps, layout_for_cluster, layout_groups, rank_coordinates
+from .verification import THREADS_GATHER_LIMIT, Verification
+from .verify import apply_in_two_steps, layout_for_cluster, layout_groups, rank_coordinates
 from .worker import RankContext, builder, checker
 
 SIMULATED_MODES = CLUSTER_MODES[1:]

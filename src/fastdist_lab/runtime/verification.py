@@ -27,6 +27,8 @@ def _plural(n: int, word: str) -> str:
 VERIFICATION_COLUMNS = ("dim", "group", "members", "size", "ok", "seconds", "create_seconds", "created", "detail")
 """Columns of ``Verification.to_frame()``."""
 
+THREADS_GATHER_LIMIT = 4
+"""Widest group a simulated (threaded) world also all-gathers; processes all-gather every group, as always."""
 MEMBERS_SHOWN = 8
 """Members of one group written out in texts (longer groups are shortened in the middle)."""
 

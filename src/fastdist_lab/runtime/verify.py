@@ -29,12 +29,11 @@ import torch
 from ..config import DIM_NAMES, DistributedConfig, LayoutError
 from ..layout import Layout
 from ..seeds import generator_seeds
-from .pool import Distributed, ProcessGroup, member_tuple
+from .members import member_tuple
+from .pool import Distributed, ProcessGroup
 from .results import RankResults
 from .verification import Verification, members_text, reduction_terms
 
-THREADS_GATHER_LIMIT = 4
-"""Widest group a simulated (threaded) world also all-gathers; processes all-gather every group, as always."""
 SKIP_KEY = tuple[str, int]
 """A group to skip: (dim, its first member in the layout)."""
 
