@@ -6,9 +6,10 @@ import contextlib
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 from ..config import LayoutError
+from ..layout import Layout
 from .errors import ClusterTimeout
 
 
@@ -57,3 +58,60 @@ def held(lock: threading.RLock, limit: float, label: str) -> Iterator[float]:
         yield time.monotonic() - begin
     finally:
         lock.release()
+
+
+_Cluster = TypeVar("_Cluster", bound="ClusterFacts")
+
+
+class ClusterFacts:
+    """What every kind of cluster answers the same way: its sizes, default deadline and applied layout (set by
+    the subclass as ``_world_size``, ``_local_world_size``, ``_timeout``, ``_layout``), and its life as a context
+    manager (``start()`` on entry when closed, ``close()`` on exit and when collected)."""
+
+    _world_size: int
+    _local_world_size: int
+    _timeout: float
+    _layout: Layout | None
+    _closed: bool
+
+    def start(self: _Cluster) -> _Cluster:
+        """Start the ranks (the subclass's)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """End the ranks (the subclass's)."""
+        raise NotImplementedError
+
+    def __enter__(self: _Cluster) -> _Cluster:
+        if self._closed:
+            self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: S110 - interpreter teardown
+            pass
+
+    @property
+    def world_size(self) -> int:
+        """Number of ranks."""
+        return self._world_size
+
+    @property
+    def local_world_size(self) -> int:
+        """Ranks per (emulated) node."""
+        return self._local_world_size
+
+    @property
+    def timeout(self) -> float:
+        """Default deadline of a call, in seconds."""
+        return self._timeout
+
+    @property
+    def layout(self) -> Layout | None:
+        """The layout applied last, as it was given (the ranks run it with the cluster's backend), or ``None``."""
+        return self._layout

@@ -26,7 +26,7 @@ import cloudpickle
 
 from ..config import DistributedConfig
 from ..layout import Layout
-from .arguments import call_limit, check_progress, cluster_sizes, cluster_timeout, held
+from .arguments import ClusterFacts, call_limit, check_progress, cluster_sizes, cluster_timeout, held
 from .backends import resolve_backend
 from .calls import CallState, perform_call
 from .capacity import check_capacity
@@ -57,7 +57,7 @@ def _close_all() -> None:
 atexit.register(_close_all)
 
 
-class LocalCluster:
+class LocalCluster(ClusterFacts):
     """``world_size`` persistent worker processes on this machine, one per rank (gloo on CPU or NCCL on GPUs).
 
     ``backend``: ``"auto"`` (NCCL when every local rank gets a GPU, else gloo), ``"gloo"`` or ``"nccl"``.
@@ -101,16 +101,6 @@ class LocalCluster:
 
     # ------------------------------------------------------------------ properties
     @property
-    def world_size(self) -> int:
-        """Number of ranks."""
-        return self._world_size
-
-    @property
-    def local_world_size(self) -> int:
-        """Ranks per (emulated) node."""
-        return self._local_world_size
-
-    @property
     def backend(self) -> str:
         """``"gloo"`` or ``"nccl"``."""
         return self._backend
@@ -119,16 +109,6 @@ class LocalCluster:
     def device_type(self) -> str:
         """``"cuda"`` for NCCL, else ``"cpu"``."""
         return "cuda" if self._backend == "nccl" else "cpu"
-
-    @property
-    def timeout(self) -> float:
-        """Default deadline of a call, in seconds."""
-        return self._timeout
-
-    @property
-    def layout(self) -> Layout | None:
-        """The layout applied last, as it was given (workers run it with the cluster's backend), or ``None``."""
-        return self._layout
 
     @property
     def running(self) -> bool:
@@ -159,14 +139,6 @@ class LocalCluster:
         return self._server.pid
 
     # ------------------------------------------------------------------ lifecycle
-    def __enter__(self) -> LocalCluster:
-        if self._closed:
-            self.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
     def _reporter(self, progress: ProgressCallback | None) -> Callable[[int, str], None]:
         total = self._world_size + 2
 
@@ -250,12 +222,6 @@ class LocalCluster:
                 self._in_flight = None
                 self._closed = True
                 _LIVE.discard(self)
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # noqa: S110 - interpreter teardown
-            pass
 
     def _stop_workers(self) -> None:
         workers, self._workers = self._workers, None

@@ -31,7 +31,7 @@ from typing import Any
 
 from ..config import CLUSTER_MODES, DistributedConfig, LayoutError
 from ..layout import Layout
-from .arguments import call_limit, check_progress, cluster_sizes, cluster_timeout, held
+from .arguments import ClusterFacts, call_limit, check_progress, cluster_sizes, cluster_timeout, held
 from .calls import CallState, perform_call
 from .capacity import check_capacity
 from .channel import Call
@@ -70,7 +70,7 @@ def default_timeout(world_size: int) -> float:
     return 60.0 + 0.02 * world_size
 
 
-class SimulatedCluster:
+class SimulatedCluster(ClusterFacts):
     """``world_size`` simulated ranks in this process (``mode``: ``"threads"`` or ``"fake"``, see the module).
 
     Same constructor arguments, methods, results and errors as ``LocalCluster`` (no ``backend``: the groups are
@@ -116,16 +116,6 @@ class SimulatedCluster:
 
     # ------------------------------------------------------------------ properties
     @property
-    def world_size(self) -> int:
-        """Number of ranks."""
-        return self._world_size
-
-    @property
-    def local_world_size(self) -> int:
-        """Ranks per (emulated) node."""
-        return self._local_world_size
-
-    @property
     def mode(self) -> str:
         """``"threads"`` or ``"fake"``."""
         return self._mode
@@ -141,16 +131,6 @@ class SimulatedCluster:
         return "cpu"
 
     @property
-    def timeout(self) -> float:
-        """Default deadline of a call, in seconds."""
-        return self._timeout
-
-    @property
-    def layout(self) -> Layout | None:
-        """The layout applied last, as it was given, or ``None``."""
-        return self._layout
-
-    @property
     def running(self) -> bool:
         """Whether the ranks are ready for the next call (``False`` after a failure, an interrupt or ``close()``)."""
         runner = self._runner
@@ -162,14 +142,6 @@ class SimulatedCluster:
         return True
 
     # ------------------------------------------------------------------ lifecycle
-    def __enter__(self) -> SimulatedCluster:
-        if self._closed:
-            self.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
     def start(self) -> SimulatedCluster:
         """Create every rank's context and pool, and the rank threads (no-op when running); returns ``self``."""
         with self._lock:
@@ -235,12 +207,6 @@ class SimulatedCluster:
                 import torch
 
                 torch.autograd.set_multithreading_enabled(self._autograd_threads)
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # noqa: S110 - interpreter teardown
-            pass
 
     def _stop_ranks(self) -> None:
         runner, self._runner = self._runner, None
