@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .common import add_layout_arguments, error_line, layout_from_args
+from .common import add_layout_arguments, add_simulate_argument, error_line, layout_from_args
 
 HELP = "verify a layout with real process groups on a local cluster (gloo on CPU, NCCL on GPUs), or simulated"
 
@@ -20,13 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--backend", choices=("auto", "gloo", "nccl"), default="auto", help="auto: NCCL with a GPU per rank, else gloo"
     )
-    parser.add_argument(
-        "--simulate",
-        choices=("threads", "fake"),
-        default=None,
-        help="run the ranks in this process: threads (torch's threaded groups, real collectives) or fake (torch's "
-        "fake groups: membership only, no collective); for worlds too big for one process per rank",
-    )
+    add_simulate_argument(parser)
     parser.add_argument(
         "--timeout",
         type=float,

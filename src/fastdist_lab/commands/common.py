@@ -146,3 +146,15 @@ def error_line(error: BaseException) -> str:
     if alternative in ("gloo", "nccl"):  # (a CapacityError's alternative is a mode, already named in its text)
         return f"{first} (--backend {alternative})"
     return first
+
+
+def add_simulate_argument(parser: argparse.ArgumentParser) -> None:
+    """``--simulate threads|fake``: run the ranks in this process (``runtime.SimulatedCluster``) instead of one
+    process per rank, for worlds too big for this machine as processes."""
+    parser.add_argument(
+        "--simulate",
+        choices=("threads", "fake"),
+        default=None,
+        help="run the ranks in this process: threads (torch's threaded groups, real collectives) or fake (torch's "
+        "fake groups: membership only, no collective); for worlds too big for one process per rank",
+    )

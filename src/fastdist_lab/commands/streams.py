@@ -14,7 +14,7 @@ from typing import Any
 
 from ..config import DEFAULT_SEED_SHIFTS, LayoutError, PhaseType
 from ..seeds import check_step, step_note
-from .common import add_layout_arguments, error_line, layout_from_args
+from .common import add_layout_arguments, add_simulate_argument, error_line, layout_from_args
 
 HELP = "show which ranks share each generator stream and check the seeds (--real: draw them on workers too)"
 
@@ -39,7 +39,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--real", action="store_true", help="also draw on a local cluster and compare")
     parser.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto", help="backend for --real")
-    parser.add_argument("--timeout", type=float, default=60, help="deadline in seconds per cluster call (--real)")
+    add_simulate_argument(parser)
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="deadline in seconds per cluster call (--real; default: 60; simulated: 60 + 0.02 per rank)",
+    )
     parser.add_argument("--format", choices=("table", "json"), default="table", help="output format")
 
 
@@ -74,11 +80,11 @@ def _json_default(value: Any) -> Any:
 
 
 def _real(layout: Any, args: argparse.Namespace) -> Any:
-    from ..runtime import LocalCluster
+    from ..runtime import open_cluster
     from ..streams import draw
 
-    with LocalCluster(layout.world_size, backend=args.backend, local_world_size=layout.local_world_size,
-                      timeout=args.timeout) as cluster:  # fmt: skip
+    with open_cluster(args.simulate or "processes", layout.world_size, local_world_size=layout.local_world_size,
+                      backend=args.backend, timeout=args.timeout) as cluster:  # fmt: skip
         cluster.apply(layout)
         return draw(cluster, args.step, args.phase, args.draws)
 
