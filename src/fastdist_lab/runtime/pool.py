@@ -26,7 +26,6 @@ from ..config import (
     DistributedBackend,
     DistributedConfig,
     DistributedDim,
-    DistributedDimNames,
     PhaseType,
     check_ranks_in_range,
 )
@@ -329,17 +328,7 @@ class ProcessGroupPool:
             pass
 
 
-_GROUP_ATTRIBUTES: dict[str, str] = {
-    DistributedDimNames.world: "world_group",
-    DistributedDimNames.data: "data_group",
-    DistributedDimNames.pipeline: "pipeline_group",
-    DistributedDimNames.tensor: "tensor_group",
-    DistributedDimNames.sequence_data: "sequence_data_group",
-    DistributedDimNames.batch_data: "batch_data_group",
-    DistributedDimNames.tensor_and_sequence_data: "tensor_and_sequence_data_group",
-    DistributedDimNames.tensor_and_data: "tensor_and_data_group",
-    DistributedDimNames.model_and_sequence_data: "model_and_sequence_data_group",
-}
+_GROUP_ATTRIBUTES: dict[str, str] = {name: f"{name}_group" for name in DIM_NAMES}
 """Dim name -> attribute of ``Distributed`` holding its group."""
 
 
@@ -347,24 +336,26 @@ class Distributed:
     """One rank's process groups for every named dim, and its seeded random generators.
 
     Uses the default pool (``with pool:``) or ``pool`` when given, else creates its own pool from the config.
-    Generators are seeded with ``fastdist_lab.generator_seeds(config, step, phase)``.
+    Generators are seeded with ``fastdist_lab.generator_seeds(config, step, phase)``. A group of another size or
+    group rank than its dim raises (as in Fast-LLM), or with ``strict=False`` is left unattached (``mismatched``).
     """
 
-    def __init__(self, config: DistributedConfig, use_cpu: bool = False, *, pool: ProcessGroupPool | None = None):
+    def __init__(
+        self,
+        config: DistributedConfig,
+        use_cpu: bool = False,
+        *,
+        pool: ProcessGroupPool | None = None,
+        strict: bool = True,
+    ):
         if config.reference_config is not None:
             raise ClusterError("Distributed needs an original config, not a copy referring to another one")
         self._config = config
         pool = pool if pool is not None else _default_pool
         self._local_pool = pool is None
         if pool is None:
-            pool = ProcessGroupPool(
-                config.rank,
-                config.world_size,
-                config.local_world_size,
-                config.timeout,
-                use_cpu,
-                backend=config.backend,
-            )
+            sizes = (config.rank, config.world_size, config.local_world_size, config.timeout)
+            pool = ProcessGroupPool(*sizes, use_cpu, backend=config.backend)
         else:
             problems = []
             if pool.world_size < config.world_size:
@@ -382,6 +373,9 @@ class Distributed:
             if problems:
                 raise ClusterError("the pool does not fit the config: " + "; ".join(problems))
         self._pool = pool
+        self._strict = strict
+        self.mismatched: list[str] = []
+        """Dims whose group has another size or group rank than the dim (only with ``strict=False``)."""
         self.group_seconds: dict[str, float] = {}
         """Seconds each dim spent getting its group (near zero when it reused an existing one)."""
         self.group_created: dict[str, bool] = {}
@@ -431,7 +425,11 @@ class Distributed:
         group = self._pool.get_process_group(distributed_dim.global_ranks, distributed_dim.rank)
         self.group_seconds[distributed_dim.name] = time.perf_counter() - begin
         self.group_created[distributed_dim.name] = self._pool.created_count != count
-        distributed_dim.setup(group)
+        wrong = group is not None and (group.size(), group.rank()) != (distributed_dim.size, distributed_dim.rank)
+        if wrong and not self._strict:
+            self.mismatched.append(distributed_dim.name)
+        else:
+            distributed_dim.setup(group)
         return group
 
     def check_config(self, config: DistributedConfig) -> None:
