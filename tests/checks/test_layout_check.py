@@ -26,7 +26,8 @@ def test_the_report_says_what_was_checked_per_dim(checked):
     lines = text.splitlines()
     assert lines[0] == f"layout: {LAYOUT!r}"
     checked_text = " ".join(lines[1 : lines.index("")])
-    assert checked_text.startswith("checked: in every group of every dim, an all-gather")
+    assert checked_text.startswith("checked: each rank's pool must hold, for every dim, the group of the layout's")
+    assert "all-reduce" in checked_text and "an all-gather of global ranks the member list" in checked_text
     assert "generator seeds" in checked_text and "real generator streams" in checked_text
     summary = checked.dim_summary()
     assert list(summary.index) == list(DIM_NAMES)
