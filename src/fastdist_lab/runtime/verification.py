@@ -163,6 +163,8 @@ class Verification:
                         if rank < len(results):
                             record = results[rank]
                             why = "no check rows" if record.ok else record.status
+                            if record.error is not None:  # the error itself, first line, not just its status
+                                why += f" ({str(record.error).splitlines()[0][:200]})"
                         else:
                             why = "missing"
                         problems.append(f"rank {rank}: {why}")
