@@ -4,8 +4,9 @@ Every figure is measured in this run, next to a baseline measured in the same ru
 
 - threads, 1,024 and 4,096 ranks (128 / 512 nodes x 8, tensor 8, pipeline 8, sequence-data 2): start plus
   ``apply`` (every group of all nine dims checked with real collectives); targets < 30 s and < 120 s; peak memory
-  (``maxrss``) < 4 GB. Baseline: the naive check that all-gathers every group (what processes do), timed at two
-  smaller worlds on the same groups and extrapolated to 1,024 ranks with the growth it shows (about the square).
+  (``maxrss``) < 4 GB. Baseline: the naive check that all-gathers every group (what processes do) run on the same
+  built groups as the cluster's own step 2, at two smaller worlds (extrapolated to 1,024 with the growth they show)
+  and at 1,024 ranks; its cost grows towards the square of the world, the cluster's check does not.
 - fake, 16,384 ranks: membership of every group of every rank (``apply``), target < 60 s; plus torch's DeviceMesh
   built with fake groups for ``cpu`` and ``cuda`` at the sampled ranks.
 - 64 ranks: threads vs processes (``LocalCluster``, gloo over loopback) for the same start plus ``apply``.
@@ -13,7 +14,8 @@ Every figure is measured in this run, next to a baseline measured in the same ru
   baseline: one ``DistributedConfig`` per rank, timed on 2**12 ranks and extrapolated per rank.
 
 Each world runs in a child process of its own, so its ``maxrss`` is its own peak; the whole run's peak is the
-largest of them and of this process. Reference figures of the issue (not re-measured): torch's DeviceMesh plus one
+largest of them and of this process (a ``LocalCluster``'s worker processes are not counted). Memory per rank
+(``maxrss`` over the 64-rank world's, per extra rank) is compared with what ``runtime.capacity`` assumes. Reference figures of the issue (not re-measured): torch's DeviceMesh plus one
 all-reduce on 1,024 threads took 98 s; a naive per-group probe with the world group's all-gather took 48 s.
 
 Run: ``python benchmarks/bench_scale.py [--quick]`` (``--quick``: smaller worlds, about a minute). Prints the
@@ -219,7 +221,10 @@ def main() -> int:
     )
     ratio = f"step 2: ours {ours:.1f} s, naive (gather all) {naive:.1f} s = {naive / ours:.1f}x"
     row("threads 1,024 ranks, start + apply", f"{total:.1f} s", verdict(total, 30, "s"), ratio)
-    ratio = f"extrapolated to 1,024: {naive_1024:.1f} s; measured {naive:.1f} s"
+    last = growth(large, (1024, naive))
+    ratio = (
+        f"extrapolated to 1,024: {naive_1024:.1f} s; measured {naive:.1f} s ({large[0]} -> 1,024: ranks**{last:.2f})"
+    )
     row(f"naive step 2 growth, {probes[0]} -> {probes[1]} ranks", f"ranks**{power:.2f}", "", ratio)
 
     big = world(f"threads {threads_big} (no probe)", "simulated", "threads", str(threads_big), "0")
@@ -273,6 +278,22 @@ def main() -> int:
         ratio,
     )
     row(f"Layout 2**{exp}: peak memory", f"{whole['maxrss'] / GB:.2f} GB", verdict(whole["maxrss"] / GB, 4, "GB"))
+
+    from fastdist_lab.runtime.capacity import FAKE_RANK_MEMORY, MIB, THREAD_RANK_MEMORY
+
+    floor = threads64["maxrss"]  # an interpreter with torch and a small world: what every world pays once
+    for label, out, size, assumed in (
+        (f"threads {threads_big}", big, threads_big, THREAD_RANK_MEMORY),
+        (f"fake {fake_big}", fake, fake_big, FAKE_RANK_MEMORY),
+    ):
+        per = (out["maxrss"] - floor) / (size - 64)
+        target = f"<= {assumed / MIB:g} MiB {'OK' if per <= assumed else 'MISSED'}"
+        row(
+            f"memory per rank, {label} (over 64 ranks)",
+            f"{per / MIB:.3f} MiB",
+            target,
+            "what the capacity guard assumes",
+        )
 
     peaks["this process"] = maxrss_bytes()
     worst = max(peaks, key=lambda name: peaks[name])
