@@ -15,8 +15,9 @@ Every figure is measured in this run, next to a baseline measured in the same ru
 
 Each world runs in a child process of its own, so its ``maxrss`` is its own peak; the whole run's peak is the
 largest of them and of this process (a ``LocalCluster``'s worker processes are not counted). Memory per rank
-(``maxrss`` over the 64-rank world's, per extra rank) is compared with what ``runtime.capacity`` assumes. Reference figures of the issue (not re-measured): torch's DeviceMesh plus one
-all-reduce on 1,024 threads took 98 s; a naive per-group probe with the world group's all-gather took 48 s.
+(``maxrss`` over the 64-rank world's, per extra rank) is compared with what ``runtime.capacity`` assumes.
+Reference figures of the issue (not re-measured): torch's DeviceMesh plus one all-reduce on 1,024 threads took
+98 s; a naive per-group probe with the world group's all-gather took 48 s.
 
 Run: ``python benchmarks/bench_scale.py [--quick]`` (``--quick``: smaller worlds, about a minute). Prints the
 figures, then a table: figure, value, target, ratio/baseline.
