@@ -5,7 +5,9 @@ calls of a ``LocalCluster`` (``run``, ``apply``, ``layout``, ``world_size``, ``t
 package drives a launched job unchanged (``check_layout``: groups, then real generator streams against the
 prediction); every other rank calls ``serve()``, which executes rank 0's calls until rank 0 closes. Calls and
 results travel through the launcher's store, under ``CALL_PREFIX``; a rank that does not answer in time makes the
-call raise ``ClusterTimeout`` naming it. The command line around it is ``python -m fastdist_lab.worker``.
+call raise ``ClusterTimeout`` naming it. When the store itself is gone (its host's launcher ended), every store
+operation raises ``ClusterError`` at once: a serving rank stops instead of retrying. The command line around it is
+``python -m fastdist_lab.worker``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from ..config import DistributedConfig, LayoutError
 from ..layout import Layout
 from .capture import quiet_harmless_c10d
 from .channel import outcome_to_result
-from .errors import ClusterError, ClusterTimeout
+from .errors import ClusterError, ClusterTimeout, first_line
 from .pool import ProcessGroupPool
 from .results import RankResults, ranks_text
 from .verification import Verification
@@ -31,7 +33,12 @@ from .worker import RankContext, builder, checker, execute
 CALL_PREFIX = "fastdist_lab/calls"
 """Store keys under which rank 0 posts calls and every rank leaves its results."""
 IDLE_LIMIT = 3600.0
-"""Seconds a serving rank waits for rank 0's next call before giving up."""
+"""Seconds a serving rank waits for rank 0's next call before giving up (one wait: no timeout lines meanwhile)."""
+
+
+def store_lost(error: BaseException, rank: int) -> ClusterError:
+    """The error for a store operation that failed other than by a deadline: the launcher's store is gone."""
+    return ClusterError(f"rank {rank}: the launcher's store is gone (did rank 0's node stop?): {first_line(error)}")
 
 
 class LaunchedCluster:
@@ -130,7 +137,10 @@ class LaunchedCluster:
         try:
             if self.rank == 0 and self.pool.store is not None:
                 self._calls += 1
-                self.pool.store.set(f"{CALL_PREFIX}/{self._calls}", cloudpickle.dumps(("exit", None)))
+                try:
+                    self.pool.store.set(f"{CALL_PREFIX}/{self._calls}", cloudpickle.dumps(("exit", None)))
+                except Exception:  # a store that is gone has no serving rank left to release
+                    pass
         finally:
             self._ctx.distributed = None
             self.pool.shutdown()
@@ -151,7 +161,10 @@ class LaunchedCluster:
         number = self._calls
         store = self.pool.store
         if store is not None:
-            store.set(f"{CALL_PREFIX}/{number}", cloudpickle.dumps((kind, payload)))
+            try:
+                store.set(f"{CALL_PREFIX}/{number}", cloudpickle.dumps((kind, payload)))
+            except Exception as error:
+                raise store_lost(error, self.rank) from None
         records = [outcome_to_result(0, self._execute(kind, payload))]
         if store is not None:
             records += self._collect(store, number, label, limit)
@@ -162,16 +175,23 @@ class LaunchedCluster:
     def _collect(self, store: Any, number: int, label: str, limit: float) -> list[Any]:
         keys = [f"{CALL_PREFIX}/{number}/{rank}" for rank in range(1, self.world_size)]
         try:
-            store.wait(keys, datetime.timedelta(seconds=limit))
-        except Exception:  # torch raises its own timeout error type: read which answers are missing
-            missing = [rank for rank, key in enumerate(keys, start=1) if not store.check([key])]
-            if missing:
-                raise ClusterTimeout(
-                    f"{label} timed out after {limit:g} s: {ranks_text(missing)} did not answer (launched job; "
-                    "their stacks are in their own logs)",
-                    ranks=missing,
-                ) from None
-        return [outcome_to_result(rank, cloudpickle.loads(store.get(key))) for rank, key in enumerate(keys, start=1)]
+            try:
+                with quiet_harmless_c10d():
+                    store.wait(keys, datetime.timedelta(seconds=limit))
+            except Exception:  # torch raises its own timeout error type: read which answers are missing
+                missing = [rank for rank, key in enumerate(keys, start=1) if not store.check([key])]
+                if missing:
+                    raise ClusterTimeout(
+                        f"{label} timed out after {limit:g} s: {ranks_text(missing)} did not answer (launched job; "
+                        "their stacks are in their own logs)",
+                        ranks=missing,
+                    ) from None
+            answers = [cloudpickle.loads(store.get(key)) for key in keys]
+        except ClusterError:
+            raise
+        except Exception as error:
+            raise store_lost(error, self.rank) from None
+        return [outcome_to_result(rank, outcome) for rank, outcome in enumerate(answers, start=1)]
 
     def _execute(self, kind: str, payload: Any) -> Any:
         if kind == "run":
@@ -186,7 +206,7 @@ class LaunchedCluster:
     # ------------------------------------------------------------------ the other ranks
     def serve(self) -> None:
         """Execute rank 0's calls until it closes (ranks other than 0). Raises ``ClusterTimeout`` after
-        ``IDLE_LIMIT`` seconds without a call."""
+        ``IDLE_LIMIT`` seconds without a call, ``ClusterError`` at once when the launcher's store is gone."""
         store = self.pool.store
         if self.rank == 0 or store is None:
             return
@@ -195,16 +215,18 @@ class LaunchedCluster:
             number += 1
             key = f"{CALL_PREFIX}/{number}"
             waited = time.monotonic()
-            while True:
-                try:
-                    store.wait([key], datetime.timedelta(seconds=max(self._timeout, 10.0)))
-                    break
-                except Exception as error:  # no call yet
-                    if time.monotonic() - waited > IDLE_LIMIT:
-                        raise ClusterTimeout(f"rank {self.rank}: no call from rank 0 for {IDLE_LIMIT:g} s") from error
-            kind, payload = cloudpickle.loads(store.get(key))
+            try:
+                store.wait([key], datetime.timedelta(seconds=IDLE_LIMIT))
+                kind, payload = cloudpickle.loads(store.get(key))
+            except Exception as error:
+                if time.monotonic() - waited >= IDLE_LIMIT - 1.0:
+                    raise ClusterTimeout(f"rank {self.rank}: no call from rank 0 for {IDLE_LIMIT:g} s") from None
+                raise store_lost(error, self.rank) from None
             if kind == "exit":
                 self.close()
                 return
             outcome = self._execute(kind, payload)
-            store.set(f"{key}/{self.rank}", cloudpickle.dumps(outcome))
+            try:
+                store.set(f"{key}/{self.rank}", cloudpickle.dumps(outcome))
+            except Exception as error:
+                raise store_lost(error, self.rank) from None
