@@ -17,10 +17,12 @@ import time
 from pathlib import Path
 
 import cloudpickle
+import pytest
 import torch.distributed
 
 from fastdist_lab import Layout, load_report
-from fastdist_lab.runtime.torchrun import CALL_PREFIX
+from fastdist_lab.runtime import ClusterTimeout
+from fastdist_lab.runtime.torchrun import CALL_PREFIX, LaunchedCluster
 
 DEADLINE = 300.0
 """Seconds a launched job may take here (a quiet machine needs about 15)."""
@@ -211,3 +213,41 @@ def test_a_serving_rank_whose_store_is_gone_stops_at_once_with_one_line(tmp_path
     lines = [line for line in stderr.splitlines() if line.startswith("python -m fastdist_lab.worker")]
     assert len(lines) == 1 and "rank 1: check failed: rank 1: the launcher's store is gone" in lines[0], stderr
     assert "Traceback" not in stderr
+
+
+def _slow_on_rank_1(ctx, seconds: float) -> int:
+    if ctx.rank == 1:
+        time.sleep(seconds)
+    return ctx.rank
+
+
+def test_rank_0_names_a_late_rank_then_goes_on_and_close_releases_it(tmp_path, monkeypatch, capfd):
+    # Rank 0 is this test's process (it hosts the store, as env:// makes rank 0 do); rank 1 is a worker serving it.
+    port = _free_port()
+    env = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    for name, value in {**env, "RANK": "0", "LOCAL_RANK": "0"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("TORCHELASTIC_USE_AGENT_STORE", raising=False)
+    command = [sys.executable, "-m", "fastdist_lab.worker", "--tp", "1", "--pp", "1", "--sdp", "1", "--backend", "gloo"]
+    worker = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**_env(tmp_path), "RANK": "1", "LOCAL_RANK": "1"},
+    )
+    try:
+        with LaunchedCluster(Layout(world_size=2, local_world_size=2, backend="gloo"), 60.0) as cluster:
+            with pytest.raises(ClusterTimeout, match=r"timed out after 1 s: rank 1 did not answer") as caught:
+                cluster.run(_slow_on_rank_1, 4.0, timeout=1.0)
+            assert caught.value.ranks == [1]
+            results = cluster.run(_slow_on_rank_1, 0.0, timeout=60.0)  # rank 1 catches up, then answers
+            assert results.ok and results.values == [0, 1]
+        assert not cluster.running
+        _, stderr = worker.communicate(timeout=60)  # released by close: it ends on its own
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert worker.returncode == 0, stderr
+    assert "waitForInput" not in capfd.readouterr().err  # the store's own timeout lines are filtered

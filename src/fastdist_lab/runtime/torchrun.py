@@ -32,6 +32,9 @@ from .worker import RankContext, builder, checker, execute
 
 CALL_PREFIX = "fastdist_lab/calls"
 """Store keys under which rank 0 posts calls and every rank leaves its results."""
+STORE_TIMEOUT_LINES = (b"waitForInput",)
+"""What torch's C++ store prints when a wait passes its deadline: filtered while rank 0 collects answers, whose
+missing ranks the ``ClusterTimeout`` names."""
 IDLE_LIMIT = 3600.0
 """Seconds a serving rank waits for rank 0's next call before giving up (one wait: no timeout lines meanwhile)."""
 
@@ -176,7 +179,7 @@ class LaunchedCluster:
         keys = [f"{CALL_PREFIX}/{number}/{rank}" for rank in range(1, self.world_size)]
         try:
             try:
-                with quiet_harmless_c10d():
+                with quiet_harmless_c10d(*STORE_TIMEOUT_LINES):
                     store.wait(keys, datetime.timedelta(seconds=limit))
             except Exception:  # torch raises its own timeout error type: read which answers are missing
                 missing = [rank for rank, key in enumerate(keys, start=1) if not store.check([key])]
