@@ -70,6 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         cluster = LaunchedCluster(layout, args.timeout)
     except ValueError as error:  # the launcher's environment is incomplete (no MASTER_ADDR, ...)
         return _fail(first_line(error))
+    except BackendUnavailable as error:
+        return _fail(f"{error} (--backend {error.alternative})")
     except RuntimeError as error:  # the rendezvous failed (torch's store errors are RuntimeErrors)
         sys.stderr.write(f"{PROG}: rendezvous failed: {first_line(error)}\n")
         return 1
@@ -79,8 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 cluster.serve()
                 return 0
             result = check_layout(cluster, layout, timeout=args.timeout)
-        except ClusterError as error:
-            sys.stderr.write(f"{PROG}: rank {cluster.rank}: check failed: {error}\n")
+        except ClusterError as error:  # a serving rank's error names its rank; rank 0's is the check's
+            sys.stderr.write(f"{PROG}: {'' if cluster.rank else 'check failed: '}{error}\n")
             return 1
     if args.report:
         result.verification.save(args.report)

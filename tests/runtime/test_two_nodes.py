@@ -158,6 +158,16 @@ def test_a_local_world_size_mismatch_outside_the_launcher_is_one_line():
     ]
 
 
+def test_a_launcher_environment_without_its_address_is_one_line():
+    env = {**os.environ, "WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
+    env.pop("MASTER_ADDR", None)
+    command = [sys.executable, "-m", "fastdist_lab.worker", "--tp", "1", "--pp", "1", "--sdp", "1", "--backend", "gloo"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 2
+    [line] = done.stderr.splitlines()
+    assert line.startswith("python -m fastdist_lab.worker: error: ") and "MASTER_ADDR" in line, line
+
+
 _FAILING_RANK_0 = """
 import sys
 from fastdist_lab import Layout
@@ -211,7 +221,7 @@ def test_a_serving_rank_whose_store_is_gone_stops_at_once_with_one_line(tmp_path
     assert answer.status == "ok" and cloudpickle.loads(answer.value) == 10
     assert worker.returncode == 1, stderr
     lines = [line for line in stderr.splitlines() if line.startswith("python -m fastdist_lab.worker")]
-    assert len(lines) == 1 and "rank 1: check failed: rank 1: the launcher's store is gone" in lines[0], stderr
+    assert len(lines) == 1 and "worker: rank 1: the launcher's store is gone" in lines[0], stderr
     assert "Traceback" not in stderr
 
 
