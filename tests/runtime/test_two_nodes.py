@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -226,7 +227,7 @@ def test_a_serving_rank_whose_store_is_gone_stops_at_once_with_one_line(tmp_path
     command += ["--backend", "gloo"]
     worker = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        store.set(f"{CALL_PREFIX}/1", cloudpickle.dumps(("run", (lambda ctx: ctx.rank * 10, ()))))
+        store.set(f"{CALL_PREFIX}/1", cloudpickle.dumps(("run", cloudpickle.dumps((lambda ctx: ctx.rank * 10, ())))))
         store.wait([f"{CALL_PREFIX}/1/1"], datetime.timedelta(seconds=120))  # it serves
         answer = cloudpickle.loads(store.get(f"{CALL_PREFIX}/1/1"))
         del store  # the store's server stops
@@ -242,13 +243,19 @@ def test_a_serving_rank_whose_store_is_gone_stops_at_once_with_one_line(tmp_path
     assert "Traceback" not in stderr
 
 
-def _slow_on_rank_1(ctx, seconds: float) -> int:
-    if ctx.rank == 1:
-        time.sleep(seconds)
+def _slow(ctx, seconds: list[float]) -> int:
+    time.sleep(seconds[ctx.rank])
     return ctx.rank
 
 
 def test_rank_0_names_a_late_rank_then_goes_on_and_close_releases_it(tmp_path, monkeypatch, capfd):
+    # Also: a function rank 1 cannot load is rank 1's error, and one rank 0 cannot send numbers no call.
+    only_here = tmp_path / "only_here"
+    only_here.mkdir()
+    (only_here / "rank0_only.py").write_text("def rank(ctx):\n    return ctx.rank\n")
+    monkeypatch.syspath_prepend(str(only_here))
+    from rank0_only import rank  # cloudpickle sends it by reference: rank 1 has no such module
+
     # Rank 0 is this test's process (it hosts the store, as env:// makes rank 0 do); rank 1 is a worker serving it.
     port = _free_port()
     env = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
@@ -265,11 +272,18 @@ def test_rank_0_names_a_late_rank_then_goes_on_and_close_releases_it(tmp_path, m
     )
     try:
         with LaunchedCluster(Layout(world_size=2, local_world_size=2, backend="gloo"), 60.0) as cluster:
-            with pytest.raises(ClusterTimeout, match=r"timed out after 1 s: rank 1 did not answer") as caught:
-                cluster.run(_slow_on_rank_1, 4.0, timeout=1.0)
+            # The deadline is the whole call's: rank 0's own 2 s count, so rank 1's answer at 3 s is late.
+            with pytest.raises(ClusterTimeout, match=r"timed out after 2.5 s: rank 1 did not answer") as caught:
+                cluster.run(_slow, [2.0, 3.0], timeout=2.5)
             assert caught.value.ranks == [1]
-            results = cluster.run(_slow_on_rank_1, 0.0, timeout=60.0)  # rank 1 catches up, then answers
+            results = cluster.run(_slow, [0.0, 0.0], timeout=60.0)  # rank 1 catches up, then answers
             assert results.ok and results.values == [0, 1]
+            lock = threading.Lock()
+            with pytest.raises(TypeError, match="lock"):
+                cluster.run(lambda ctx: lock)
+            unloadable = cluster.run(rank)
+            assert unloadable.failed_ranks == [1] and unloadable.errors[1].type == "ModuleNotFoundError"
+            assert cluster.run(_slow, [0.0, 0.0]).values == [0, 1]
         assert not cluster.running
         _, stderr = worker.communicate(timeout=60)  # released by close: it ends on its own
     finally:

@@ -114,7 +114,8 @@ class LaunchedCluster:
         """Run ``fn(ctx, *args)`` on every rank (rank 0 only); a rank that raises is reported in the results."""
         if not callable(fn):
             raise TypeError(f"fn={fn!r} is not callable")
-        return self._call("run", (fn, args), getattr(fn, "__name__", "run"), timeout)
+        payload = cloudpickle.dumps((fn, args))  # before the call is numbered: a failure here desyncs no rank
+        return self._call("run", payload, getattr(fn, "__name__", "run"), timeout)
 
     def apply(self, layout: Layout | DistributedConfig, timeout: float | None = None) -> Verification:
         """Build ``Distributed`` for ``layout`` on every rank and check every group (rank 0 only; see
@@ -160,27 +161,30 @@ class LaunchedCluster:
         if self._closed:
             raise ClusterError("this launched cluster is closed")
         limit = self._limit(timeout)
+        deadline = time.monotonic() + limit  # for the whole call, rank 0's own part included
+        message = cloudpickle.dumps((kind, payload))
         self._calls += 1
         number = self._calls
         store = self.pool.store
         if store is not None:
             try:
-                store.set(f"{CALL_PREFIX}/{number}", cloudpickle.dumps((kind, payload)))
+                store.set(f"{CALL_PREFIX}/{number}", message)
             except Exception as error:
                 raise store_lost(error, self.rank) from None
         records = [outcome_to_result(0, self._execute(kind, payload))]
         if store is not None:
-            records += self._collect(store, number, label, limit)
+            records += self._collect(store, number, label, limit, deadline)
         layout = layout or self._layout
         coordinates = None if layout is None else rank_coordinates(layout)
         return RankResults(records, coordinates, label, world_size=self.world_size)
 
-    def _collect(self, store: Any, number: int, label: str, limit: float) -> list[Any]:
+    def _collect(self, store: Any, number: int, label: str, limit: float, deadline: float) -> list[Any]:
         keys = [f"{CALL_PREFIX}/{number}/{rank}" for rank in range(1, self.world_size)]
+        left = max(1e-3, deadline - time.monotonic())
         try:
             try:
                 with quiet_harmless_c10d(*STORE_TIMEOUT_LINES):
-                    store.wait(keys, datetime.timedelta(seconds=limit))
+                    store.wait(keys, datetime.timedelta(seconds=left))
             except Exception:  # torch raises its own timeout error type: read which answers are missing
                 missing = [rank for rank, key in enumerate(keys, start=1) if not store.check([key])]
                 if missing:
@@ -189,17 +193,16 @@ class LaunchedCluster:
                         "their stacks are in their own logs)",
                         ranks=missing,
                     ) from None
-            answers = [cloudpickle.loads(store.get(key)) for key in keys]
+            answers = [store.get(key) for key in keys]
         except ClusterError:
             raise
         except Exception as error:
             raise store_lost(error, self.rank) from None
-        return [outcome_to_result(rank, outcome) for rank, outcome in enumerate(answers, start=1)]
+        return [outcome_to_result(rank, cloudpickle.loads(answer)) for rank, answer in enumerate(answers, start=1)]
 
     def _execute(self, kind: str, payload: Any) -> Any:
-        if kind == "run":
-            fn, args = payload
-            return execute(self._ctx, fn, tuple(args))
+        if kind == "run":  # unpickled by ``execute``: a function this rank cannot load is this rank's error
+            return execute(self._ctx, payload=payload)
         if kind == "apply":
             return execute(self._ctx, builder(payload, self._use_cpu), ())
         if kind == "check":
@@ -220,11 +223,12 @@ class LaunchedCluster:
             waited = time.monotonic()
             try:
                 store.wait([key], datetime.timedelta(seconds=IDLE_LIMIT))
-                kind, payload = cloudpickle.loads(store.get(key))
+                message = store.get(key)
             except Exception as error:
                 if time.monotonic() - waited >= IDLE_LIMIT - 1.0:
                     raise ClusterTimeout(f"rank {self.rank}: no call from rank 0 for {IDLE_LIMIT:g} s") from None
                 raise store_lost(error, self.rank) from None
+            kind, payload = cloudpickle.loads(message)
             if kind == "exit":
                 self.close()
                 return
