@@ -21,7 +21,7 @@ from .checks import check_layout
 from .commands.common import add_layout_arguments, layout_from_args
 from .config import DistributedConfig, LayoutError
 from .runtime.backends import resolve_backend
-from .runtime.errors import BackendUnavailable, ClusterError
+from .runtime.errors import BackendUnavailable, ClusterError, first_line
 from .runtime.torchrun import LaunchedCluster
 
 PROG = "python -m fastdist_lab.worker"
@@ -52,8 +52,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.world_size = env_world
     elif "WORLD_SIZE" in os.environ and args.world_size != env_world:
         return _fail(f"--world-size={args.world_size} but WORLD_SIZE={env_world}")
+    env_local = DistributedConfig.default_local_world_size()
     if args.local_world_size is None:
-        args.local_world_size = DistributedConfig.default_local_world_size()
+        args.local_world_size = env_local
+    elif "LOCAL_WORLD_SIZE" in os.environ and args.local_world_size != env_local:
+        return _fail(f"--local-world-size={args.local_world_size} but LOCAL_WORLD_SIZE={env_local}")
     if not args.timeout > 0:
         return _fail(f"--timeout={args.timeout} must be > 0")
     try:
@@ -63,14 +66,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(f"{error} (--backend {error.alternative})")
     except (LayoutError, ClusterError) as error:
         return _fail(str(error))
-    with LaunchedCluster(layout, args.timeout) as cluster:
-        if cluster.rank != 0:
-            cluster.serve()
-            return 0
+    try:
+        cluster = LaunchedCluster(layout, args.timeout)
+    except ValueError as error:  # the launcher's environment is incomplete (no MASTER_ADDR, ...)
+        return _fail(first_line(error))
+    except BackendUnavailable as error:
+        return _fail(f"{error} (--backend {error.alternative})")
+    except RuntimeError as error:  # the rendezvous failed (torch's store errors are RuntimeErrors)
+        sys.stderr.write(f"{PROG}: rendezvous failed: {first_line(error)}\n")
+        return 1
+    with cluster:
         try:
+            if cluster.rank != 0:
+                cluster.serve()
+                return 0
             result = check_layout(cluster, layout, timeout=args.timeout)
-        except ClusterError as error:
-            sys.stderr.write(f"{PROG}: check failed: {error}\n")
+        except ClusterError as error:  # a serving rank's error names its rank; rank 0's is the check's
+            sys.stderr.write(f"{PROG}: {'' if cluster.rank else 'check failed: '}{error}\n")
             return 1
     if args.report:
         result.verification.save(args.report)

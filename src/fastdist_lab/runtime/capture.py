@@ -84,9 +84,9 @@ class OutputCapture(io.StringIO):
 
 
 @contextlib.contextmanager
-def quiet_harmless_c10d() -> Iterator[None]:
-    """Filter ``HARMLESS_C10D`` lines out of what C++ code writes to this process's stderr (file descriptor 2)
-    inside the block; every other line is written to stderr afterwards."""
+def quiet_harmless_c10d(*also: bytes) -> Iterator[None]:
+    """Filter ``HARMLESS_C10D`` lines (and lines containing any of ``also``) out of what C++ code writes to this
+    process's stderr (file descriptor 2) inside the block; every other line is written to stderr afterwards."""
     sys.stderr.flush()
     try:
         saved = os.dup(2)
@@ -102,10 +102,7 @@ def quiet_harmless_c10d() -> Iterator[None]:
             os.dup2(saved, 2)
             os.close(saved)
             spool.seek(0)
-            kept = [line for line in spool.read().splitlines(keepends=True) if not _harmless(line)]
+            harmless = HARMLESS_C10D + also
+            kept = [line for line in spool.read().splitlines(keepends=True) if not any(t in line for t in harmless)]
             if kept:
                 os.write(2, b"".join(kept))
-
-
-def _harmless(line: bytes) -> bool:
-    return any(text in line for text in HARMLESS_C10D)

@@ -1,5 +1,5 @@
 """Errors of the process-group runtime: ``ClusterError``, its timeout flavour ``ClusterTimeout``, and
-``BackendUnavailable`` for a backend this machine cannot run."""
+``BackendUnavailable`` for a backend this machine cannot run; ``first_line`` for quoting torch's errors."""
 
 from __future__ import annotations
 
@@ -44,3 +44,8 @@ class BackendUnavailable(ClusterError):
         super().__init__(message)
         self.backend = backend
         self.alternative = alternative
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of ``error``'s message (torch's C++ errors go on with a stack of frames), or its type name."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]

@@ -5,7 +5,9 @@ calls of a ``LocalCluster`` (``run``, ``apply``, ``layout``, ``world_size``, ``t
 package drives a launched job unchanged (``check_layout``: groups, then real generator streams against the
 prediction); every other rank calls ``serve()``, which executes rank 0's calls until rank 0 closes. Calls and
 results travel through the launcher's store, under ``CALL_PREFIX``; a rank that does not answer in time makes the
-call raise ``ClusterTimeout`` naming it. The command line around it is ``python -m fastdist_lab.worker``.
+call raise ``ClusterTimeout`` naming it. When the store itself is gone (its host's launcher ended), every store
+operation raises ``ClusterError`` at once: a serving rank stops instead of retrying. The command line around it is
+``python -m fastdist_lab.worker``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from ..config import DistributedConfig, LayoutError
 from ..layout import Layout
 from .capture import quiet_harmless_c10d
 from .channel import outcome_to_result
-from .errors import ClusterError, ClusterTimeout
+from .errors import ClusterError, ClusterTimeout, first_line
 from .pool import ProcessGroupPool
 from .results import RankResults, ranks_text
 from .verification import Verification
@@ -30,8 +32,16 @@ from .worker import RankContext, builder, checker, execute
 
 CALL_PREFIX = "fastdist_lab/calls"
 """Store keys under which rank 0 posts calls and every rank leaves its results."""
+STORE_TIMEOUT_LINES = (b"waitForInput",)
+"""What torch's C++ store prints when a wait passes its deadline: filtered while rank 0 collects answers, whose
+missing ranks the ``ClusterTimeout`` names."""
 IDLE_LIMIT = 3600.0
-"""Seconds a serving rank waits for rank 0's next call before giving up."""
+"""Seconds a serving rank waits for rank 0's next call before giving up (one wait: no timeout lines meanwhile)."""
+
+
+def store_lost(error: BaseException, rank: int) -> ClusterError:
+    """The error for a store operation that failed other than by a deadline: the launcher's store is gone."""
+    return ClusterError(f"rank {rank}: the launcher's store is gone (did rank 0's node stop?): {first_line(error)}")
 
 
 class LaunchedCluster:
@@ -104,7 +114,8 @@ class LaunchedCluster:
         """Run ``fn(ctx, *args)`` on every rank (rank 0 only); a rank that raises is reported in the results."""
         if not callable(fn):
             raise TypeError(f"fn={fn!r} is not callable")
-        return self._call("run", (fn, args), getattr(fn, "__name__", "run"), timeout)
+        payload = cloudpickle.dumps((fn, args))  # before the call is numbered: a failure here desyncs no rank
+        return self._call("run", payload, getattr(fn, "__name__", "run"), timeout)
 
     def apply(self, layout: Layout | DistributedConfig, timeout: float | None = None) -> Verification:
         """Build ``Distributed`` for ``layout`` on every rank and check every group (rank 0 only; see
@@ -130,7 +141,10 @@ class LaunchedCluster:
         try:
             if self.rank == 0 and self.pool.store is not None:
                 self._calls += 1
-                self.pool.store.set(f"{CALL_PREFIX}/{self._calls}", cloudpickle.dumps(("exit", None)))
+                try:
+                    self.pool.store.set(f"{CALL_PREFIX}/{self._calls}", cloudpickle.dumps(("exit", None)))
+                except Exception:  # a store that is gone has no serving rank left to release
+                    pass
         finally:
             self._ctx.distributed = None
             self.pool.shutdown()
@@ -147,36 +161,48 @@ class LaunchedCluster:
         if self._closed:
             raise ClusterError("this launched cluster is closed")
         limit = self._limit(timeout)
+        deadline = time.monotonic() + limit  # for the whole call, rank 0's own part included
+        message = cloudpickle.dumps((kind, payload))
         self._calls += 1
         number = self._calls
         store = self.pool.store
         if store is not None:
-            store.set(f"{CALL_PREFIX}/{number}", cloudpickle.dumps((kind, payload)))
+            try:
+                store.set(f"{CALL_PREFIX}/{number}", message)
+            except Exception as error:
+                raise store_lost(error, self.rank) from None
         records = [outcome_to_result(0, self._execute(kind, payload))]
         if store is not None:
-            records += self._collect(store, number, label, limit)
+            records += self._collect(store, number, label, limit, deadline)
         layout = layout or self._layout
         coordinates = None if layout is None else rank_coordinates(layout)
         return RankResults(records, coordinates, label, world_size=self.world_size)
 
-    def _collect(self, store: Any, number: int, label: str, limit: float) -> list[Any]:
+    def _collect(self, store: Any, number: int, label: str, limit: float, deadline: float) -> list[Any]:
         keys = [f"{CALL_PREFIX}/{number}/{rank}" for rank in range(1, self.world_size)]
+        left = max(1e-3, deadline - time.monotonic())
         try:
-            store.wait(keys, datetime.timedelta(seconds=limit))
-        except Exception:  # torch raises its own timeout error type: read which answers are missing
-            missing = [rank for rank, key in enumerate(keys, start=1) if not store.check([key])]
-            if missing:
-                raise ClusterTimeout(
-                    f"{label} timed out after {limit:g} s: {ranks_text(missing)} did not answer (launched job; "
-                    "their stacks are in their own logs)",
-                    ranks=missing,
-                ) from None
-        return [outcome_to_result(rank, cloudpickle.loads(store.get(key))) for rank, key in enumerate(keys, start=1)]
+            try:
+                with quiet_harmless_c10d(*STORE_TIMEOUT_LINES):
+                    store.wait(keys, datetime.timedelta(seconds=left))
+            except Exception:  # torch raises its own timeout error type: read which answers are missing
+                missing = [rank for rank, key in enumerate(keys, start=1) if not store.check([key])]
+                if missing:
+                    raise ClusterTimeout(
+                        f"{label} timed out after {limit:g} s: {ranks_text(missing)} did not answer (launched job; "
+                        "their stacks are in their own logs)",
+                        ranks=missing,
+                    ) from None
+            answers = [store.get(key) for key in keys]
+        except ClusterError:
+            raise
+        except Exception as error:
+            raise store_lost(error, self.rank) from None
+        return [outcome_to_result(rank, cloudpickle.loads(answer)) for rank, answer in enumerate(answers, start=1)]
 
     def _execute(self, kind: str, payload: Any) -> Any:
-        if kind == "run":
-            fn, args = payload
-            return execute(self._ctx, fn, tuple(args))
+        if kind == "run":  # unpickled by ``execute``: a function this rank cannot load is this rank's error
+            return execute(self._ctx, payload=payload)
         if kind == "apply":
             return execute(self._ctx, builder(payload, self._use_cpu), ())
         if kind == "check":
@@ -186,7 +212,7 @@ class LaunchedCluster:
     # ------------------------------------------------------------------ the other ranks
     def serve(self) -> None:
         """Execute rank 0's calls until it closes (ranks other than 0). Raises ``ClusterTimeout`` after
-        ``IDLE_LIMIT`` seconds without a call."""
+        ``IDLE_LIMIT`` seconds without a call, ``ClusterError`` at once when the launcher's store is gone."""
         store = self.pool.store
         if self.rank == 0 or store is None:
             return
@@ -195,16 +221,19 @@ class LaunchedCluster:
             number += 1
             key = f"{CALL_PREFIX}/{number}"
             waited = time.monotonic()
-            while True:
-                try:
-                    store.wait([key], datetime.timedelta(seconds=max(self._timeout, 10.0)))
-                    break
-                except Exception as error:  # no call yet
-                    if time.monotonic() - waited > IDLE_LIMIT:
-                        raise ClusterTimeout(f"rank {self.rank}: no call from rank 0 for {IDLE_LIMIT:g} s") from error
-            kind, payload = cloudpickle.loads(store.get(key))
+            try:
+                store.wait([key], datetime.timedelta(seconds=IDLE_LIMIT))
+                message = store.get(key)
+            except Exception as error:
+                if time.monotonic() - waited >= IDLE_LIMIT - 1.0:
+                    raise ClusterTimeout(f"rank {self.rank}: no call from rank 0 for {IDLE_LIMIT:g} s") from None
+                raise store_lost(error, self.rank) from None
+            kind, payload = cloudpickle.loads(message)
             if kind == "exit":
                 self.close()
                 return
             outcome = self._execute(kind, payload)
-            store.set(f"{key}/{self.rank}", cloudpickle.dumps(outcome))
+            try:
+                store.set(f"{key}/{self.rank}", cloudpickle.dumps(outcome))
+            except Exception as error:
+                raise store_lost(error, self.rank) from None
