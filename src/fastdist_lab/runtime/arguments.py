@@ -73,6 +73,7 @@ class ClusterFacts:
     _timeout: float
     _layout: Layout | None
     _closed: bool
+    _backend: str
 
     def start(self: _Cluster) -> _Cluster:
         """Start the ranks (the subclass's)."""
@@ -110,6 +111,17 @@ class ClusterFacts:
     def timeout(self) -> float:
         """Default deadline of a call, in seconds."""
         return self._timeout
+
+    @property
+    def backend(self) -> str:
+        """The groups' backend: ``"gloo"`` or ``"nccl"`` (processes, launched jobs), ``"threaded"`` or ``"fake"``
+        (simulated worlds)."""
+        return self._backend
+
+    @property
+    def device_type(self) -> str:
+        """Where the ranks' tensors live: ``"cuda"`` for NCCL, else ``"cpu"``."""
+        return "cuda" if self._backend == "nccl" else "cpu"
 
     @property
     def layout(self) -> Layout | None:

@@ -101,16 +101,6 @@ class LocalCluster(ClusterFacts):
 
     # ------------------------------------------------------------------ properties
     @property
-    def backend(self) -> str:
-        """``"gloo"`` or ``"nccl"``."""
-        return self._backend
-
-    @property
-    def device_type(self) -> str:
-        """``"cuda"`` for NCCL, else ``"cpu"``."""
-        return "cuda" if self._backend == "nccl" else "cpu"
-
-    @property
     def running(self) -> bool:
         """Whether the worker server and every worker are alive and ready for the next call.
 

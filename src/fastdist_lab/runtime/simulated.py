@@ -96,6 +96,7 @@ class SimulatedCluster(ClusterFacts):
         self._world_size = world_size
         self._local_world_size = local
         self._mode = mode
+        self._backend = BACKEND_OF_MODE[mode]
         self._timeout = cluster_timeout(default_timeout(world_size) if timeout is None else timeout)
         self._progress_option = progress
         self._lock = threading.RLock()
@@ -119,16 +120,6 @@ class SimulatedCluster(ClusterFacts):
     def mode(self) -> str:
         """``"threads"`` or ``"fake"``."""
         return self._mode
-
-    @property
-    def backend(self) -> str:
-        """torch's name of the groups: ``"threaded"`` or ``"fake"``."""
-        return BACKEND_OF_MODE[self._mode]
-
-    @property
-    def device_type(self) -> str:
-        """Where the ranks' tensors live: ``"cpu"``."""
-        return "cpu"
 
     @property
     def running(self) -> bool:

@@ -21,6 +21,7 @@ import cloudpickle
 
 from ..config import DistributedConfig, LayoutError
 from ..layout import Layout
+from .arguments import ClusterFacts, call_limit
 from .capture import quiet_harmless_c10d
 from .channel import outcome_to_result
 from .errors import ClusterError, ClusterTimeout, first_line
@@ -44,7 +45,7 @@ def store_lost(error: BaseException, rank: int) -> ClusterError:
     return ClusterError(f"rank {rank}: the launcher's store is gone (did rank 0's node stop?): {first_line(error)}")
 
 
-class LaunchedCluster:
+class LaunchedCluster(ClusterFacts):
     """This rank of a launched job (rank, world and rendezvous from the environment) for ``layout``'s sizes.
 
     ``layout.backend`` must already be resolved (``resolve_backend``). Rank 0 makes the calls; the other ranks
@@ -53,7 +54,7 @@ class LaunchedCluster:
 
     def __init__(self, layout: Layout, timeout: float = 60.0):
         self.rank = DistributedConfig.default_rank()
-        self._sizes = layout
+        self._world_size, self._local_world_size = layout.world_size, layout.local_world_size
         self._timeout = float(timeout)
         self._backend = layout.backend.value
         use_cpu = self._backend == "gloo"
@@ -69,45 +70,13 @@ class LaunchedCluster:
 
     # ------------------------------------------------------------------ what the checks read
     @property
-    def world_size(self) -> int:
-        """Number of ranks of the job."""
-        return self._sizes.world_size
-
-    @property
-    def local_world_size(self) -> int:
-        """Ranks per node."""
-        return self._sizes.local_world_size
-
-    @property
-    def backend(self) -> str:
-        """``"gloo"`` or ``"nccl"``."""
-        return self._backend
-
-    @property
-    def device_type(self) -> str:
-        """``"cuda"`` for NCCL, else ``"cpu"``."""
-        return "cuda" if self._backend == "nccl" else "cpu"
-
-    @property
-    def timeout(self) -> float:
-        """Default deadline of a call, in seconds."""
-        return self._timeout
-
-    @property
-    def layout(self) -> Layout | None:
-        """The layout applied last, or ``None``."""
-        return self._layout
-
-    @property
     def running(self) -> bool:
         """Whether calls can still be made."""
         return not self._closed
 
-    def __enter__(self) -> LaunchedCluster:
+    def start(self) -> LaunchedCluster:
+        """Nothing to start: the launcher started the ranks (``self``)."""
         return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     # ------------------------------------------------------------------ rank 0: calls
     def run(self, fn: Callable[..., Any], *args: Any, timeout: float | None = None) -> RankResults:
@@ -150,10 +119,7 @@ class LaunchedCluster:
             self.pool.shutdown()
 
     def _limit(self, timeout: float | None) -> float:
-        limit = self._timeout if timeout is None else timeout
-        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 0:
-            raise ValueError(f"timeout={timeout!r} must be a number of seconds > 0")
-        return float(limit)
+        return call_limit(timeout, self._timeout)
 
     def _call(self, kind: str, payload: Any, label: str, timeout: float | None, layout: Layout | None = None):
         if self.rank != 0:
