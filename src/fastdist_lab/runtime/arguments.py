@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import html
 import threading
 import time
 from collections.abc import Iterator
@@ -82,6 +83,23 @@ class ClusterFacts:
     def close(self) -> None:
         """End the ranks (the subclass's)."""
         raise NotImplementedError
+
+    @property
+    def running(self) -> bool:
+        """Whether the ranks are ready for the next call (the subclass's)."""
+        raise NotImplementedError
+
+    def _state(self) -> str:
+        if self._closed:
+            return "closed"
+        if not self.running:
+            return "stopped (restarts on the next call)"
+        return "running"
+
+    def _repr_html_(self) -> str:
+        name = type(self).__name__
+        text = html.escape(repr(self)[len(name) :])
+        return f"<div class='fastdist-cluster'><b>{name}</b> {text}</div>"
 
     def __enter__(self: _Cluster) -> _Cluster:
         if self._closed:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import html
 import threading
 import time
 import warnings
@@ -313,23 +312,12 @@ class LocalCluster(ClusterFacts):
                 self._in_flight = None
 
     # ------------------------------------------------------------------ display
-    def _state(self) -> str:
-        if self._closed:
-            return "closed"
-        if not self.running:
-            return "stopped (restarts on the next call)"
-        return "running"
-
     def __repr__(self) -> str:
         layout = "no layout" if self._layout is None else repr(self._layout)
         return (
             f"LocalCluster(world_size={self._world_size}, backend={self._backend!r}, "
             f"local_world_size={self._local_world_size}, {self._state()}; {layout})"
         )
-
-    def _repr_html_(self) -> str:
-        text = html.escape(repr(self)[len("LocalCluster") :])
-        return f"<div class='fastdist-cluster'><b>LocalCluster</b> {text}</div>"
 
     # ------------------------------------------------------------------ cost replay (runtime/replay.py)
     def replay(

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import html
 import itertools
 import threading
 import time
@@ -272,13 +271,8 @@ class SimulatedCluster(ClusterFacts):
 
     # ------------------------------------------------------------------ display
     def __repr__(self) -> str:
-        state = "closed" if self._closed else "running" if self.running else "stopped (restarts on the next call)"
         layout = "no layout" if self._layout is None else repr(self._layout)
         return (
             f"SimulatedCluster(world_size={self._world_size}, mode={self._mode!r}, "
-            f"local_world_size={self._local_world_size}, {state}; {layout})"
+            f"local_world_size={self._local_world_size}, {self._state()}; {layout})"
         )
-
-    def _repr_html_(self) -> str:
-        text = html.escape(repr(self)[len("SimulatedCluster") :])
-        return f"<div class='fastdist-cluster'><b>SimulatedCluster</b> {text}</div>"
