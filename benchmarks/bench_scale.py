@@ -61,7 +61,7 @@ def child_simulated(mode: str, world_size: int, probe: int) -> dict[str, Any]:
     as the cluster does it and as the naive check (every group all-gathered), on the same built groups, ``probe``
     times each (the best is kept)."""
     from fastdist_lab import SimulatedCluster
-    from fastdist_lab.runtime.verify import THREADS_GATHER_LIMIT
+    from fastdist_lab.runtime.verification import THREADS_GATHER_LIMIT
     from fastdist_lab.runtime.worker import checker
 
     layout = layout_of(world_size)

@@ -27,7 +27,7 @@ import torch
 
 from fastdist_lab import Layout, LocalCluster, SimulatedCluster
 from fastdist_lab.config import DIM_NAMES
-from fastdist_lab.runtime.pool import member_tuple
+from fastdist_lab.runtime.members import member_tuple
 
 WORLD = 8
 RANK = 5
