@@ -1,4 +1,5 @@
-"""What every cluster's constructor and calls accept (sizes, deadlines, progress), validated in one place."""
+"""What every cluster's constructor and calls accept (sizes, deadlines, progress), validated in one place, and what
+every cluster shares (``ClusterFacts``: its facts, its life as a context manager, one call on every rank)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,12 @@ from typing import Any, TypeVar
 
 from ..config import LayoutError
 from ..layout import Layout
+from .calls import CallState, CallTransport, perform_call
+from .channel import Call
 from .errors import ClusterTimeout
+from .progress import resolve_progress
+from .results import RankResults
+from .verify import rank_coordinates
 
 
 def cluster_sizes(world_size: Any, local_world_size: Any) -> tuple[int, int]:
@@ -75,6 +81,9 @@ class ClusterFacts:
     _layout: Layout | None
     _closed: bool
     _backend: str
+    _call_id: int
+    _in_flight: int | None
+    _progress_option: Any
 
     def start(self: _Cluster) -> _Cluster:
         """Start the ranks (the subclass's)."""
@@ -88,6 +97,30 @@ class ClusterFacts:
     def running(self) -> bool:
         """Whether the ranks are ready for the next call (the subclass's)."""
         raise NotImplementedError
+
+    def _perform(
+        self,
+        transport: CallTransport,
+        kind: str,
+        payload: Any,
+        label: str,
+        limit: float,
+        waited: float,
+        layout: Layout | None = None,
+    ) -> RankResults:
+        """One call on every rank of ``transport`` (the caller holds the cluster, whose ranks run); ``waited``
+        seconds of ``limit`` are already gone. The call stays in flight until it is settled."""
+        self._call_id += 1
+        state = CallState(Call(self._call_id, kind, payload), label, limit, transport.ranks, waited=waited)
+        layout = layout or self._layout
+        coordinates = None if layout is None else rank_coordinates(layout)
+        self._in_flight = state.call.call_id
+        try:
+            progress = resolve_progress(self._progress_option, label, leave=False)
+            return perform_call(transport, state, coordinates, progress)
+        finally:
+            if state.settled:
+                self._in_flight = None
 
     def _state(self) -> str:
         if self._closed:

@@ -27,9 +27,7 @@ from ..config import DistributedConfig
 from ..layout import Layout
 from .arguments import ClusterFacts, call_limit, check_progress, cluster_sizes, cluster_timeout, held
 from .backends import resolve_backend
-from .calls import CallState, perform_call
 from .capacity import check_capacity
-from .channel import Call
 from .errors import ClusterError
 from .procs import FILES_PER_PROCESS, hold_interrupts, process_running, raise_file_limit
 from .progress import ProgressCallback, finish, resolve_progress
@@ -39,7 +37,7 @@ from .replay import replay as replay_step
 from .results import RankResults, ranks_text
 from .supervisor import WorkerServer
 from .verification import Verification
-from .verify import apply_in_two_steps, layout_for_cluster, rank_coordinates
+from .verify import apply_in_two_steps, layout_for_cluster
 from .workers import Workers
 
 if TYPE_CHECKING:
@@ -298,18 +296,7 @@ class LocalCluster(ClusterFacts):
         """One call on every rank (the caller holds the cluster); ``waited`` seconds of ``limit`` are already gone."""
         self._ensure_running()
         assert self._workers is not None
-        self._call_id += 1
-        call = Call(self._call_id, kind, payload)
-        state = CallState(call, label, limit, self._workers.ranks, waited=waited)
-        layout = layout or self._layout
-        coordinates = None if layout is None else rank_coordinates(layout)
-        self._in_flight = call.call_id
-        try:
-            progress = resolve_progress(self._progress_option, label, leave=False)
-            return perform_call(self._workers, state, coordinates, progress)
-        finally:
-            if state.settled:
-                self._in_flight = None
+        return self._perform(self._workers, kind, payload, label, limit, waited, layout)
 
     # ------------------------------------------------------------------ display
     def __repr__(self) -> str:

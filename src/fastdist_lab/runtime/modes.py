@@ -12,7 +12,7 @@ from typing import Any
 from ..config import CLUSTER_MODES
 from .capacity import fits
 from .cluster import LocalCluster
-from .simulated import SimulatedCluster, default_timeout
+from .simulated import SimulatedCluster
 
 __all__ = ["CLUSTER_MODES", "MODE_PROVES", "check_mode", "open_cluster", "suggested_mode"]
 
@@ -47,12 +47,11 @@ def open_cluster(
     for processes and to ``simulated.default_timeout(world_size)`` for simulated worlds. Raises ``CapacityError``
     (one line, naming the numbers and a mode that fits) before anything starts when the world does not fit."""
     mode = check_mode(mode)
+    deadline = {} if timeout is None else {"timeout": timeout}  # else each class's own default
     if mode == "processes":
-        limit = 60.0 if timeout is None else timeout
-        return LocalCluster(world_size, backend=backend, local_world_size=local_world_size, timeout=limit,
-                            progress=progress)  # fmt: skip
-    limit = default_timeout(world_size) if timeout is None else timeout
-    return SimulatedCluster(world_size, mode=mode, local_world_size=local_world_size, timeout=limit, progress=progress)
+        return LocalCluster(world_size, backend=backend, local_world_size=local_world_size, progress=progress,
+                            **deadline)  # fmt: skip
+    return SimulatedCluster(world_size, mode=mode, local_world_size=local_world_size, progress=progress, **deadline)
 
 
 def suggested_mode(world_size: int) -> str:

@@ -31,17 +31,15 @@ from typing import Any
 from ..config import CLUSTER_MODES, DistributedConfig, LayoutError
 from ..layout import Layout
 from .arguments import ClusterFacts, call_limit, check_progress, cluster_sizes, cluster_timeout, held
-from .calls import CallState, perform_call
 from .capacity import check_capacity
-from .channel import Call
 from .errors import ClusterError
 from .inprocess import fake_store, release_collectives, require_inprocess
-from .progress import ProgressCallback, resolve_progress
+from .progress import ProgressCallback
 from .rank_threads import OneThread, ThreadPerRank, routed_output
 from .results import RankResults
 from .simulated_pool import FakeGroupPool, ThreadedGroupPool
 from .verification import THREADS_GATHER_LIMIT, Verification
-from .verify import apply_in_two_steps, layout_for_cluster, layout_groups, rank_coordinates
+from .verify import apply_in_two_steps, layout_for_cluster, layout_groups
 from .worker import RankContext, builder, checker
 
 SIMULATED_MODES = CLUSTER_MODES[1:]
@@ -254,20 +252,9 @@ class SimulatedCluster(ClusterFacts):
 
     def _call(self, work: Any, limit: float, waited: float, label: str, layout: Layout | None = None) -> RankResults:
         self._ensure_running()
-        runner = self._runner
-        assert runner is not None
-        self._call_id += 1
-        state = CallState(Call(self._call_id, "run", work), label, limit, runner.ranks, waited=waited)
-        layout = layout or self._layout
-        coordinates = None if layout is None else rank_coordinates(layout)
-        self._in_flight = state.call.call_id
-        try:
-            progress = resolve_progress(self._progress_option, label, leave=False)
-            with routed_output(), gc_paused():
-                return perform_call(runner, state, coordinates, progress)
-        finally:
-            if state.settled:
-                self._in_flight = None
+        assert self._runner is not None
+        with routed_output(), gc_paused():
+            return self._perform(self._runner, "run", work, label, limit, waited, layout)
 
     # ------------------------------------------------------------------ display
     def __repr__(self) -> str:
