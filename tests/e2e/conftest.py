@@ -161,7 +161,8 @@ class ProcessTracker:
             return
         with self._lock:
             self.seen.setdefault(key, proc)
-            self.pgids.add(pgid)
+            if pgid != os.getpgrp():  # never the test runner's own group (nor the shell or CI job that runs it)
+                self.pgids.add(pgid)
 
     def scan(self) -> None:
         """Record the server, its descendants, and every process whose working directory is inside ``root``."""

@@ -1,15 +1,21 @@
-"""Fixtures of the runtime tests: a private temporary directory for everything they start, and one shared 8-rank
-gloo cluster (real processes, real groups over loopback)."""
+"""Fixtures of the runtime tests: a private temporary directory for everything they start, one shared 8-rank
+gloo cluster (real processes, real groups over loopback), and real SIGINTs aimed at the code under test only."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import tempfile
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
 
 import pytest
 
+import fastdist_lab
 from fastdist_lab import Layout
 
 WORLD = 8
@@ -55,3 +61,107 @@ def cluster(private_tmpdir: Path):
         verification = shared.apply(_layout_of(tensor_parallel=2, pipeline_parallel=2, sequence_data_parallel=2))
         assert verification.ok, verification
         yield shared
+
+
+# ----------------------------------------------------------------------------------------------- interrupts
+PACKAGE_DIR = os.path.dirname(os.path.abspath(fastdist_lab.__file__)) + os.sep
+"""The folder of the imported package object: the code under test, wherever the clone or its venv lives."""
+
+
+def in_code_under_test(frame: FrameType | None) -> bool:
+    """Whether ``frame`` or one of its callers runs code of the imported ``fastdist_lab`` package.
+
+    Aimed by the package object's own folder, never by a path substring: in a clone in a folder named
+    ``fastdist_lab``, the tests, the virtual environment and pytest itself sit under ``.../fastdist_lab/`` too.
+    """
+    while frame is not None:
+        if os.path.abspath(frame.f_code.co_filename).startswith(PACKAGE_DIR):
+            return True
+        frame = frame.f_back
+    return False
+
+
+class Interrupts:
+    """Real SIGINTs to this process that raise ``KeyboardInterrupt`` only inside the code under test.
+
+    While the ``interrupts`` fixture is active, a SIGINT that arrives while the main thread runs no fastdist_lab
+    code is dropped (counted in ``dropped``), so nothing reaches pytest; ``after`` and ``barrage`` send them, and
+    the fixture stops and joins every sender before it gives SIGINT back to pytest.
+    """
+
+    def __init__(self) -> None:
+        self.raised = 0
+        self.dropped = 0
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    aims_at = staticmethod(in_code_under_test)
+
+    def handler(self, signum: int, frame: FrameType | None) -> None:
+        """The SIGINT handler: ``KeyboardInterrupt`` inside the package, nothing elsewhere."""
+        if self.aims_at(frame):
+            self.raised += 1
+            raise KeyboardInterrupt
+        self.dropped += 1
+
+    def after(self, delay: float) -> threading.Timer:
+        """One SIGINT to this process ``delay`` seconds from now (cancelled if the test ends first)."""
+        timer = threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT))
+        timer.daemon = True
+        self._threads.append(timer)
+        timer.start()
+        return timer
+
+    @contextlib.contextmanager
+    def barrage(self, seconds: float, every: float) -> Iterator[threading.Event]:
+        """SIGINTs every ``every`` seconds for ``seconds``; the event is set once they stopped."""
+        over = threading.Event()
+
+        def fire() -> None:
+            end = time.monotonic() + seconds
+            while time.monotonic() < end and not self._stop.is_set():
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(every)
+            over.set()
+
+        thread = threading.Thread(target=fire, daemon=True)
+        self._threads.append(thread)
+        thread.start()
+        try:
+            yield over
+        finally:
+            self._stop.set()
+            thread.join()
+            self._stop.clear()
+
+    def stop(self) -> None:
+        """Stop every sender and wait for it (a timer not fired yet never fires)."""
+        self._stop.set()
+        for thread in self._threads:
+            if isinstance(thread, threading.Timer):
+                thread.cancel()
+            thread.join()
+
+
+@pytest.fixture
+def interrupts() -> Iterator[Interrupts]:
+    """SIGINTs aimed at the code under test (see ``Interrupts``); pytest's own handler is back after the test."""
+    aimed = Interrupts()
+    previous = signal.signal(signal.SIGINT, aimed.handler)
+    try:
+        yield aimed
+    finally:
+        aimed.stop()
+        time.sleep(0.05)  # a SIGINT sent just before the senders stopped is handled here, by the aimed handler
+        signal.signal(signal.SIGINT, previous)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """A ``KeyboardInterrupt`` that leaves a test using ``interrupts`` fails that test: it never stops the session."""
+    if "interrupts" not in getattr(item, "fixturenames", ()):
+        return (yield)
+    try:
+        return (yield)
+    except KeyboardInterrupt:
+        pytest.fail("a SIGINT sent by the test escaped the code under test", pytrace=False)

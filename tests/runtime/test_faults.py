@@ -86,11 +86,10 @@ def test_a_sigkilled_worker_is_detected_quickly_and_the_cluster_recovers(cluster
     assert cluster.run(lambda ctx: ctx.rank).values == list(range(WORLD))
 
 
-def test_keyboard_interrupt_reaches_the_workers_and_leaves_the_cluster_usable(cluster):
+def test_keyboard_interrupt_reaches_the_workers_and_leaves_the_cluster_usable(cluster, interrupts):
     assert cluster.run(lambda ctx: ctx.rank).values == list(range(WORLD))  # running before the interrupt
     pids = cluster.pids
-    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
+    timer = interrupts.after(0.5)
     begin = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         cluster.run(_sleep_on_rank_2, 60, timeout=60)
@@ -101,9 +100,8 @@ def test_keyboard_interrupt_reaches_the_workers_and_leaves_the_cluster_usable(cl
     assert cluster.run(lambda ctx: ctx.rank).values == list(range(WORLD))
 
 
-def test_an_interrupt_during_a_hang_restarts_the_workers(cluster):
-    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
+def test_an_interrupt_during_a_hang_restarts_the_workers(cluster, interrupts):
+    timer = interrupts.after(0.5)
     with pytest.raises(KeyboardInterrupt):
         cluster.run(_skip_the_collective_on_rank_5, timeout=60)
     timer.join()

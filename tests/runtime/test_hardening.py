@@ -11,7 +11,6 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
 
 import psutil
 import pytest
@@ -37,47 +36,6 @@ def _hang_on_all_but_rank_5(ctx):
     return int(value.item())
 
 
-@contextlib.contextmanager
-def _interrupts_inside_the_package() -> Iterator[None]:
-    """SIGINT raises ``KeyboardInterrupt`` only while the main thread is inside fastdist_lab (dropped elsewhere).
-
-    A barrage of real SIGINTs then hits every point of the cluster's code without breaking the test's own.
-    """
-
-    def handler(signum: int, frame) -> None:
-        while frame is not None:
-            if f"{os.sep}fastdist_lab{os.sep}" in frame.f_code.co_filename:
-                raise KeyboardInterrupt
-            frame = frame.f_back
-
-    previous = signal.signal(signal.SIGINT, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-@contextlib.contextmanager
-def _barrage(seconds: float, every: float) -> Iterator[threading.Event]:
-    """SIGINTs to this process every ``every`` seconds for ``seconds``; the event is set once they stopped."""
-    stop, over = threading.Event(), threading.Event()
-
-    def fire() -> None:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end and not stop.is_set():
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(every)
-        over.set()
-
-    thread = threading.Thread(target=fire, daemon=True)
-    thread.start()
-    try:
-        yield over
-    finally:
-        stop.set()
-        thread.join()
-
-
 def _descendants() -> set[int]:
     return {child.pid for child in psutil.Process().children(recursive=True)}
 
@@ -86,17 +44,36 @@ def _descendants() -> set[int]:
 
 
 @pytest.mark.timeout(240)
-def test_a_barrage_of_interrupts_never_leaves_the_cluster_out_of_step(cluster, layout_of):
-    with _interrupts_inside_the_package():
-        for every in (0.5, 0.05, 0.004):  # coarse to fine: every moment of a call, its grace and its cleanup
-            with _barrage(2.0, every) as over:
-                while not over.is_set():
-                    with contextlib.suppress(KeyboardInterrupt, ClusterError):
-                        cluster.run(_hang_on_all_but_rank_5, timeout=30)
+def test_a_barrage_of_interrupts_never_leaves_the_cluster_out_of_step(cluster, layout_of, interrupts):
+    # real SIGINTs, raised only while the main thread is inside fastdist_lab (see conftest's ``interrupts``)
+    for every in (0.5, 0.05, 0.004):  # coarse to fine: every moment of a call, its grace and its cleanup
+        with interrupts.barrage(2.0, every) as over:
+            while not over.is_set():
+                with contextlib.suppress(KeyboardInterrupt, ClusterError):
+                    cluster.run(_hang_on_all_but_rank_5, timeout=30)
+    assert interrupts.raised > 0
     # whatever state the interrupts left, the next calls get their own answers
     assert cluster.run(lambda ctx: ctx.rank).values == list(range(WORLD))
     assert cluster.apply(layout_of(tensor_parallel=2, pipeline_parallel=2, sequence_data_parallel=2)).ok
     assert cluster.running
+
+
+def test_interrupts_hit_the_package_only_and_never_the_runner(interrupts):
+    interrupts.after(0).join()
+    time.sleep(0.1)  # test code: the SIGINT is dropped
+    assert (interrupts.raised, interrupts.dropped) == (0, 1)
+    interrupts.after(0.2)
+    with pytest.raises(KeyboardInterrupt):
+        wait_gone([os.getpid()], 30)  # package code (a waiting loop): the SIGINT raises there
+    assert interrupts.raised == 1
+    # aimed by the imported package's folder: a clone in a folder named fastdist_lab puts its tests, its virtual
+    # environment and pytest under ".../fastdist_lab/" too, and none of them is the code under test
+    namespace: dict = {}
+    exec(compile("import sys\nframe = sys._getframe()", "/clone/fastdist_lab/tests/x.py", "exec"), namespace)
+    assert not interrupts.aims_at(namespace["frame"])
+    venv = "/clone/fastdist_lab/.venv/lib/python3/site-packages/_pytest/runner.py"
+    exec(compile("import sys\nframe = sys._getframe()", venv, "exec"), namespace)
+    assert not interrupts.aims_at(namespace["frame"])
 
 
 # ----------------------------------------------------------------------------------------------- F4
@@ -104,20 +81,18 @@ def test_a_barrage_of_interrupts_never_leaves_the_cluster_out_of_step(cluster, l
 
 def _stop_rank_1(ctx):
     import os
-    import signal
 
     if ctx.rank == 1:  # a stopped process answers nothing, not even the SIGUSR1 asking for its stack
         os.kill(os.getpid(), signal.SIGSTOP)
     return ctx.rank
 
 
-def test_an_interrupt_while_stacks_are_collected_still_stops_the_workers():
+def test_an_interrupt_while_stacks_are_collected_still_stops_the_workers(interrupts):
     with LocalCluster(2, backend="gloo", local_world_size=2, progress=False, timeout=60) as cluster:
         assert cluster.run(_warm).values == [0, 1]
         pids = cluster.pids
         # the deadline passes at 1 s; the stack of the stopped rank is awaited for a while after that
-        timer = threading.Timer(1.6, os.kill, (os.getpid(), signal.SIGINT))
-        timer.start()
+        timer = interrupts.after(1.6)
         with pytest.raises(KeyboardInterrupt):
             cluster.run(_stop_rank_1, timeout=1)
         timer.join()
@@ -131,7 +106,6 @@ def test_an_interrupt_while_stacks_are_collected_still_stops_the_workers():
 
 def _stop_rank_1_soon(ctx):
     import os
-    import signal
     import threading
 
     if ctx.rank == 1:  # stops after answering: it will not take its exit message
@@ -139,13 +113,12 @@ def _stop_rank_1_soon(ctx):
     return ctx.rank
 
 
-def test_an_interrupt_inside_close_still_ends_every_process():
+def test_an_interrupt_inside_close_still_ends_every_process(interrupts):
     cluster = LocalCluster(2, backend="gloo", local_world_size=2, progress=False, timeout=60)
     processes = [*cluster.pids, cluster.server_pid]
     assert cluster.run(_stop_rank_1_soon).values == [0, 1]
     time.sleep(0.6)
-    timer = threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
+    timer = interrupts.after(0.1)
     with contextlib.suppress(KeyboardInterrupt):
         cluster.close()
     timer.join()
