@@ -93,7 +93,73 @@ def test_help_shows_defaults_and_explains_every_flag():
             if action.dest in ("help",):
                 continue
             assert action.help, f"{name} {action.option_strings} has no help"
-        assert "(default 8)" in text, name  # the world size, filled in when not given
+        assert "(default: 8)" in text, name  # the world size, filled in when not given
+        # each flag's default is said once: never argparse's "(default: None)" beside a hand-written one
+        formatter = command.formatter_class(name)
+        for action in command._actions:
+            shown = " ".join(formatter._expand_help(action).split()) if action.help else ""
+            assert shown.count("default") <= 1, f"{name} {action.option_strings}: {shown}"
+        assert "(default: None)" not in text and "(default: False)" not in text, name
+
+
+def test_the_worker_says_its_world_comes_from_the_launcher():
+    from fastdist_lab.worker import _parser
+
+    text = _parser().format_help()
+    assert "(default: the launcher's WORLD_SIZE)" in " ".join(text.split()) and "(default: 8)" not in text
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (
+            ["layout", "--tensor-paralel", "2"],
+            "fastdist-lab layout: error: unrecognized argument --tensor-paralel (did you mean --tensor-parallel?)",
+        ),
+        (
+            ["cost", "--micro-bach-size", "2"],
+            "fastdist-lab cost: error: unrecognized argument --micro-bach-size (did you mean --micro-batch-size?)",
+        ),
+        (
+            ["check", "--simulte=fake"],
+            "fastdist-lab check: error: unrecognized argument --simulte (did you mean --simulate?)",
+        ),
+        (["streams", "7"], "fastdist-lab streams: error: unrecognized argument '7'"),
+    ],
+)
+def test_cli_typos_get_a_did_you_mean_with_the_sub_command(argv, needle, capsys):
+    with pytest.raises(SystemExit) as raised:
+        main(argv)
+    assert raised.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [needle]
+
+
+def test_layout_from_a_yaml_without_a_world_takes_world_size_from_the_environment(tmp_path, capsys, monkeypatch):
+    (tmp_path / "exp.yaml").write_text("model:\n  distributed:\n    tensor_parallel: 2\n")
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert main(["layout", "--from", str(tmp_path / "exp.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "WORLD_SIZE" in err and "--world-size N" in err and len(err.splitlines()) == 1
+    monkeypatch.setenv("WORLD_SIZE", "16")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    assert main(["layout", "--from", str(tmp_path / "exp.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "Layout(world_size=16, local_world_size=8, tensor_parallel=2" in out
+    assert main(["layout", "--from", str(tmp_path / "exp.yaml"), "--world-size", "4"]) == 0  # the flag wins
+    out = capsys.readouterr().out
+    assert out.count("Layout(") == 1 and "Layout(world_size=4, local_world_size=4" in out  # printed once
+    monkeypatch.setenv("WORLD_SIZE", "many")
+    assert main(["layout", "--from", str(tmp_path / "exp.yaml")]) == 2
+    assert "WORLD_SIZE='many' in the environment is not a number" in capsys.readouterr().err
+
+
+def test_layout_from_empty_input_says_it_is_empty(capsys):
+    assert main(["layout", "--from", ""]) == 2
+    assert (
+        capsys.readouterr().err.strip()
+        == "fastdist-lab layout: error: --from is empty: give a config file, its text or a launch line"
+    )
 
 
 def test_big_worlds_are_summarised_unless_every_row_is_asked_for(capsys):

@@ -6,6 +6,8 @@ Bad input prints one line on stderr naming the problem and exits with code 2, ne
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
 import sys
 from collections.abc import Sequence
 from types import ModuleType
@@ -30,11 +32,24 @@ DESCRIPTION = (
 )
 
 
+class DefaultsOnceFormatter(argparse.HelpFormatter):
+    """Help that shows each flag's default once: ``(default: X)`` is added where the help does not already say
+    what the default is, and never for a default of ``None`` or ``False`` (a flag that is off, a value computed
+    when absent: its help says how)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 class OneLineParser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line on stderr and exit code 2, and whose help shows defaults."""
+    """An ArgumentParser whose errors are one line on stderr and exit code 2, and whose help shows each default
+    once."""
 
     def __init__(self, *args: object, **kwargs: object) -> None:
-        kwargs.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
+        kwargs.setdefault("formatter_class", DefaultsOnceFormatter)
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
 
     def error(self, message: str) -> None:  # type: ignore[override]
@@ -50,13 +65,28 @@ def build_parser() -> argparse.ArgumentParser:
     for name, module in COMMANDS.items():
         command = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(command)
-        command.set_defaults(run_command=module.run)
+        command.set_defaults(run_command=module.run, command_parser=command)
     return parser
+
+
+def unrecognized(extras: Sequence[str], parser: argparse.ArgumentParser) -> str:
+    """The error for arguments ``parser`` does not know: the first unknown flag with the closest flag it has, as
+    for a misspelt field in a YAML config or in ``Layout(...)``."""
+    flags = list(dict.fromkeys(re.findall(r"(?<![\w-])--?[A-Za-z][\w-]*", parser.format_help())))
+    for word in extras:
+        if word.startswith("-"):
+            flag = word.partition("=")[0]
+            close = difflib.get_close_matches(flag, flags, n=1, cutoff=0.75)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            return f"unrecognized argument {flag}{hint}"
+    return f"unrecognized argument {extras[0]!r}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
-    args = build_parser().parse_args(argv)
+    args, extras = build_parser().parse_known_args(argv)
+    if extras:
+        args.command_parser.error(unrecognized(extras, args.command_parser))
     try:
         return int(args.run_command(args))
     except LayoutError as error:

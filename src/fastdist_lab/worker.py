@@ -18,6 +18,7 @@ import sys
 from collections.abc import Sequence
 
 from .checks import check_layout
+from .cli import OneLineParser, unrecognized
 from .commands.common import add_layout_arguments, layout_from_args
 from .config import DistributedConfig, LayoutError
 from .runtime.backends import resolve_backend
@@ -28,12 +29,13 @@ PROG = "python -m fastdist_lab.worker"
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog=PROG, description="verify a layout with real process groups on every rank (run under torchrun)"
     )
-    add_layout_arguments(parser)
-    parser.set_defaults(world_size=None)
-    parser.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto")
+    add_layout_arguments(parser, launcher=True)
+    parser.add_argument(
+        "--backend", choices=("auto", "gloo", "nccl"), default="auto", help="auto: NCCL with a GPU per rank, else gloo"
+    )
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds for the rendezvous and each collective")
     parser.add_argument("--report", default=None, help="write the JSON report here (rank 0)")
     return parser
@@ -46,7 +48,10 @@ def _fail(message: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Verify the layout of the flags on this rank; see the module docstring."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        parser.error(unrecognized(extras, parser))
     env_world = DistributedConfig.default_world_size()
     if args.world_size is None:
         args.world_size = env_world

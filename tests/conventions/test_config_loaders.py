@@ -84,7 +84,9 @@ def test_megatron_launch_line_spellings():
 def test_torchtitan_toml_configs():
     llama3 = load_config(CONFIGS / "torchtitan_llama3_405b.toml", world_size=64, local_world_size=8)
     mesh = llama3.convention
-    assert mesh.degrees["dp_shard"] == 8 and mesh.version == "2025-12"
+    assert mesh.degrees["dp_shard"] == 8 and mesh.version == "2026-08"  # today's meshes unless told otherwise
+    old = load_config(CONFIGS / "torchtitan_llama3_405b.toml", world_size=64, local_world_size=8, version="2025-12")
+    assert old.convention.version == "2025-12" and "dp_shard_cp" in old.named_groups()
     assert llama3.layout == Layout(world_size=64, local_world_size=8, tensor_parallel=8)
     llama4 = load_config(CONFIGS / "torchtitan_llama4_moe.toml", world_size=256, local_world_size=8, version="2026-01")
     assert llama4.convention.degrees["etp"] == 8 and llama4.layout.pipeline_parallel == 4
@@ -201,7 +203,7 @@ def test_no_layout_is_said_plainly_and_the_groups_are_kept():
         (
             "NGPU=8 ./run_train.sh --parallelism.tensor_parallel_degre 2",
             ConventionError,
-            r"parallelism\.tensor_parallel_degre: not a field.*'tensor_parallel_degree'",
+            r"parallelism\.tensor_parallel_degre \(line 1\): not a field.*'tensor_parallel_degree'",
         ),
         ("NGPU=8 ./run_train.sh --parallelism.tensor_parallel_degree", ConventionError, "needs a value"),
         ("NGPU=8 ./run_train.sh --parallelism.tensor_parallel_degree x", ConventionError, "must be an integer"),
@@ -229,7 +231,84 @@ def test_shell_expansion():
         "ARGS+=(--w $((A*B+C)))\nrun ${ARGS[@]}\n"
     )
     [command] = shell_commands(script)
-    assert command.words == ["run", "--x", "2", "--y z", "--w", "7"] and command.line == 9
+    # as bash does: unquoted ${ARGS[@]} splits an item at blanks, "${ARGS[@]}" keeps each item one word
+    assert command.words == ["run", "--x", "2", "--y", "z", "--w", "7"] and command.line == 9
+    assert command.word_lines == [9, 5, 5, 6, 6, 8, 8]  # each word's own line: where its array item is written
+    [quoted] = shell_commands(script.replace("run ${ARGS[@]}", 'run "${ARGS[@]}"'))
+    assert quoted.words == ["run", "--x", "2", "--y z", "--w", "7"]
+
+
+# ---------------------------------------------------------------------- detected by structure, not by words
+def test_a_python_config_registry_is_refused_in_one_line_naming_the_formats_read():
+    # torchtitan's Python registry holds torchtitan launch lines in strings and comments: none of them is read
+    for source in (CONFIGS / "torchtitan_registry.py", (CONFIGS / "torchtitan_registry.py").read_text()):
+        with pytest.raises(ConventionError, match="is Python source") as raised:
+            load_config(source, world_size=8)
+        message = str(raised.value)
+        assert "\n" not in message and "Fast-LLM YAML" in message and "torchtitan TOML" in message
+        assert "Megatron-LM launch line" in message
+
+
+def test_a_megatron_script_that_mentions_torchtitan_is_read_as_megatron():
+    loaded = load_config(CONFIGS / "megatron_llama3_fp8.sh")
+    state = loaded.convention
+    assert loaded.framework == "megatron" and state.program == "pretrain_gpt.py"
+    assert (state.world_size, state.tp, state.cp, state.pp, state.dp) == (16, 2, 2, 1, 4)  # the commented pp is not
+    assert state.sequence_parallel and loaded.layout.sequence_data_parallel == 2
+
+
+def test_torchtitans_own_launch_script_is_read_from_its_torchrun_command():
+    loaded = load_config(CONFIGS / "torchtitan_run_train.sh")
+    mesh = loaded.convention
+    assert loaded.framework == "torchtitan" and mesh.version == "2026-08"  # --module/--config: today's torchtitan
+    assert (mesh.world_size, mesh.degrees["ep"], mesh.degrees["dp_shard"]) == (8, 4, 8)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("", "the text is empty"),
+        (" \n\t\n", "the text is empty"),
+        ("echo 'torchrun --nproc_per_node 8 -m torchtitan.train --parallelism.tensor_parallel_degree 2'", "run echo"),
+        ("# NGPU=8 ./run_train.sh --parallelism.tensor_parallel_degree 2\nls", "cannot tell which framework"),
+        ("torchrun --nproc_per_node 8 train.py --lr 1e-4", "its commands run torchrun train.py"),
+        ("name: torchtitan\nsteps: 10\n", r"a YAML mapping \(keys name, steps\) of no framework"),
+        (
+            "torchrun --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size 2\n"
+            "NGPU=8 ./run_train.sh --parallelism.tensor_parallel_degree 2",
+            r"a torchtitan command \(line 2\) and a Megatron-LM command \(line 1\)",
+        ),
+    ],
+)
+def test_words_alone_decide_nothing(text, message):
+    with pytest.raises(ConventionError, match=message) as raised:
+        load_config(text, world_size=8)
+    assert "\n" not in str(raised.value)
+
+
+def test_an_empty_file_is_named_as_empty(tmp_path):
+    for name in ("empty.sh", "empty.yaml", "empty.toml"):
+        (tmp_path / name).write_text("\n")
+        with pytest.raises(ConventionError, match=f"{name} is empty"):
+            load_config(tmp_path / name, world_size=8)
+
+
+def test_megatron_errors_cite_the_line_where_the_flag_is():
+    script = (CONFIGS / "megatron_mixtral.sh").read_text()
+    lines = script.splitlines()
+    bad = lines.index("    --pipeline-model-parallel-size 4") + 1
+    broken = script.replace("--pipeline-model-parallel-size 4", "--pipeline-model-parallel-size four")
+    with pytest.raises(ConventionError, match=rf"^line {bad}: argument --pipeline-model-parallel-size"):
+        load_config(broken)
+    typo = script.replace("--expert-model-parallel-size 8", "--expert-model-paralel-size 8")
+    with pytest.raises(ConventionError, match=rf"^line {bad + 1}: --expert-model-paralel-size is not"):
+        load_config(typo)
+    # a refusal of the combination names every size flag with its line
+    refused = script.replace('NNODES=${SLURM_NNODES:-"4"}', "NNODES=1").replace(
+        "--pipeline-model-parallel-size 4", "--pipeline-model-parallel-size 3"
+    )
+    with pytest.raises(ConventionError, match=rf"--pipeline-model-parallel-size 3 \(line {bad}\)"):
+        load_config(refused)
 
 
 # ---------------------------------------------------------------------- the CLI

@@ -104,10 +104,10 @@ def test_a_torchtitan_launch_line_and_the_version_choice():
     result = panel.load_config(TORCHTITAN_LINE)
     assert result.applied and panel.layout == Layout(world_size=8, local_world_size=8, tensor_parallel=2,
                                                      sequence_data_parallel=2, backend="gloo")  # fmt: skip
-    assert "(2025-12)" in result.message and panel.config_box.version.value == "auto"
-    panel.config_box.version.value = "2026-08"
+    assert "(2026-08)" in result.message and panel.config_box.version.value == "auto"  # today's meshes by default
+    panel.config_box.version.value = "2025-12"
     again = panel.config_box.load()  # what Load does: the text area's text, the box's version
-    assert again.applied and "(2026-08)" in again.message
+    assert again.applied and "(2025-12)" in again.message
 
 
 def test_the_load_button_does_what_load_config_does():

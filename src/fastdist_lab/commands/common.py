@@ -20,36 +20,36 @@ SHAPE_FLAGS = {
 _DEFAULTED_FLAGS = {"world_size": "--world-size", **SHAPE_FLAGS}
 
 
-def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--world-size``, ``--local-world-size``, the parallel factors, ``--pipeline-first`` and ``--seed``."""
-    group = parser.add_argument_group(
-        "layout", "without flags: the main job's layout, 8 ranks on one node, tensor 2, pipeline 2, sequence-data 2"
-    )
+def add_layout_arguments(parser: argparse.ArgumentParser, launcher: bool = False) -> None:
+    """Add ``--world-size``, ``--local-world-size``, the parallel factors, ``--pipeline-first`` and ``--seed``.
+
+    ``launcher``: the world comes from the launcher's ``WORLD_SIZE`` / ``LOCAL_WORLD_SIZE`` (the torchrun worker),
+    and the help says so.
+    """
+    if launcher:
+        world, local = "the launcher's WORLD_SIZE", "the launcher's LOCAL_WORLD_SIZE"
+        description = "without flags: tensor 2, pipeline 2, sequence-data 2 on the launcher's world"
+    else:
+        world, local = str(DEFAULT_LAYOUT["world_size"]), "the world size, one node"
+        description = "without flags: the main job's layout, 8 ranks on one node, tensor 2, pipeline 2, sequence-data 2"
+    group = parser.add_argument_group("layout", description)
     group.add_argument(
-        "--world-size",
-        type=int,
-        default=None,
-        help=f"number of ranks (GPUs) in the job (default {DEFAULT_LAYOUT['world_size']})",
+        "--world-size", type=int, default=None, help=f"number of ranks (GPUs) in the job (default: {world})"
     )
-    group.add_argument(
-        "--local-world-size",
-        type=int,
-        default=None,
-        help="ranks (GPUs) per node; default: the world size (one node)",
-    )
+    group.add_argument("--local-world-size", type=int, default=None, help=f"ranks (GPUs) per node (default: {local})")
     group.add_argument(
         "--tensor-parallel",
         "--tp",
         type=int,
         default=None,
-        help=f"tensor-parallel size: ranks that split each layer (default {DEFAULT_LAYOUT['tensor_parallel']})",
+        help=f"tensor-parallel size: ranks that split each layer (default: {DEFAULT_LAYOUT['tensor_parallel']})",
     )
     group.add_argument(
         "--pipeline-parallel",
         "--pp",
         type=int,
         default=None,
-        help=f"pipeline-parallel size: stages of layers (default {DEFAULT_LAYOUT['pipeline_parallel']})",
+        help=f"pipeline-parallel size: stages of layers (default: {DEFAULT_LAYOUT['pipeline_parallel']})",
     )
     group.add_argument(
         "--sequence-data-parallel",
@@ -57,12 +57,12 @@ def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="sequence-data-parallel size: data ranks that share one sequence "
-        f"(default {DEFAULT_LAYOUT['sequence_data_parallel']})",
+        f"(default: {DEFAULT_LAYOUT['sequence_data_parallel']})",
     )
     group.add_argument(
         "--pipeline-first",
         action="store_true",
-        help="pipeline ranks vary before data ranks (small models); default: data first",
+        help="pipeline ranks vary before data ranks (small models; default: data ranks first)",
     )
     group.add_argument("--seed", type=int, default=1234, help="base seed of every random generator")
     group.add_argument(

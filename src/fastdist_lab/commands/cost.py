@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--num-microbatches", type=int, default=None, help="micro-batches per step (default: pipeline stages)"
     )
     zero = group.add_mutually_exclusive_group()
-    zero.add_argument("--zero-stage", type=int, default=None, help="ZeRO stage 0-3 (default 0)")
+    zero.add_argument("--zero-stage", type=int, default=None, help="ZeRO stage 0-3 (default: 0)")
     zero.add_argument("--distributed-optimizer", action="store_true", help="shard optimizer states (ZeRO 1)")
     group.add_argument("--sequence-tensor-parallel", action="store_true", help="sequence parallel in the tensor group")
     group.add_argument(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -51,7 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--torchtitan-version",
         default=None,
-        help="torchtitan vintage for --from: 2025-12, 2026-01 or 2026-08 (current); default 2025-12",
+        help="torchtitan vintage for --from: 2026-08 (today's meshes), 2026-01 or 2025-12 (flattened dp_shard_cp) "
+        "(default: 2026-08)",
     )
 
 
@@ -127,23 +129,45 @@ def _summary(layout: Layout, fmt: str) -> None:
 
 
 def _load(args: argparse.Namespace) -> Any:
-    """The ``LoadedConfig`` of ``--from``; every failure as one ``LayoutError`` line."""
-    from ..conventions import ConventionError, load_config
+    """The ``LoadedConfig`` of ``--from``; every failure as one ``LayoutError`` line.
+
+    A source that gives no world size (a Fast-LLM YAML, where torchrun's ``WORLD_SIZE`` gives it) takes
+    ``--world-size``, else ``WORLD_SIZE`` (and ``LOCAL_WORLD_SIZE``) from the environment, as Fast-LLM does.
+    """
+    from ..conventions import ConventionError, WorldSizeNeeded, load_config
 
     given = given_shape_flags(args)
     if given:
         raise LayoutError(f"--from reads the layout from the config; drop {', '.join(given)}")
+    if not args.from_config.strip():
+        raise LayoutError("--from is empty: give a config file, its text or a launch line")
+    world, local = args.world_size, args.local_world_size
     try:
-        return load_config(
-            args.from_config,
-            world_size=args.world_size,
-            local_world_size=args.local_world_size,
-            version=args.torchtitan_version,
-        )
+        try:
+            return load_config(
+                args.from_config, world_size=world, local_world_size=local, version=args.torchtitan_version
+            )
+        except WorldSizeNeeded as needed:
+            if world is not None or not os.environ.get("WORLD_SIZE", "").strip():
+                message = str(needed).split("; pass")[0]
+                raise LayoutError(f"{message}; pass --world-size N (or set WORLD_SIZE=N)") from None
+            world = _environment_size("WORLD_SIZE")
+            if local is None and os.environ.get("LOCAL_WORLD_SIZE", "").strip():
+                local = _environment_size("LOCAL_WORLD_SIZE")
+            return load_config(
+                args.from_config, world_size=world, local_world_size=local, version=args.torchtitan_version
+            )
     except (ConventionError, LayoutError) as error:
         raise LayoutError(" ".join(str(error).split())) from None
     except OSError as error:
         raise LayoutError(f"cannot read {args.from_config!r}: {error.strerror or error}") from None
+
+
+def _environment_size(name: str) -> int:
+    value = os.environ[name].strip()
+    if not value.isdigit() or int(value) < 1:
+        raise LayoutError(f"{name}={value!r} in the environment is not a number of ranks")
+    return int(value)
 
 
 def _print_convention(loaded: Any, fmt: str) -> None:
@@ -213,7 +237,8 @@ def run(args: argparse.Namespace) -> int:
             frame[f"{name}_group"] = text[layout.group_index(name)]
         frame.to_csv(sys.stdout)
     else:
-        print(repr(layout))
+        if loaded is None:  # a loaded config's description already holds the Layout(...) line
+            print(repr(layout))
         print(ranks.to_string())
         print()
         for name in DIM_NAMES:

@@ -1,14 +1,19 @@
 """One loader for every framework's config: ``load_config(text_or_path)`` -> a layout or a convention, in words.
 
-It recognises a Fast-LLM YAML (``model: distributed:``, a ``distributed:`` mapping or the bare fields), a
-torchtitan TOML job config (``[parallelism]``) or launch line (``--parallelism.*``, ``run_train.sh``,
-``torchtitan.train``), and a Megatron-LM command line, launch line or launch script. The answer holds this
-project's ``Layout`` when one gives the same groups (and says which), else says plainly that none does and keeps
-the framework's own convention, whose ``named_groups()`` lists every group the framework builds.
+It recognises what it is given by its structure, never by a word anywhere in the text: a YAML mapping of Fast-LLM's
+(``model: distributed:``, a ``distributed:`` mapping or the bare fields), a TOML document with tables (torchtitan's
+job config, ``[parallelism]``), or shell commands (a launch line or script) one of which runs torchtitan (``-m
+torchtitan.train``, ``run_train.sh``, ``--parallelism.*`` flags) or Megatron-LM (an entry script such as
+``pretrain_gpt.py``, or Megatron's parallel arguments). Comments, strings and other commands of a script say
+nothing. Python source (torchtitan's config registry, a training script) and empty input are refused in one line.
+The answer holds this project's ``Layout`` when one gives the same groups (and says which), else says plainly that
+none does and keeps the framework's own convention, whose ``named_groups()`` lists every group the framework
+builds.
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 from collections.abc import Mapping
@@ -21,13 +26,21 @@ from ..config import DIM_NAMES
 from ..fastllm import FASTLLM_FIELDS, read_fastllm
 from ..layout import Layout
 from .base import Convention, ConventionError
+from .launch import shell_commands
 from .megatron import Megatron
-from .megatron_args import KNOWN_ARGS
+from .megatron_args import is_megatron_command
 from .project import as_convention
-from .torchtitan_config import DEGREES, torchtitan_from_command, torchtitan_from_settings
+from .torchtitan_config import DEGREES, is_torchtitan_command, torchtitan_from_command, torchtitan_from_settings
 
 FRAMEWORKS: tuple[str, ...] = ("fastllm", "megatron", "torchtitan")
 """The frameworks ``load_config`` reads (``framework=`` takes one of these to skip the detection)."""
+
+FORMATS = (
+    "a Fast-LLM YAML (model: distributed:), a torchtitan TOML job config ([parallelism]) or launch line "
+    "(-m torchtitan.train, run_train.sh, --parallelism.*), or a Megatron-LM launch line or script "
+    "(pretrain_gpt.py, --tensor-model-parallel-size)"
+)
+"""What ``load_config`` reads, in words (for its refusals)."""
 
 
 @dataclass(frozen=True)
@@ -64,22 +77,101 @@ class LoadedConfig:
         return f"<div class='fastdist-loaded'><b>{html.escape(self.framework)}</b>{lines}</div>"
 
 
-def detect_framework(text: str) -> str:
-    """Which framework's config or command line ``text`` is (``ConventionError`` when it cannot tell)."""
-    if re.search(r"^\s*\[parallelism\]", text, re.M):
+def detect_framework(text: str, name: str = "the text") -> str:
+    """Which framework's config or command line ``text`` is, from its structure (``ConventionError`` when it
+    cannot tell, naming what it read; for empty input and Python source too).
+
+    A TOML table header (``[parallelism]``) is torchtitan's job config; a YAML mapping with Fast-LLM's keys is
+    Fast-LLM's; else the shell commands of the text decide: one that runs torchtitan (``-m torchtitan.*``,
+    ``run_train.sh``, ``--parallelism.*`` flags) or Megatron-LM (``pretrain_*.py``, its parallel arguments).
+    """
+    if not text.strip():
+        raise ConventionError(f"{name} is empty: nothing to read; give {FORMATS}")
+    if _is_python(text):
+        raise ConventionError(_python_refused(name))
+    if _TOML_TABLE.search(text):
         return "torchtitan"
-    if "--parallelism." in text or "torchtitan" in text or "run_train.sh" in text:
-        return "torchtitan"
-    if any(flag in text for flag in KNOWN_ARGS) or re.search(r"torchrun|torch\.distributed\.|pretrain_\w+\.py", text):
-        return "megatron"
-    if re.search(r"^\s*\[[\w.]+\]\s*$", text, re.M):
-        return "torchtitan"
-    if re.search(r"^\s*(model|distributed|" + "|".join(FASTLLM_FIELDS) + r")\s*:", text, re.M):
+    mapping = _yaml_mapping(text)
+    if mapping is not None and set(map(str, mapping)) & _FASTLLM_KEYS:
         return "fastllm"
-    raise ConventionError(
-        "cannot tell which framework this is: expected a Fast-LLM YAML (model: distributed:), a torchtitan TOML "
-        "([parallelism]) or launch line (--parallelism.*), or a Megatron-LM command line (--tensor-model-parallel-size)"
-    )
+    if mapping is None and _YAML_KEY.match(text) and not _parses_as_yaml(text):
+        return "fastllm"  # a mapping that YAML cannot read: Fast-LLM's reader names the line at fault
+    try:
+        commands = shell_commands(text)
+    except ConventionError:
+        if mapping is None:
+            raise
+        commands = []
+    found: dict[str, int] = {}
+    for command in commands:
+        for framework, recognise in (("torchtitan", is_torchtitan_command), ("megatron", is_megatron_command)):
+            if recognise(command):
+                found[framework] = command.line
+    if len(found) == 1:
+        return next(iter(found))
+    if found:
+        raise ConventionError(
+            f"{name} holds a torchtitan command (line {found['torchtitan']}) and a Megatron-LM command "
+            f"(line {found['megatron']}); give one of them"
+        )
+    if mapping is not None:
+        keys = ", ".join(map(str, list(mapping)[:8]))
+        raise ConventionError(f"{name} is a YAML mapping (keys {keys}) of no framework read here; give {FORMATS}")
+    programs = [_program(command) for command in commands if _program(command)]
+    ran = f" (its commands run {', '.join(dict.fromkeys(programs))})" if programs else ""
+    raise ConventionError(f"cannot tell which framework {name} is{ran}: give {FORMATS}")
+
+
+_TOML_TABLE = re.compile(r"^\s*\[\[?[\w.-]+\]\]?\s*(#.*)?$", re.M)
+_FASTLLM_KEYS = {"model", "distributed", *FASTLLM_FIELDS}
+_PYTHON_STATEMENTS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _python_refused(name: str) -> str:
+    return f"{name} is Python source (a config registry, a training script), which is not read: give {FORMATS}"
+
+
+def _is_python(text: str) -> bool:
+    """Python source: a ``python`` shebang, or text that parses as Python and imports or defines something."""
+    first = text.lstrip().splitlines()[0] if text.strip() else ""
+    if first.startswith("#!") and "python" in first:
+        return True
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return False
+    return any(isinstance(node, _PYTHON_STATEMENTS) for node in tree.body)
+
+
+_YAML_KEY = re.compile(r"^(\s*(#.*)?\n)*\s*(model|distributed|" + "|".join(FASTLLM_FIELDS) + r")\s*:(\s|$)")
+
+
+def _parses_as_yaml(text: str) -> bool:
+    import yaml
+
+    try:
+        yaml.safe_load(text)
+    except yaml.YAMLError:
+        return False
+    return True
+
+
+def _yaml_mapping(text: str) -> Mapping[str, Any] | None:
+    """``text`` parsed as YAML when that gives a mapping, else None."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return None
+    return data if isinstance(data, Mapping) else None
+
+
+def _program(command: Any) -> str:
+    from .launch import launch_parts
+
+    parts = launch_parts(command)
+    return " ".join(part for part in (parts.launcher, parts.program) if part)
 
 
 def _framework_of_mapping(data: Mapping[str, Any]) -> str:
@@ -102,9 +194,9 @@ def load_config(
     """Read a framework's config or command line (a path, its text, or a mapping) into a ``LoadedConfig``.
 
     ``world_size`` / ``local_world_size`` win over what the source says (a Fast-LLM YAML or a torchtitan TOML
-    usually says nothing: then they are needed); ``version`` picks torchtitan's vintage ("2025-12", "2026-01",
-    "2026-08"/"current"). Raises ``LayoutError`` (Fast-LLM) or ``ConventionError`` (both ``ValueError``) naming the
-    line, key or rule at fault; nothing is returned half-read.
+    usually says nothing: then they are needed); ``version`` picks torchtitan's vintage ("2026-08"/"current",
+    the default; "2026-01"; "2025-12"). Raises ``LayoutError`` (Fast-LLM) or ``ConventionError`` (both
+    ``ValueError``) naming the line, key or rule at fault; nothing is returned half-read.
     """
     name, text, data = "the mapping", None, None
     if isinstance(source, Mapping):
@@ -113,7 +205,7 @@ def load_config(
         name = os.path.basename(os.fspath(source))
         with open(source, encoding="utf-8") as handle:
             text = handle.read()
-    elif isinstance(source, str) and re.fullmatch(r"\S+\.(ya?ml|toml|sh)", source.strip()):
+    elif isinstance(source, str) and re.fullmatch(r"\S+\.(ya?ml|toml|sh|py)", source.strip()):
         raise ConventionError(f"cannot read {source!r}: no such file")
     elif isinstance(source, str):
         name, text = "the text", source
@@ -121,13 +213,17 @@ def load_config(
         raise ConventionError(f"source={source!r} must be a path, a config's text or a mapping")
     if framework is not None and framework not in FRAMEWORKS:
         raise ConventionError(f"framework={framework!r}; use one of {', '.join(FRAMEWORKS)}")
+    if text is not None and not text.strip():
+        raise ConventionError(f"{name} is empty: nothing to read; give {FORMATS}")
+    if text is not None and name.endswith(".py"):
+        raise ConventionError(_python_refused(name))
     if framework is None:
         if text is not None and name.endswith((".yaml", ".yml")):
             framework = "fastllm"
         elif text is not None and name.endswith(".toml"):
             framework = "torchtitan"
         else:
-            framework = _framework_of_mapping(data) if data is not None else detect_framework(text or "")
+            framework = _framework_of_mapping(data) if data is not None else detect_framework(text or "", name)
     if framework == "fastllm":
         readable = source if isinstance(source, (str, Mapping)) else os.fspath(source)
         return _fastllm(readable, name, world_size, local_world_size)

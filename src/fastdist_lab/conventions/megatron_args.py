@@ -14,11 +14,12 @@ alone, a launch line or a whole launch script (see ``launch``).
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Sequence
 from typing import Any
 
 from .base import ConventionError, ConventionWorldSizeNeeded
-from .launch import Command, shell_commands, split_launch
+from .launch import Command, launch_parts, shell_commands, split_launch
 
 INT_ARGS: dict[str, str] = {
     "--tensor-model-parallel-size": "tensor_model_parallel_size",
@@ -69,13 +70,21 @@ OTHER_PARALLEL_ARGS: frozenset[str] = frozenset(
 KNOWN_ARGS = {**INT_ARGS, **FLAG_ARGS, **LIST_ARGS}
 
 
-def parse_megatron_args(words: Sequence[str], line: int = 1) -> dict[str, Any]:
-    """The parallel settings among Megatron-LM arguments ``words`` (later occurrences win, as with argparse)."""
+MEGATRON_ENTRY = re.compile(r"(^|/)(pretrain_\w+|train_rl)\.py$")
+"""Megatron-LM's entry scripts (``pretrain_gpt.py``, ``pretrain_mamba.py``, ``pretrain_vlm.py``, ``train_rl.py``,
+...): a command that runs one is a Megatron-LM launch, whatever its arguments."""
+
+
+def parse_megatron_args(words: Sequence[str], lines: int | Sequence[int] = 1) -> tuple[dict[str, Any], dict[str, int]]:
+    """The parallel settings among Megatron-LM arguments ``words`` (later occurrences win, as with argparse), and
+    the line each setting's flag is written on (``lines``: one line for all words, or each word's line)."""
     values: dict[str, Any] = {}
-    index = 0
+    where: dict[str, int] = {}
     words = list(words)
+    word_lines = [lines] * len(words) if isinstance(lines, int) else list(lines)
+    index = 0
     while index < len(words):
-        word = words[index]
+        word, line = words[index], word_lines[index]
         index += 1
         if not word.startswith("--"):
             continue
@@ -84,6 +93,7 @@ def parse_megatron_args(words: Sequence[str], line: int = 1) -> dict[str, Any]:
             if eq:
                 raise ConventionError(f"line {line}: {flag} takes no value (got {word!r})")
             values[FLAG_ARGS[flag]] = True
+            where[FLAG_ARGS[flag]] = line
         elif flag in INT_ARGS:
             if eq:
                 text = inline
@@ -95,6 +105,7 @@ def parse_megatron_args(words: Sequence[str], line: int = 1) -> dict[str, Any]:
                 values[INT_ARGS[flag]] = int(text)
             except ValueError:
                 raise ConventionError(f"line {line}: argument {flag}: invalid int value: {text!r}") from None
+            where[INT_ARGS[flag]] = line
         elif flag in LIST_ARGS:
             items = [inline] if eq else []
             while not eq and index < len(words) and not words[index].startswith("-"):
@@ -106,6 +117,7 @@ def parse_megatron_args(words: Sequence[str], line: int = 1) -> dict[str, Any]:
                 raise ConventionError(f"line {line}: argument {flag}: invalid int value in {items}") from None
             if not items:
                 raise ConventionError(f"line {line}: argument {flag}: expected at least one argument")
+            where[LIST_ARGS[flag]] = line
         elif flag not in OTHER_PARALLEL_ARGS:
             close = difflib.get_close_matches(flag.replace("_", "-"), list(KNOWN_ARGS), n=1, cutoff=0.85)
             if close:
@@ -113,14 +125,23 @@ def parse_megatron_args(words: Sequence[str], line: int = 1) -> dict[str, Any]:
                     f"line {line}: {flag} is not a Megatron-LM argument (Megatron's parser refuses it); "
                     f"did you mean {close[0]}?"
                 )
-    return values
+    return values, where
 
 
-def state_arguments(values: dict[str, Any], line: int = 1) -> tuple[dict[str, Any], list[str]]:
+def state_arguments(
+    values: dict[str, Any], line: int = 1, where: dict[str, int] | None = None
+) -> tuple[dict[str, Any], list[str]]:
     """``initialize_model_parallel`` keyword arguments from parsed values, as ``validate_args`` derives them,
-    and notes on what a group listing leaves out."""
+    and notes on what a group listing leaves out. Errors cite the line of the flag at fault (``where``, from
+    ``parse_megatron_args``), else ``line``."""
     notes: list[str] = []
+
+    def at(*names: str) -> int:
+        found = [where[name] for name in names if where and name in where]
+        return max(found) if found else line
+
     if values.get("model_parallel_size") is not None:
+        line = at("model_parallel_size")
         raise ConventionError(
             f"line {line}: --model-parallel-size is no longer valid, use --tensor-model-parallel-size instead "
             "(Megatron-LM refuses it)"
@@ -149,16 +170,17 @@ def state_arguments(values: dict[str, Any], line: int = 1) -> tuple[dict[str, An
     ):
         if values.get(shards) is not None and values[shards] != size:
             raise ConventionError(
-                f"line {line}: {flag} {values[shards]} asks for generalized tensor parallelism (a weight-remat axis "
-                f"of size {values[shards]}/{size}); no convention here models that axis"
+                f"line {at(shards)}: {flag} {values[shards]} asks for generalized tensor parallelism (a weight-remat "
+                f"axis of size {values[shards]}/{size}); no convention here models that axis"
             )
     kwargs["order"] = "tp-cp-ep-pp-dp" if values.get("use_tp_pp_dp_mapping") else "tp-cp-ep-dp-pp"
     kwargs["sequence_parallel"] = bool(values.get("sequence_parallel"))
     vpp = values.get("num_virtual_stages_per_pipeline_rank")
     per_stage = values.get("num_layers_per_virtual_pipeline_stage")
     if vpp is not None and per_stage is not None:
+        both = at("num_virtual_stages_per_pipeline_rank", "num_layers_per_virtual_pipeline_stage")
         raise ConventionError(
-            f"line {line}: No more than one of the following arguments can be set at the same time: "
+            f"line {both}: No more than one of the following arguments can be set at the same time: "
             "--num-layers-per-virtual-pipeline-stage, --num-virtual-stages-per-pipeline-rank (Megatron-LM refuses it)"
         )
     if per_stage is not None:
@@ -166,9 +188,10 @@ def state_arguments(values: dict[str, Any], line: int = 1) -> tuple[dict[str, An
         if layers is None:
             notes.append("--num-layers-per-virtual-pipeline-stage without --num-layers: virtual pipeline size unknown")
         elif layers % pp or (layers // pp) % per_stage:
+            per_stage_line = at("num_layers_per_virtual_pipeline_stage")
             raise ConventionError(
-                f"line {line}: --num-layers {layers} / --pipeline-model-parallel-size {pp} is not a multiple of "
-                f"--num-layers-per-virtual-pipeline-stage {per_stage} (Megatron-LM refuses it)"
+                f"line {per_stage_line}: --num-layers {layers} / --pipeline-model-parallel-size {pp} is not a "
+                f"multiple of --num-layers-per-virtual-pipeline-stage {per_stage} (Megatron-LM refuses it)"
             )
         else:
             vpp = layers // pp // per_stage
@@ -179,15 +202,28 @@ def state_arguments(values: dict[str, Any], line: int = 1) -> tuple[dict[str, An
     return kwargs, notes
 
 
+def is_megatron_command(command: Command) -> bool:
+    """Whether ``command`` runs Megatron-LM, read from its structure: its program is one of Megatron-LM's entry
+    scripts (``MEGATRON_ENTRY``), or its program's arguments (or the command itself, a line of bare arguments)
+    hold Megatron-LM's parallel arguments. A word in a comment, a string or another command never counts."""
+    launch = launch_parts(command)
+    if MEGATRON_ENTRY.search(launch.program):
+        return True
+    return any(word.partition("=")[0] in KNOWN_ARGS for word in launch.arguments)
+
+
 def find_megatron_command(commands: list[Command]) -> Command:
-    """The command that runs Megatron-LM: the last one with a parallel argument, else the last launcher."""
-    with_args = [c for c in commands if any(w.partition("=")[0] in KNOWN_ARGS for w in c.words)]
-    if with_args:
-        return with_args[-1]
-    launchers = [c for c in commands if any("torchrun" in w or "torch.distributed" in w for w in c.words[:3])]
+    """The command that runs Megatron-LM: the last one ``is_megatron_command`` recognises, else the last launcher
+    (torchrun, ``python -m torch.distributed.run|launch``) when the caller says the text is Megatron-LM's."""
+    found = [c for c in commands if is_megatron_command(c)]
+    if found:
+        return found[-1]
+    launchers = [c for c in commands if launch_parts(c).launcher not in ("", "python", "deepspeed")]
     if launchers:
         return launchers[-1]
-    raise ConventionError("no Megatron-LM command found (no torchrun line and no --...-parallel-size argument)")
+    raise ConventionError(
+        "no Megatron-LM command found (no pretrain_*.py, no torchrun line, no --...-parallel-size argument)"
+    )
 
 
 def megatron_from_args(
@@ -207,8 +243,8 @@ def megatron_from_args(
     else:
         raise ConventionError(f"args={args!r} must be a command line (a string) or a list of arguments")
     launch = split_launch(command)
-    values = parse_megatron_args(launch.arguments, command.line)
-    kwargs, notes = state_arguments(values, command.line)
+    values, where = parse_megatron_args(launch.arguments, launch.argument_lines or command.line)
+    kwargs, notes = state_arguments(values, command.line, where)
     notes = launch.notes + notes
     for name, given, found in (
         ("world_size", world_size, launch.world_size),
@@ -223,7 +259,12 @@ def megatron_from_args(
             "pass the world size (world_size=..., --world-size)"
         )
     local = local_world_size if local_world_size is not None else launch.local_world_size
-    state = MegatronParallelState(world, local_world_size=local if local is not None else world, **kwargs)
+    try:
+        state = MegatronParallelState(world, local_world_size=local if local is not None else world, **kwargs)
+    except ConventionError as error:
+        flags = {attribute: flag for flag, attribute in KNOWN_ARGS.items()}
+        written = ", ".join(f"{flags[name]} {values[name]} (line {line})" for name, line in where.items())
+        raise ConventionError(f"{error}; set by {written}" if written else str(error)) from None
     state.source_notes = tuple(notes)
     state.program = launch.program
     return state

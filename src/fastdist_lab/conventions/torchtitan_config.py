@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .base import ConventionError, ConventionWorldSizeNeeded
-from .launch import Command, shell_commands, split_launch
-from .torchtitan_dims import DEFAULT_VERSION, TorchtitanMesh, torchtitan
+from .launch import Command, launch_parts, shell_commands, split_launch
+from .torchtitan_dims import LOADER_VERSION, TorchtitanMesh, torchtitan
 
 DEGREES: dict[str, str] = {
     "data_parallel_replicate_degree": "dp_replicate",
@@ -113,15 +113,20 @@ def read_toml(text: str, name: str) -> tuple[dict[str, Any], dict[str, int]]:
     return section, lines
 
 
-def parallelism_flags(words: Sequence[str], line: int = 1) -> tuple[dict[str, Any], dict[str, str]]:
-    """``--parallelism.NAME VALUE`` / ``--parallelism.NAME=VALUE`` settings, and the job options that locate the
-    rest of the config (``--job.config_file``, ``--module``, ``--config``)."""
+def parallelism_flags(
+    words: Sequence[str], lines: int | Sequence[int] = 1
+) -> tuple[dict[str, Any], dict[str, str], dict[str, int]]:
+    """``--parallelism.NAME VALUE`` / ``--parallelism.NAME=VALUE`` settings, the job options that locate the
+    rest of the config (``--job.config_file``, ``--module``, ``--config``), and the line of each setting's flag
+    (``lines``: one line for all words, or each word's line)."""
     settings: dict[str, Any] = {}
     job: dict[str, str] = {}
+    where: dict[str, int] = {}
     words = list(words)
+    word_lines = [lines] * len(words) if isinstance(lines, int) else list(lines)
     index = 0
     while index < len(words):
-        word = words[index]
+        word, line = words[index], word_lines[index]
         index += 1
         flag, eq, value = word.partition("=")
         takes_value = not eq and index < len(words) and not words[index].startswith("--")
@@ -135,12 +140,29 @@ def parallelism_flags(words: Sequence[str], line: int = 1) -> tuple[dict[str, An
                 value = value if eq else words[index]
                 index += 0 if eq else 1
             settings[key] = value
+            where[key] = line
         elif flag in ("--job.config_file", "--job.config-file", "--module", "--config"):
             if not (eq or takes_value):
                 raise ConventionError(f"line {line}: {flag} needs a value")
             job[flag.lstrip("-").replace("-", "_")] = value if eq else words[index]
             index += 0 if eq else 1
-    return settings, job
+    return settings, job, where
+
+
+TORCHTITAN_PROGRAM = re.compile(r"^-m torchtitan(\.\w+)*$|(^|/)torchtitan/[\w/]+\.py$|(^|/)run_train\.sh$")
+"""Programs that run torchtitan: ``-m torchtitan.train`` (any ``torchtitan.*`` module), a script inside a
+``torchtitan/`` folder (``torchtitan/train.py`` of 2025), or torchtitan's ``run_train.sh``."""
+
+
+def is_torchtitan_command(command: Command) -> bool:
+    """Whether ``command`` runs torchtitan, read from its structure: its program is torchtitan's
+    (``TORCHTITAN_PROGRAM``, under any launcher or none), or its program's arguments (or the command itself, a line
+    of bare arguments) hold ``--parallelism.*`` flags. A word in a comment, a string or another command never
+    counts."""
+    launch = launch_parts(command)
+    if TORCHTITAN_PROGRAM.search(launch.program):
+        return True
+    return any(word.startswith("--parallelism.") for word in launch.arguments)
 
 
 def torchtitan_from_command(
@@ -152,19 +174,18 @@ def torchtitan_from_command(
     """torchtitan's meshes for a launch line (``NGPU=8 ./run_train.sh --parallelism.tensor_parallel_degree 2``,
     ``torchrun --nproc_per_node 8 -m torchtitan.train --job.config_file x.toml ...``). A ``--job.config_file``
     that exists is read first and the flags override it; degrees set nowhere take torchtitan's defaults.
-    ``version`` defaults to "2026-08" for the ``--module``/``--config`` (or ``MODULE=``/``CONFIG=``) launch style of
-    torchtitan since February 2026, else to ``DEFAULT_VERSION``."""
+    ``version`` defaults to ``LOADER_VERSION`` (today's meshes)."""
     if isinstance(text, str):
-        commands = shell_commands(text)
-        chosen = [c for c in commands if any(w.startswith("--parallelism.") for w in c.words)]
-        chosen = chosen or [c for c in commands if any("torchtitan" in w or "run_train" in w for w in c.words)]
+        chosen = [c for c in shell_commands(text) if is_torchtitan_command(c)]
         if not chosen:
-            raise ConventionError("no torchtitan command found (no --parallelism.* flag, no torchtitan.train)")
+            raise ConventionError(
+                "no torchtitan command found (no -m torchtitan.train, no run_train.sh, no --parallelism.* flag)"
+            )
         command = chosen[-1]
     else:
         command = Command(list(text), {}, 1)
     launch = split_launch(command)
-    settings, job = parallelism_flags(launch.arguments, command.line)
+    settings, job, where = parallelism_flags(launch.arguments, launch.argument_lines or command.line)
     notes = list(launch.notes)
     base: dict[str, Any] = {}
     path = job.get("job.config_file")
@@ -174,16 +195,14 @@ def torchtitan_from_command(
         notes.append(f"read {path}")
     elif path or job.get("config"):
         notes.append(f"{path or job['config']} not read: degrees it sets are not known here (torchtitan's defaults)")
-    if version is None:
-        registry = {"module", "config"} & set(job) or {"MODULE", "CONFIG"} & set(command.env)
-        version = "2026-08" if registry else DEFAULT_VERSION
+    version = version or LOADER_VERSION
     world = world_size if world_size is not None else launch.world_size
     if world is None:
         raise ConventionWorldSizeNeeded(
             "the command line does not give the world size (no NGPU=, no torchrun); "
             "pass the world size (world_size=..., --world-size)"
         )
-    mesh = torchtitan(**torchtitan_degrees({**base, **settings}), version=version, world_size=world)
+    mesh = torchtitan(**torchtitan_degrees({**base, **settings}, where), version=version, world_size=world)
     mesh.local_world_size = local_world_size or launch.local_world_size or world
     mesh.source_notes = tuple(notes)
     return mesh
@@ -197,13 +216,14 @@ def torchtitan_from_settings(
     name: str = "the TOML text",
 ) -> TorchtitanMesh:
     """torchtitan's meshes for a mapping of ``ParallelismConfig`` fields (or ``{"parallelism": {...}}``) or for the
-    text of a TOML job config; ``world_size`` is torchtitan's ``NGPU`` x nodes."""
+    text of a TOML job config; ``world_size`` is torchtitan's ``NGPU`` x nodes; ``version`` defaults to
+    ``LOADER_VERSION`` (today's meshes)."""
     lines: dict[str, int] | None = None
     if isinstance(settings, str):
         settings, lines = read_toml(settings, name)
     elif "parallelism" in settings and isinstance(settings["parallelism"], Mapping):
         settings = settings["parallelism"]
-    mesh = torchtitan(**torchtitan_degrees(settings, lines), version=version or DEFAULT_VERSION, world_size=world_size)
+    mesh = torchtitan(**torchtitan_degrees(settings, lines), version=version or LOADER_VERSION, world_size=world_size)
     mesh.local_world_size = local_world_size or mesh.world_size
     mesh.source_notes = ()
     return mesh

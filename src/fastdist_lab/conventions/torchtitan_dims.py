@@ -45,7 +45,12 @@ VERSION_ALIASES: dict[str, str] = {"current": "2026-08", "today": "2026-08", "de
 """Other names accepted for a version."""
 
 DEFAULT_VERSION = "2025-12"
-"""The version ``torchtitan(...)`` builds unless told otherwise (the one this project followed first)."""
+"""The version the ``torchtitan(...)`` preset builds unless told otherwise (the one this project followed first;
+kept so that code naming ``dp_shard_cp`` keeps working)."""
+
+LOADER_VERSION = "2026-08"
+"""The version a torchtitan config or launch line is read as unless told otherwise: today's meshes
+(``version="2025-12"``, ``--torchtitan-version 2025-12`` or the paste box's choice gives December 2025's)."""
 
 BASE_DIMS: tuple[str, ...] = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
 """The dense world-mesh dims of every vintage, slowest first."""
@@ -85,7 +90,7 @@ def parallel_dims(
         if etp not in (None, 1):
             raise ConventionError(
                 f"etp={etp!r}: torchtitan removed expert tensor parallelism in commit c4b409af2 (2026-04-30); "
-                "use version='2026-01' or '2025-12'"
+                "use version='2026-01' or '2025-12' (--torchtitan-version 2026-01)"
             )
     else:
         degrees["etp"] = 1 if etp is None else etp
