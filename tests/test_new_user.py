@@ -176,3 +176,23 @@ def test_big_worlds_are_summarised_unless_every_row_is_asked_for(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 8192 + 1 and max(map(len, lines)) < 2000
     assert "group 0 of 8192 ranks" in lines[1]
+
+
+def test_cli_tables_fit_120_columns_and_fake_worlds_say_not_run(capsys):
+    layout = ["--world-size", "64", "--local-world-size", "8", "--tp", "8", "--pp", "2", "--sdp", "2"]
+    for argv in (
+        ["cost", *layout, "--model", "llama2-70b", "--distributed-optimizer"],
+        ["streams", *layout],
+        ["check", *layout, "--simulate", "fake", "--verbose", "--quiet"],
+    ):
+        main(argv)
+        out = capsys.readouterr().out
+        widest = max(out.splitlines(), key=len)
+        assert len(widest) <= 120, f"{argv[0]}: {len(widest)} columns: {widest}"
+        if argv[0] == "cost":
+            assert "GiB" in out and " B " in out and " ms" in out and "e-0" not in out and "e+1" not in out
+        if argv[0] == "check":  # no collective ran on fake groups: no time, no "passed"
+            table = out[out.index("Verification OK") : out.index("DeviceMesh (cpu")]
+            assert "not run" in table and "0.000" not in table and "passed" not in table
+    main(["layout", "--world-size", "8"])
+    assert "world (size 8, 1 group):" in capsys.readouterr().out

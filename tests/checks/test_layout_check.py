@@ -24,8 +24,10 @@ def test_the_report_says_what_was_checked_per_dim(checked):
     assert checked.ok
     text = checked.to_text()
     lines = text.splitlines()
-    assert lines[0] == f"layout: {LAYOUT!r}"
-    checked_text = " ".join(lines[1 : lines.index("")])
+    assert max(map(len, lines)) <= 120  # fits a terminal: long lines are wrapped
+    start = next(i for i, line in enumerate(lines) if line.startswith("checked: "))
+    assert " ".join(line.strip() for line in lines[:start]) == f"layout: {LAYOUT!r}"
+    checked_text = " ".join(lines[start : lines.index("")])
     assert checked_text.startswith("checked: each rank's pool must hold, for every dim, the group of the layout's")
     assert "all-reduce" in checked_text and "an all-gather of global ranks the member list" in checked_text
     assert "generator seeds" in checked_text and "real generator streams" in checked_text

@@ -12,7 +12,7 @@ from pathlib import Path
 import fastdist_lab
 
 PACKAGE = Path(fastdist_lab.__file__).parent / "cost"
-CORE = {"config", "layout", "seeds", "numbering"}
+CORE = {"config", "layout", "seeds", "numbering", "formatting", "unit_frame"}
 
 
 def test_cost_imports_only_core():

@@ -13,6 +13,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..formatting import TEXT_WIDTH, wrap_lines
 from ..layout import Layout
 from ..runtime.verification import THREADS_GATHER_LIMIT, members_text
 from ..streams import compare_on_cluster, comparison_text
@@ -44,6 +45,9 @@ WHAT_IS_CHECKED = {
 }
 """For users, per cluster mode: what ``check_layout`` verifies, in one sentence."""
 
+NOT_RUN = "not run"
+"""What a table says where no collective ran (a fake world): never ``0.000`` seconds or ``passed``."""
+
 
 @dataclass
 class LayoutCheck:
@@ -68,13 +72,19 @@ class LayoutCheck:
         return bool(self.verification.ok and self.streams is not None and self.streams.attrs.get("matches") and mesh_ok)
 
     def dim_summary(self) -> pd.DataFrame:
-        """One row per dim: group size, number of groups, how many passed and failed, slowest group's seconds."""
+        """One row per dim: group size, number of groups, how many passed and failed, slowest group's seconds.
+
+        On a fake world no collective ran: ``passed`` / ``failed`` count the pools' membership checks (column
+        ``membership_ok``), and ``collectives`` says ``not run`` instead of a time."""
         frame = self.verification.to_frame()
         grouped = frame.groupby("dim", sort=False)
         summary = grouped.agg(
             group_size=("size", "max"), groups=("group", "count"), passed=("ok", "sum"), slowest_s=("seconds", "max")
         )
         summary["failed"] = summary["groups"] - summary["passed"]
+        if self.mode == "fake":
+            summary = summary.rename(columns={"passed": "membership_ok"}).assign(collectives=NOT_RUN)
+            return summary[["group_size", "groups", "membership_ok", "failed", "collectives"]]
         summary["slowest_s"] = summary["slowest_s"].map(lambda s: f"{float(s):.3f}")
         return summary[["group_size", "groups", "passed", "failed", "slowest_s"]]
 
@@ -83,8 +93,12 @@ class LayoutCheck:
         the streams verdict; as ``fastdist-lab check`` prints it."""
         verification = self.verification
         what = WHAT_IS_CHECKED.get(self.mode, WHAT_IS_CHECKED["processes"])
-        lines = [f"layout: {self.layout!r}", *textwrap.wrap(f"checked: {what}.", 110), ""]
-        lines.append(verification.summary())
+        lines = [
+            *wrap_lines(f"layout: {self.layout!r}"),
+            *textwrap.wrap(f"checked: {what}.", TEXT_WIDTH),
+            "",
+        ]
+        lines.extend(wrap_lines(verification.summary()))
         lines.append(self.dim_summary().to_string())
         failures = [row for row in verification.rows if not row["ok"]]
         if failures:
@@ -99,7 +113,11 @@ class LayoutCheck:
                 members=[members_text(m) for m in frame["members"]],
                 seconds=[f"{s:.3f}" for s in frame["seconds"]],
             )[["dim", "group", "members", "size", "ok", "seconds", "detail"]]
-            lines += ["", "every group:", frame.to_string(index=False)]
+            if self.mode == "fake":  # the pools' membership was checked; no collective ran
+                frame = frame.rename(columns={"ok": "membership_ok", "seconds": "collectives"}).assign(
+                    collectives=NOT_RUN
+                )
+            lines += ["", "every group:", frame.to_string(index=False, line_width=TEXT_WIDTH)]
         if self.mesh is not None:
             lines.append("")
             lines.append(_mesh_text(self.mesh))

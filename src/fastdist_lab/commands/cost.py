@@ -103,9 +103,9 @@ def run(args: argparse.Namespace) -> int:
             attrs = replayed.attrs
             print(
                 f"\nreplayed on {layout.world_size} local ranks ({attrs['backend']}), messages x {attrs['scale']:.3g}, "
-                f"median of {attrs['iterations']} timed calls; prediction on {attrs['hardware'].name}:"
+                f"median of {attrs['iterations']} timed calls;\nprediction on {attrs['hardware'].name}:"
             )
-            print(replayed.to_string())
+            print(replayed.to_text())
     return 0
 
 
@@ -118,7 +118,7 @@ def _replay(args: argparse.Namespace, layout: Any, model: Any, training: Any) ->
         )
     from ..runtime import ClusterError, LocalCluster
 
-    progress = False if args.quiet else True
+    progress = False if args.quiet else None  # a bar only on a terminal, never into a redirected stderr
     with LocalCluster(
         layout.world_size, backend=args.backend, local_world_size=layout.local_world_size, progress=progress
     ) as cluster:

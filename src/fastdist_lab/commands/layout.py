@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..config import DIM_NAMES, DistributedConfig, LayoutError
+from ..formatting import plural
 from ..layout import Layout
 from ..seeds import generator_seeds
 from .common import add_layout_arguments, config_from_args, given_shape_flags, layout_from_args
@@ -125,7 +126,7 @@ def _summary(layout: Layout, fmt: str) -> None:
     print(topology.to_string())
     for name in DIM_NAMES:
         groups = layout.groups(name)
-        print(f"{name} (size {groups.shape[1]:,}, {groups.shape[0]:,} groups): first {members_text(groups[0])}")
+        print(f"{name} (size {groups.shape[1]:,}, {plural(groups.shape[0], 'group')}): first {members_text(groups[0])}")
 
 
 def _load(args: argparse.Namespace) -> Any:
@@ -186,7 +187,7 @@ def _print_convention(loaded: Any, fmt: str) -> None:
     print()
     for name, rows in groups.items():
         text = " ".join("[" + " ".join(map(str, row)) + "]" for row in rows)
-        print(f"{name} (size {len(rows[0])}, {len(rows)} groups): {text}")
+        print(f"{name} (size {len(rows[0])}, {plural(len(rows), 'group')}): {text}")
     print()
     print(f"No Layout reproduces this {loaded.framework} configuration: {loaded.reason}")
 
@@ -244,5 +245,5 @@ def run(args: argparse.Namespace) -> int:
         for name in DIM_NAMES:
             groups = layout.groups(name)
             rows = " ".join("[" + " ".join(map(str, row)) + "]" for row in groups.tolist())
-            print(f"{name} (size {groups.shape[1]}, {groups.shape[0]} groups): {rows}")
+            print(f"{name} (size {groups.shape[1]}, {plural(groups.shape[0], 'group')}): {rows}")
     return 0

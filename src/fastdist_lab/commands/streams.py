@@ -13,6 +13,7 @@ import warnings
 from typing import Any
 
 from ..config import DEFAULT_SEED_SHIFTS, LayoutError, PhaseType
+from ..formatting import TEXT_WIDTH, plural, wrap_lines
 from ..seeds import check_step, step_note
 from .common import add_layout_arguments, add_simulate_argument, error_line, layout_from_args
 
@@ -137,26 +138,27 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps(doc, default=_json_default))
         return 0 if ok else 1
 
-    print(repr(layout))
-    print(repr(report))
+    for text in (repr(layout), repr(report)):
+        print("\n".join(wrap_lines(text)))
     print()
     print(f"ranks sharing one stream (step {args.step}, {args.phase}):")
     width = max(map(len, report.generators))
     for name in report.generators:
         groups = report.sharing(name)
-        print(f"  {name:<{width}}  {len(groups)} streams: {_groups_text(groups)}")
+        line = f"  {name:<{width}}  {plural(len(groups), 'stream')}: {_groups_text(groups)}"
+        print("\n".join(wrap_lines(line, indent=" " * (width + 4))))
     print()
     print("checks:")
     for row in checks.itertuples(index=False):
         note = row.check.startswith("note:")
         label = "note" if note else ("ok" if row.ok else "FAIL")
         name = row.check.removeprefix("note:").strip()
-        print(f"  {label:<4}  {name}: {row.detail}")
+        print("\n".join(wrap_lines(f"  {label:<4}  {name}: {row.detail}", indent=" " * 8)))
     if diff is not None:
         print()
         if diff.empty:
             print(f"real vs predicted: all {report.seeds.size} (rank, generator) streams match exactly")
         else:
             print(f"real vs predicted: {len(diff)} of {report.seeds.size} streams differ")
-            print(diff.to_string(index=False))
+            print(diff.to_string(index=False, line_width=TEXT_WIDTH))
     return 0 if ok else 1

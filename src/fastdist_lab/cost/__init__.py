@@ -10,13 +10,14 @@ theoretical memory estimator where that covers the set-up (``tests/cost/crossche
 
 from __future__ import annotations
 
+from ..formatting import format_bytes
 from .communication import COLLECTIVES, COMMUNICATION_COLUMNS, CollectiveRow, bus_factor, nodes_spanned
 from .comparison import COMPARE_COLUMNS, compare, compare_reports, heaviest_inter_node_dim, layout_name
 from .errors import CostError
 from .hardware import HARDWARE_PRESETS, Hardware
 from .memory import MEMORY_COLUMNS
 from .model import PRESETS, VOCAB_PADDING, Transformer
-from .report import TIME_COLUMNS, CostReport, estimate, format_bytes
+from .report import TIME_COLUMNS, CostReport, estimate
 from .training import RECOMPUTE, Training
 
 __all__ = [

@@ -96,7 +96,9 @@ def compare_reports(
         seen[name] = seen.get(name, 0) + 1
         if seen[name] > 1:
             names[i] = f"{name} ({seen[name]})"
-    frame = pd.DataFrame([summary_row(r, hw) for r in reports], columns=list(COMPARE_COLUMNS))
+    from ..unit_frame import UnitFrame
+
+    frame = UnitFrame([summary_row(r, hw) for r in reports], columns=list(COMPARE_COLUMNS))
     frame.index = pd.Index(names, name="layout", dtype=object)
     frame.attrs["hardware"] = hw
     return frame

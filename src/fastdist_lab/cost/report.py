@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..formatting import TEXT_WIDTH, format_bytes, format_seconds, wrap_lines
 from .communication import COMMUNICATION_COLUMNS, CollectiveRow, row_columns, step_rows
 from .errors import CostError
 from .hardware import Hardware
@@ -20,18 +21,10 @@ from .training import Training
 if TYPE_CHECKING:
     import pandas as pd
 
+    from ..unit_frame import UnitFrame
+
 TIME_COLUMNS: tuple[str, ...] = ("bytes_per_step", "bus_bytes_per_step", "inter_node", "seconds", "dominant")
 """Columns of ``CostReport.time(hardware)`` (one row per dim)."""
-
-
-def format_bytes(value: float) -> str:
-    """``value`` bytes in binary units, e.g. ``'1.50 GiB'``."""
-    value = float(value)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
 
 
 class CostReport:
@@ -59,15 +52,16 @@ class CostReport:
 
     # ------------------------------------------------------------------ memory
     @cached_property
-    def memory(self) -> pd.DataFrame:
+    def memory(self) -> UnitFrame:
         """One row per pipeline stage (index ``stage``): parameters per rank and bytes per rank.
 
         ``parameters`` counts the stage's model-parallel shard (what a rank computes with); the bytes
-        columns apply the ZeRO sharding over the data-parallel ranks.
+        columns apply the ZeRO sharding over the data-parallel ranks. The numbers are raw counts and bytes; the
+        table displays them as ``4.31 B`` and ``6.28 GiB`` (a ``UnitFrame``).
         """
-        import pandas as pd
+        from ..unit_frame import UnitFrame
 
-        frame = pd.DataFrame({name: self._stages[name] for name in MEMORY_COLUMNS})
+        frame = UnitFrame({name: self._stages[name] for name in MEMORY_COLUMNS})
         frame.index.name = "stage"
         return frame
 
@@ -92,11 +86,12 @@ class CostReport:
         return row_columns(self._rows, self.sizes.local_world_size)
 
     @cached_property
-    def communication(self) -> pd.DataFrame:
-        """One row per (dim, collective) that moves bytes in a step; columns ``COMMUNICATION_COLUMNS``."""
-        import pandas as pd
+    def communication(self) -> UnitFrame:
+        """One row per (dim, collective) that moves bytes in a step; columns ``COMMUNICATION_COLUMNS`` (raw bytes,
+        displayed in binary units: a ``UnitFrame``)."""
+        from ..unit_frame import UnitFrame
 
-        return pd.DataFrame({name: self._columns[name] for name in COMMUNICATION_COLUMNS})
+        return UnitFrame({name: self._columns[name] for name in COMMUNICATION_COLUMNS})
 
     @property
     def rows(self) -> tuple[CollectiveRow, ...]:
@@ -112,20 +107,23 @@ class CostReport:
         have = ", ".join(f"{r.dim}/{r.collective}" for r in self._rows) or "none"
         raise CostError(f"no communication row dim={dim!r}, collective={collective!r}; rows: {have}")
 
-    def time(self, hardware: Hardware | str | None = None) -> pd.DataFrame:
+    def time(self, hardware: Hardware | str | None = None) -> UnitFrame:
         """Estimated communication seconds per step per dim on ``hardware`` (a ``Hardware`` or preset name).
 
         Each row's bus bytes over the intra- or inter-node bus bandwidth (inter when its groups span
-        nodes), summed per dim without overlap; ``dominant`` marks the dim that takes longest.
+        nodes), summed per dim without overlap; ``dominant`` marks the dim that takes longest. Raw bytes and
+        seconds, displayed in binary units and ms / µs (a ``UnitFrame``).
         """
         import pandas as pd
+
+        from ..unit_frame import UnitFrame
 
         hw = Hardware.coerce(hardware)
         columns = self._columns
         seconds = hw.seconds(columns["bus_bytes_per_step"], columns["inter_node"])
         dims = list(dict.fromkeys(columns["dim"].tolist()))
         rows = [columns["dim"] == dim for dim in dims]
-        per_dim = pd.DataFrame(
+        per_dim = UnitFrame(
             {
                 "bytes_per_step": [int(columns["bytes_per_step"][r].sum()) for r in rows],
                 "bus_bytes_per_step": [float(columns["bus_bytes_per_step"][r].sum()) for r in rows],
@@ -171,46 +169,38 @@ class CostReport:
             },
         }
 
-    def to_text(self, hardware: Hardware | str | None = None) -> str:
-        """Memory per stage, communication rows and time per dim as aligned text tables."""
+    def to_text(self, hardware: Hardware | str | None = None, width: int = TEXT_WIDTH) -> str:
+        """Memory per stage, communication rows and time per dim as aligned text tables of at most ``width``
+        characters a line (wider tables are split into blocks of columns)."""
         hw = Hardware.coerce(hardware)
-        memory = self.memory.copy()
-        for name in MEMORY_COLUMNS[1:]:
-            memory[name] = memory[name].map(format_bytes)
-        comm = self.communication.copy()
-        for name in ("bytes_per_call", "bytes_per_step", "bus_bytes_per_step"):
-            comm[name] = comm[name].map(format_bytes)
         time = self.time(hw)
-        time_text = time.assign(
-            bytes_per_step=time["bytes_per_step"].map(format_bytes),
-            bus_bytes_per_step=time["bus_bytes_per_step"].map(format_bytes),
-            seconds=time["seconds"].map(lambda v: f"{v * 1e3:.2f} ms"),
-        )
         m = self.model
-        head = (
-            f"{self.layout!r}\n"
+        head = [
+            *wrap_lines(repr(self.layout), width),
             f"model: h={m.hidden_size} L={m.num_layers} heads={m.num_attention_heads}/{m.num_query_groups} "
-            f"ffn={m.ffn_hidden_size} vocab={m.vocab_size} seq={m.seq_length}; "
+            f"ffn={m.ffn_hidden_size} vocab={m.vocab_size} seq={m.seq_length}",
             f"training: micro-batch {self.training.micro_batch_size} x {self.sizes.microbatches}, "
             f"ZeRO {self.training.zero_stage}, sequence tensor parallel "
-            f"{'on' if self.sizes.sequence_parallel else 'off'}, recompute {self.training.recompute}"
-        )
+            f"{'on' if self.sizes.sequence_parallel else 'off'}, recompute {self.training.recompute}",
+        ]
         dominant = time.index[time["dominant"]].tolist()
         return "\n".join(
             [
-                head,
+                *head,
                 "",
                 "memory per rank, by pipeline stage:",
-                memory.to_string(),
+                self.memory.to_text(width),
                 f"most loaded: stage {self.most_loaded_stage}, {format_bytes(self.peak_bytes)} per rank",
                 "",
                 "communication per step (per rank of the busiest stage):",
-                comm.to_string(index=False) if len(comm) else "(none: one rank)",
+                self.communication.to_text(width, index=False) if len(self.communication) else "(none: one rank)",
                 "",
                 f"time per step on {hw.name} ({hw.intra_node_GBps:g} GB/s in a node, "
                 f"{hw.inter_node_GBps:g} GB/s between nodes):",
-                time_text.to_string() if len(time) else "(no communication)",
-                f"dominant: {dominant[0] if dominant else 'none'}",
+                time.to_text(width) if len(time) else "(no communication)",
+                f"dominant: {dominant[0]} ({format_seconds(time['seconds'].max())} per step)"
+                if dominant
+                else "dominant: none",
             ]
         )
 
@@ -224,8 +214,8 @@ class CostReport:
     def _repr_html_(self) -> str:
         return (
             f"<div><b>{html.escape(repr(self))}</b>"
-            f"<div><b>Memory per rank, by stage</b>{self.memory.to_html()}</div>"
-            f"<div><b>Communication per step</b>{self.communication.to_html(index=False)}</div></div>"
+            f"<div><b>Memory per rank, by stage</b>{self.memory.formatted().to_html()}</div>"
+            f"<div><b>Communication per step</b>{self.communication.formatted().to_html(index=False)}</div></div>"
         )
 
 

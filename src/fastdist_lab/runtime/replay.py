@@ -34,6 +34,7 @@ from ..config import DIM_NAMES
 from ..cost import COLLECTIVES, Hardware, bus_factor, estimate, format_bytes
 from ..cost.errors import CostError, positive_int, positive_number
 from .errors import ClusterError
+from .progress import finish, resolve_progress
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -174,25 +175,16 @@ def time_on_rank(ctx: Any, plan: dict[str, Any]) -> dict[str, Any] | None:
 
 
 # --------------------------------------------------------------------------- on the controller
-def _progress_bar(
-    progress: Progress | bool | None, total: int, what: str, unit: str
-) -> tuple[Progress, Callable[[], None]]:
-    """``progress(done, total, message)`` and a closer: tqdm.auto's bar (None/True), silent (False) or a callable."""
-    if progress is False:
-        return (lambda done, total, message: None), (lambda: None)
-    if callable(progress):
-        return progress, (lambda: None)
-    if progress not in (None, True):
+def _progress_bar(progress: Progress | bool | None, what: str) -> tuple[Progress, Callable[[], None]]:
+    """``progress(done, total, message)`` and a closer: the rule of ``progress.resolve_progress`` (a bar only where
+    someone watches: a terminal or a notebook, never a redirected stream; ``True`` always; ``False`` none; a
+    callable itself)."""
+    if progress not in (None, True, False) and not callable(progress):
         raise CostError(f"progress={progress!r} must be None, True, False or a callable(done, total, message)")
-    from tqdm.auto import tqdm
-
-    bar = tqdm(total=total, desc=what, unit=unit, leave=True)
-
-    def update(done: int, total: int, message: str) -> None:
-        bar.set_postfix_str(message, refresh=False)
-        bar.update(done - bar.n)
-
-    return update, bar.close
+    reporter = resolve_progress(progress, what, leave=True)
+    if reporter is None:
+        return (lambda done, total, message: None), (lambda: None)
+    return reporter, (lambda: finish(reporter))
 
 
 def _check_cluster(cluster: Any, layout: Any) -> Any:
@@ -301,7 +293,8 @@ def replay(
         per: ``"dim"`` (one row per dim, ``REPLAY_COLUMNS``) or ``"collective"`` (one row per communication
             row, ``REPLAY_ROW_COLUMNS``).
         iterations, warmup: timed and untimed calls per row (see the module docstring for the timing).
-        progress: ``None``/``True`` a ``tqdm.auto`` bar, ``False`` none, or ``progress(done, total, message)``.
+        progress: ``None`` a ``tqdm.auto`` bar where someone watches (a terminal, a notebook), ``True`` always,
+            ``False`` none, or ``progress(done, total, message)``.
         timeout: seconds per cluster call (default: the cluster's).
 
     Returns:
@@ -319,7 +312,7 @@ def replay(
     if not report.rows:
         raise CostError(f"{layout!r} moves no bytes in a step (one rank per group everywhere): nothing to replay")
     plans, scale = _plans(report, scale, max_message, warmup, iterations)
-    update, close = _progress_bar(progress, len(plans) + 1, "replay", "row")
+    update, close = _progress_bar(progress, "replay")
     measured = []
     try:
         update(0, len(plans) + 1, "checking groups")
@@ -338,7 +331,7 @@ def replay(
 
 
 def _row_frame(report: Any, plans: list, measured: list, scale: float, hw: Hardware) -> pd.DataFrame:
-    import pandas as pd
+    from ..unit_frame import UnitFrame
 
     comm = report.communication
     rows = []
@@ -365,14 +358,14 @@ def _row_frame(report: Any, plans: list, measured: list, scale: float, hw: Hardw
                 "measured_over_predicted": per_call / predicted,
             }
         )
-    frame = pd.DataFrame(rows, columns=list(REPLAY_ROW_COLUMNS))
+    frame = UnitFrame(rows, columns=list(REPLAY_ROW_COLUMNS))
     frame.attrs["scale"] = scale
     return frame
 
 
 def _per_dim(rows: pd.DataFrame) -> pd.DataFrame:
     """Sum the rows of each dim (seconds, bytes); bandwidths are the dim's bytes over its seconds."""
-    import pandas as pd
+    from ..unit_frame import UnitFrame
 
     factor = rows["busbw_GBps"] / rows["algbw_GBps"]
     rows = rows.assign(
@@ -402,7 +395,7 @@ def _per_dim(rows: pd.DataFrame) -> pd.DataFrame:
                 "measured_over_predicted": seconds / predicted,
             }
         )
-    return pd.DataFrame(out, columns=["dim", *REPLAY_COLUMNS]).set_index("dim")
+    return UnitFrame(out, columns=["dim", *REPLAY_COLUMNS]).set_index("dim")
 
 
 def bandwidth(
@@ -420,9 +413,9 @@ def bandwidth(
 
     Uses the applied layout's real ``dim`` groups. One row per (collective, size): ``BANDWIDTH_COLUMNS``
     (size rounded to whole float32 elements, a multiple of the group size for all-gather / reduce-scatter;
-    seconds per call timed as in ``replay``; bandwidths in GB/s).
+    seconds per call timed as in ``replay``; bandwidths in GB/s), raw numbers displayed in units (a ``UnitFrame``).
     """
-    import pandas as pd
+    from ..unit_frame import UnitFrame
 
     if dim not in DIM_NAMES:
         raise CostError(f"dim={dim!r} is not a dim; use one of {', '.join(DIM_NAMES)}")
@@ -456,7 +449,7 @@ def bandwidth(
         for collective in collectives
         for size in sizes
     ]
-    update, close = _progress_bar(progress, len(plans) + 1, f"bandwidth {dim}", "size")
+    update, close = _progress_bar(progress, f"bandwidth {dim}")
     rows = []
     try:
         update(0, len(plans) + 1, "checking groups")
@@ -480,6 +473,6 @@ def bandwidth(
         update(len(plans) + 1, len(plans) + 1, "done")
     finally:
         close()
-    frame = pd.DataFrame(rows, columns=list(BANDWIDTH_COLUMNS))
+    frame = UnitFrame(rows, columns=list(BANDWIDTH_COLUMNS))
     frame.attrs.update(dim=dim, backend=cluster.backend, iterations=iterations)
     return frame

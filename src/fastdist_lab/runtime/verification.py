@@ -263,10 +263,13 @@ class Verification:
         frame = self.to_frame()
         if frame.empty:
             return self.summary()
+        no_collective = self.mode == "fake"  # fake groups: membership checked, no collective ran, nothing timed
         frame = frame.assign(
             members=[members_text(m) for m in frame["members"]],
-            seconds=[f"{s:.3f}" for s in frame["seconds"]],
+            seconds=["not run" if no_collective else f"{s:.3f}" for s in frame["seconds"]],
         ).drop(columns=["created", "create_seconds"])
+        if no_collective:
+            frame = frame.rename(columns={"ok": "membership_ok", "seconds": "collectives"})
         if not frame["detail"].astype(bool).any():
             frame = frame.drop(columns=["detail"])
         return self.summary() + "\n" + frame.to_string(index=False)
@@ -278,6 +281,10 @@ class Verification:
         color = "green" if self.ok else "crimson"
         head = f"<b style='color:{color}'>{html.escape(self.summary())}</b>"
         frame = self.to_frame()
+        if self.mode == "fake":  # no collective ran: nothing was timed
+            frame = (
+                frame.drop(columns=["seconds"]).rename(columns={"ok": "membership_ok"}).assign(collectives="not run")
+            )
         table = frame.to_html(index=False, max_rows=200) if not frame.empty else ""
         extra = "" if self.results.ok else self.results.to_html()
         return f"<div class='fastdist-verification'>{head}{table}{extra}</div>"

@@ -1,0 +1,127 @@
+"""Numbers as people read them: bytes in binary units, seconds in s / ms / µs, counts like ``4.31 B``, plurals, and
+lines that fit ``TEXT_WIDTH``.
+
+One implementation of each, used by every table and message of the package (``cost``, the replay, the CLI, the
+notebook display of tables, ``unit_frame.UnitFrame``). ``column_unit`` says which unit a column holds from its
+name (``*_bytes*``, ``seconds*``, ``*_GBps``, ``parameters``, ``*_over_*``), so every table formats alike. Pure
+Python, no import beyond the standard library.
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+
+UNITS: tuple[str, ...] = ("bytes", "seconds", "count", "rate", "ratio")
+"""The units ``format_value`` knows."""
+
+TEXT_WIDTH = 120
+"""Characters per line of the package's text output (the CLI's tables and lines)."""
+
+
+def wrap_lines(text: str, width: int = TEXT_WIDTH, indent: str = "    ") -> list[str]:
+    """``text`` cut into lines of at most ``width`` characters at blanks (never inside ``data-first``), every line
+    after the first indented by ``indent``."""
+    return textwrap.wrap(text, width, subsequent_indent=indent, break_on_hyphens=False) or [""]
+
+
+def format_bytes(value: float) -> str:
+    """``value`` bytes in binary units, e.g. ``'1.50 GiB'`` (``'512 B'`` below one KiB)."""
+    value = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def format_seconds(value: float) -> str:
+    """``value`` seconds with three significant digits in s, ms, µs or ns, e.g. ``'14.97 ms'``, ``'755 ns'``."""
+    value = float(value)
+    size = abs(value)
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
+        if size >= scale:
+            return f"{_three_digits(value / scale)} {unit}"
+    if size == 0:
+        return "0 s"
+    return f"{_three_digits(value / 1e-9)} ns"
+
+
+def format_count(value: float) -> str:
+    """A count such as a number of parameters, e.g. ``'4.31 B'``, ``'131 M'``, ``'12.3 K'``, ``'512'``."""
+    value = float(value)
+    for scale, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(value) >= scale:
+            return f"{_three_digits(value / scale)} {unit}"
+    return f"{value:.0f}" if value == int(value) else f"{value:.3g}"
+
+
+def format_rate(value: float) -> str:
+    """A bandwidth in GB/s (10**9 bytes per second, nccl-tests' unit), e.g. ``'450 GB/s'``, ``'0.0136 GB/s'``."""
+    return f"{float(value):.3g} GB/s"
+
+
+def format_ratio(value: float) -> str:
+    """A ratio such as measured over predicted, e.g. ``'1.04x'``, ``'33,158x'``."""
+    value = float(value)
+    return f"{value:,.0f}x" if abs(value) >= 1000 else f"{value:.3g}x"
+
+
+def plural(count: int, word: str, many: str | None = None) -> str:
+    """``'1 group'``, ``'2 groups'``, ``'16,384 ranks'`` (``many``: the plural when not ``word + 's'``)."""
+    return f"{count:,} {word if count == 1 else (many or word + 's')}"
+
+
+def column_unit(name: str) -> str | None:
+    """The unit of a table column, read from its name (``None``: a plain number or not a number).
+
+    ``parameters`` -> count; a name with the word ``bytes`` (``peak_bytes``, ``bytes_per_step``) or named
+    ``size`` -> bytes; with the word ``seconds`` -> seconds; ending in ``_GBps`` -> rate; holding ``_over_`` ->
+    ratio.
+    """
+    words = name.split("_")
+    if name == "parameters" or name.endswith("_parameters"):
+        return "count"
+    if "bytes" in words or name == "size":
+        return "bytes"
+    if "seconds" in words:
+        return "seconds"
+    if name.endswith("_GBps"):
+        return "rate"
+    if "_over_" in name:
+        return "ratio"
+    return None
+
+
+def format_value(value: object, unit: str) -> str:
+    """``value`` in ``unit`` (one of ``UNITS``); a missing value (NaN, None) is empty, anything else not a number
+    is shown as it is."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
+        return str(value)
+    formatter = _FORMATTERS.get(unit)
+    if formatter is None:
+        raise ValueError(f"unit={unit!r}; use one of {', '.join(UNITS)}")
+    return formatter(float(value))  # type: ignore[arg-type]
+
+
+def _three_digits(value: float) -> str:
+    """Three significant digits: ``4.31``, ``43.1``, ``431``, ``4,312`` (``0.3``, ``0.00123`` below one)."""
+    size = abs(value)
+    if size >= 100:
+        return f"{value:,.0f}"
+    if size >= 10:
+        return f"{value:.1f}"
+    if size >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3g}"
+
+
+_FORMATTERS = {
+    "bytes": format_bytes,
+    "seconds": format_seconds,
+    "count": format_count,
+    "rate": format_rate,
+    "ratio": format_ratio,
+}
