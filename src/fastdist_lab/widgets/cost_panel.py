@@ -31,7 +31,6 @@ from .layout_panel import LayoutPanel
 
 _ZERO = (("0: none", 0), ("1: distributed optimizer", 1), ("2: + gradients", 2), ("3: + weights", 3))
 _VIEWS = (("this layout", "single"), ("data-first vs pipeline-first", "compare"))
-_BYTES = ("bytes_per_call", "bytes_per_step", "bus_bytes_per_step")
 
 
 def other_order(layout: Layout) -> Layout:
@@ -40,48 +39,30 @@ def other_order(layout: Layout) -> Layout:
 
 
 def communication_html(report: CostReport, hardware: Any) -> str:
-    """The communication rows (bytes in binary units) and the time per dim on ``hardware``, as HTML tables."""
-    comm = report.communication.copy()
-    if comm.empty:
+    """The communication rows and the time per dim on ``hardware``, as HTML tables (in units: their
+    ``UnitFrame.formatted()``)."""
+    if report.communication.empty:
         return "<i>no communication: every group has one rank</i>"
-    for name in _BYTES:
-        comm[name] = comm[name].map(format_bytes)
     time_frame = report.time(hardware)
-    time_frame = time_frame.assign(
-        bytes_per_step=time_frame["bytes_per_step"].map(format_bytes),
-        bus_bytes_per_step=time_frame["bus_bytes_per_step"].map(format_bytes),
-        seconds=time_frame["seconds"].map(lambda v: f"{v * 1e3:.2f} ms"),
-    )
     return (
         TABLE_STYLE
         + "<b>Communication per step</b> (per rank of the busiest stage)"
-        + frame_table(comm)
+        + frame_table(report.communication.formatted())
         + f"<b>Time per step on {html.escape(time_frame.attrs['hardware'].name)}</b>"
-        + frame_table(time_frame, index=True)
+        + frame_table(time_frame.formatted(), index=True)
     )
 
 
 def comparison_html(reports: list[CostReport], hardware: Any) -> str:
-    """``compare_reports`` of ``reports`` as an HTML table, one column per layout (bytes in binary units)."""
-    frame = compare_reports(reports, hardware)
-    for name in ("peak_bytes", "bytes_per_step", "inter_node_bytes_per_step"):
-        frame[name] = frame[name].map(format_bytes)
-    frame["seconds"] = frame["seconds"].map(lambda v: f"{v * 1e3:.2f} ms")
-    table = frame.T
+    """``compare_reports`` of ``reports`` as an HTML table, one column per layout (in units)."""
+    table = compare_reports(reports, hardware).formatted().T
     table.index.name = "per rank"
     return TABLE_STYLE + "<b>Side by side</b>" + frame_table(table, index=True)
 
 
 def replay_html(frame: Any) -> str:
-    """A replay's per-dim table (seconds in ms, bytes in binary units, bandwidths in GB/s) as HTML."""
-    shown = frame.copy()
-    for name in ("scaled_bytes_per_step", "replayed_bytes_per_step", "bus_bytes_per_step"):
-        shown[name] = shown[name].map(format_bytes)
-    for name in ("seconds", "predicted_seconds"):
-        shown[name] = shown[name].map(lambda v: f"{v * 1e3:.3f} ms")
-    for name in ("algbw_GBps", "busbw_GBps", "predicted_busbw_GBps"):
-        shown[name] = shown[name].map(lambda v: f"{v:.3g}")
-    shown["measured_over_predicted"] = shown["measured_over_predicted"].map(lambda v: f"{v:.3g}")
+    """A replay's per-dim table (a ``UnitFrame``: seconds in ms / µs, bytes in binary units, GB/s) as HTML."""
+    shown = frame.formatted()
     attrs = frame.attrs
     head = (
         f"<b>Replayed on the cluster</b> ({html.escape(str(attrs.get('backend')))}, messages x "
