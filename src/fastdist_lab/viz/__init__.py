@@ -1,4 +1,5 @@
-"""Pictures (matplotlib ``Figure`` objects, never pyplot): rank grids, per-dim small multiples, generator streams,
+"""Pictures (matplotlib ``Figure`` objects, never pyplot, that show themselves in a notebook: ``InlineFigure``;
+a ``GridPicture`` does too): rank grids, per-dim small multiples, generator streams,
 conventions side by side, what a layout costs (memory per stage, inter-node traffic), and the notebook display
 of a ``Layout``. One palette for all (``viz.colors``).
 
@@ -16,13 +17,14 @@ from .layout_picture import grid_picture, plot_layout
 from .marks import stream_marks, verdict_marks
 from .notebook import layout_html
 from .picture import DETAIL_LIMIT, GridGeometry, GridPicture, Marks
-from .render import to_pixels, to_png
+from .render import InlineFigure, to_pixels, to_png
 from .streams import plot_sharing, plot_streams, stream_picture
 
 __all__ = [
     "DETAIL_LIMIT",
     "GridGeometry",
     "GridPicture",
+    "InlineFigure",
     "Marks",
     "grid_picture",
     "layout_html",

@@ -21,6 +21,7 @@ from ..conventions.equivalence import differing_ranks
 from ..conventions.seeds import STREAMS
 from ..seeds import stream_ids
 from .colors import group_colors
+from .render import InlineFigure
 
 TEXT_LIMIT = 256
 """Worlds up to this many ranks get their rank written in each cell."""
@@ -123,7 +124,7 @@ def plot_conventions(
     rows, ncols = _shape(world, _cols_for(left, cols))
     if figsize is None:
         figsize = (min(16.0, 1.6 + 0.75 * ncols) * 2, min(12.0, 1.2 + 0.55 * rows))
-    fig = Figure(figsize=figsize, layout="constrained")
+    fig = InlineFigure(figsize=figsize, layout="constrained")
     axes = fig.subplots(1, 2)
     pos_a = a.rank_grid.group_rank(left_axes)
     pos_b = b.rank_grid.group_rank(right_axes)
@@ -163,7 +164,7 @@ def plot_seed_sharing(
     grid_rows = -(-len(names) // per_row)
     width = min(18.0, per_row * (1.0 + 0.6 * ncols))
     height = min(16.0, grid_rows * (0.9 + 0.5 * rows))
-    fig = Figure(figsize=(width, height), layout="constrained")
+    fig = InlineFigure(figsize=(width, height), layout="constrained")
     axes = np.atleast_1d(fig.subplots(grid_rows, per_row)).ravel()
     show_text = world <= TEXT_LIMIT
     for ax, name in zip(axes, names):

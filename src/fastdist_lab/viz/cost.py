@@ -20,6 +20,7 @@ from matplotlib.patches import Patch, Rectangle
 from ..cost import CostReport, format_bytes, heaviest_inter_node_dim, layout_name
 from .colors import PALETTE
 from .grid import draw_grid
+from .render import InlineFigure
 
 MEMORY_PARTS: tuple[tuple[str, str], ...] = (
     ("weights_bytes", "weights"),
@@ -127,7 +128,7 @@ def plot_memory(reports: CostReport | Sequence[CostReport], names: Sequence[str]
     if not reports:
         raise ValueError("plot_memory() needs at least one report")
     width, height = 4.6 * len(reports) + 0.3, 3.0
-    figure = Figure(figsize=(width, height), dpi=80.0)
+    figure = InlineFigure(figsize=(width, height), dpi=80.0)
     axes = figure.subplots(1, len(reports), squeeze=False)[0]
     figure.subplots_adjust(left=0.65 / width, right=1 - 0.15 / width, top=1 - 0.45 / height, bottom=0.5 / height,
                            wspace=0.3)  # fmt: skip
@@ -146,7 +147,7 @@ def plot_traffic(report: CostReport, detail: bool = True) -> Figure:
     """Inter-node traffic of one report on its rank grid (see the module docstring)."""
     grid_rows = report.layout.num_nodes
     width, height = 5.0, float(np.clip(0.9 + 0.22 * grid_rows, 2.2, 4.2))
-    figure = Figure(figsize=(width, height), dpi=80.0)
+    figure = InlineFigure(figsize=(width, height), dpi=80.0)
     ax = figure.add_axes((0.75 / width, 0.1 / height, 1 - 0.9 / width, 1 - 0.75 / height))
     draw_traffic(ax, report, detail)
     return figure
@@ -164,7 +165,7 @@ def plot_cost_comparison(reports: Sequence[CostReport], names: Sequence[str] | N
         raise ValueError("plot_cost_comparison() needs at least one report")
     names = [layout_name(r.layout) for r in reports] if names is None else list(names)
     width, height = 10.0, 0.4 + 3.0 * len(reports)
-    figure = Figure(figsize=(width, height), dpi=80.0)
+    figure = InlineFigure(figsize=(width, height), dpi=80.0)
     axes = figure.subplots(len(reports), 2, squeeze=False, gridspec_kw={"width_ratios": (1.0, 1.25)})
     figure.subplots_adjust(left=0.7 / width, right=1 - 0.15 / width, top=1 - 0.75 / height, bottom=0.45 / height,
                            wspace=0.3, hspace=0.5)  # fmt: skip

@@ -21,6 +21,7 @@ from ..config import DIM_NAMES, LayoutError
 from ..layout import Layout
 from .canvas import cell_edges
 from .colors import fade, group_colors
+from .render import InlineFigure
 from .text import atlas, text_image
 
 TEXT_LIMIT = 1024
@@ -327,7 +328,7 @@ def plot_dims(layout: Layout, highlight: int | None = None) -> Figure:
     panel_h = float(np.clip(grid.rows * cell_h, 1.2, 4.0))
     ncols, nrows = 3, -(-len(DIM_NAMES) // 3)
     width, height = ncols * (panel_w + 0.9), nrows * (panel_h + 0.75) + 0.5
-    figure = Figure(figsize=(width, height), dpi=72.0)
+    figure = InlineFigure(figsize=(width, height), dpi=72.0)
     axes = figure.subplots(nrows, ncols, squeeze=False)
     figure.subplots_adjust(
         left=0.75 / width, right=1 - 0.1 / width, top=1 - 0.55 / height, bottom=0.1 / height, wspace=0.35, hspace=0.55

@@ -22,6 +22,7 @@ from ..layout import Layout
 from .canvas import blend, frame, hex_rgb, outline_cells, png_bytes, rgb8
 from .colors import group_colors
 from .grid import CellGrid, cell_grid
+from .render import InlineFigure
 from .text import atlas
 
 DETAIL_LIMIT = 256
@@ -166,10 +167,13 @@ class GridPicture:
         """The picture as PNG bytes (encoded directly from the pixels)."""
         return png_bytes(self.pixels)
 
+    def _repr_png_(self) -> bytes:
+        return self.png()  # the last expression of a notebook cell shows the picture itself
+
     def figure(self) -> Figure:
         """A matplotlib ``Figure`` of exactly these pixels (one image, 1:1, axes in cell units)."""
         width, height = self.size
-        figure = Figure(figsize=(width / DPI, height / DPI), dpi=DPI)
+        figure = InlineFigure(figsize=(width / DPI, height / DPI), dpi=DPI)
         ax = figure.add_axes((0, 0, 1, 1))
         ax.set_axis_off()
         (x0, y0), (cw, ch) = self.geometry.origin, self.geometry.cell

@@ -1,4 +1,5 @@
-"""Turn a matplotlib ``Figure`` into PNG bytes or an RGBA pixel array, without pyplot."""
+"""Turn a matplotlib ``Figure`` into PNG bytes or an RGBA pixel array, without pyplot; ``InlineFigure``, the
+``Figure`` every picture of the package is, shows itself in a notebook."""
 
 from __future__ import annotations
 
@@ -28,3 +29,14 @@ def to_pixels(figure: Figure) -> np.ndarray:
     canvas = FigureCanvasAgg(figure)
     canvas.draw()
     return np.asarray(canvas.buffer_rgba()).copy()
+
+
+class InlineFigure(Figure):
+    """A matplotlib ``Figure`` that displays itself as a PNG when it is the last expression of a notebook cell.
+
+    A ``Figure`` built without pyplot has no display of its own in Jupyter unless an inline backend is set up;
+    this one needs nothing (``_repr_png_``). It is a ``Figure`` in every other way: ``savefig``, ``to_png``.
+    """
+
+    def _repr_png_(self) -> bytes:
+        return to_png(self)

@@ -21,6 +21,7 @@ from .colors import group_colors
 from .grid import check_highlight, describe
 from .layout_picture import check_ranks, compose
 from .picture import TEXT_DARK, Colouring, GridPicture, Marks
+from .render import InlineFigure
 
 if TYPE_CHECKING:
     from ..streams import StreamReport
@@ -69,7 +70,7 @@ def plot_streams(report: StreamReport, *, max_ranks: int = 256, annotate: bool |
 
     count = len(report.generators)
     height = min(12.0, 1.6 + 0.28 * shown)
-    fig = Figure(figsize=(1.6 + 1.3 * count, height), layout="constrained")
+    fig = InlineFigure(figsize=(1.6 + 1.3 * count, height), layout="constrained")
     ax = fig.add_subplot()
     ax.imshow(image, aspect="auto", interpolation="nearest")
     ax.set_xticks(range(count), report.generators)
@@ -102,7 +103,7 @@ def plot_sharing(report: StreamReport, generator: str = "tp", *, max_ranks: int 
     shares = ids[:, None] == ids[None, :]
 
     size = min(10.0, 3.0 + 0.25 * shown)
-    fig = Figure(figsize=(size + 1.5, size), layout="constrained")
+    fig = InlineFigure(figsize=(size + 1.5, size), layout="constrained")
     ax = fig.add_subplot()
     ax.imshow(shares, cmap=ListedColormap(["#ffffff", "#4c72b0"]), vmin=0, vmax=1, interpolation="nearest")
     ax.set_xlabel("rank")
