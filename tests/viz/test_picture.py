@@ -14,7 +14,7 @@ from fastdist_lab import Layout, LayoutError
 from fastdist_lab.viz import DETAIL_LIMIT, grid_picture, plot_layout, to_pixels
 from fastdist_lab.viz.aggregate import MAX_UNITS, unit_size
 from fastdist_lab.viz.canvas import png_bytes, rgb8
-from fastdist_lab.viz.colors import group_colors
+from fastdist_lab.viz.colors import DISTINCT_COLORS, PALETTE, gradient_colors, group_colors
 from fastdist_lab.viz.picture import GROUP_LINE, RANK_FRAME
 
 SMALL = Layout(world_size=16, local_world_size=8, tensor_parallel=2, pipeline_parallel=2, sequence_data_parallel=2)
@@ -69,7 +69,12 @@ def test_every_cell_is_coloured_by_its_group_and_maps_to_its_rank(nodes, local, 
     layout = Layout(world_size=nodes * local, local_world_size=local, tensor_parallel=tp, pipeline_first=pipeline_first)
     picture = grid_picture(layout, dim)
     ids = layout.group_index(dim)
-    colors = rgb8(group_colors(int(ids.max()) + 1))
+    if ids.max() + 1 > DISTINCT_COLORS:  # too many groups to colour apart: each rank's position in its group
+        ids = layout.dim_rank(dim)
+        size = layout.groups(dim).shape[1]
+        colors = rgb8(PALETTE[:size] if size <= DISTINCT_COLORS else gradient_colors(size))
+    else:
+        colors = rgb8(group_colors(int(ids.max()) + 1))
     for rank in range(layout.world_size):
         assert background(picture, rank) == tuple(colors[ids[rank]])
         assert picture.geometry.rank_at(*picture.geometry.center(rank)) == rank
@@ -96,20 +101,22 @@ def test_highlight_keeps_the_group_bright_outlines_it_and_frames_the_rank():
 
 
 def test_big_worlds_show_one_cell_per_node_coloured_when_the_node_agrees_and_striped_when_it_splits():
-    tensor = grid_picture(BIG, "tensor")  # tensor 8 = a whole node: every node is one group
-    geometry = tensor.geometry
+    wide = Layout(world_size=16384, local_world_size=8, tensor_parallel=2, pipeline_parallel=4)  # 8 data groups
+    pipeline = grid_picture(wide, "tensor_and_data")  # 4 groups of 4,096: every node inside one group
+    geometry = pipeline.geometry
     assert geometry.per_cell == 8 and geometry.unit == "node" and geometry.rows * geometry.cols >= 2048
-    ids = BIG.group_index("tensor")
+    ids = wide.group_index("tensor_and_data")
+    assert ids.max() + 1 <= 20  # few enough groups to colour each apart
     colors = rgb8(group_colors(int(ids.max()) + 1))
     for rank in (0, 8, 800, 16376):
         x0, y0, x1, y1 = geometry.box(rank)
-        cell = tensor.pixels[y0 + 1 : y1 - 1, x0 + 1 : x1 - 1].reshape(-1, 3)
+        cell = pipeline.pixels[y0 + 1 : y1 - 1, x0 + 1 : x1 - 1].reshape(-1, 3)
         assert {tuple(c) for c in cell} == {tuple(colors[ids[rank]])}
-    data = grid_picture(BIG, "data")  # a node holds ranks of 8 data groups: striped
+    data = grid_picture(wide, "data")  # a node holds ranks of 2 data groups (one per tensor rank): striped
     x0, y0, x1, y1 = data.geometry.box(800)
     cell = {tuple(c) for c in data.pixels[y0 + 1 : y1 - 1, x0 + 1 : x1 - 1].reshape(-1, 3)}
-    node_groups = np.unique(BIG.group_index("data")[800:808])
-    expected = {tuple(c) for c in rgb8(group_colors(int(BIG.group_index("data").max()) + 1))[node_groups]}
+    node_groups = np.unique(wide.group_index("data")[800:808])
+    expected = {tuple(c) for c in rgb8(group_colors(int(wide.group_index("data").max()) + 1))[node_groups]}
     assert (255, 255, 255) in cell and len(cell & expected) >= 2  # stripes of its groups' colours on white
 
 

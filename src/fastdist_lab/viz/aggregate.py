@@ -287,8 +287,10 @@ def compose_aggregate(
     what = unit_name(layout, per_cell)
     legend = f"one cell = one {what}" if not what[0].isdigit() else f"one cell = {what}"
     if per_cell > 1:
-        legend += f" ({per_cell} ranks); striped: its ranks are in several {colouring.name}s"
-        legend += f" ({layers.split} of {(stop - start) // per_cell} cells)" if layers.split else " (none is)"
+        legend += f" ({per_cell} ranks)"
+        if not colouring.legend:  # a colouring with its own legend says what a cell's colour means
+            legend += f"; striped: its ranks are in several {colouring.name}s"
+            legend += f" ({layers.split} of {(stop - start) // per_cell} cells)" if layers.split else " (none is)"
     image, band = with_title(body, [*title, (legend, TEXT_DARK)])
     first = placement.image((np.arange(start // per_cell, stop // per_cell)) * per_cell, -1)
     geometry = GridGeometry((left, top + band), (cw, ch), first, per_cell, (start, stop), layout.world_size, what)

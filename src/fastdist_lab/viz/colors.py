@@ -21,6 +21,10 @@ def _hex_to_rgb(code: str) -> tuple[float, float, float]:
 PALETTE: np.ndarray = np.array([_hex_to_rgb(c) for c in _PALETTE_HEX])
 """The 20 light colours used first (text in black stays readable on each)."""
 
+DISTINCT_COLORS = len(PALETTE)
+"""How many categories a picture can colour so that the eye tells them apart: beyond, colours repeat or blur, and
+a picture colours by something with fewer values (``viz.layout_picture``)."""
+
 
 def group_colors(count: int) -> np.ndarray:
     """``count`` RGB colours (float array ``(count, 3)``), neighbours in index order clearly distinct."""
@@ -39,3 +43,17 @@ def fade(rgb: np.ndarray, mask: np.ndarray, amount: float = 0.65) -> np.ndarray:
     out = rgb.copy()
     out[mask] = out[mask] * (1 - amount) + amount
     return out
+
+
+def gradient_colors(count: int) -> np.ndarray:
+    """``count`` RGB colours from light to dark along one hue (the first palette colour's), for ordered values
+    such as a rank's position in its group: neighbours are close, the ends far apart."""
+    light = np.array([0.93, 0.96, 1.0])
+    dark = np.array([0.16, 0.38, 0.66])
+    steps = np.linspace(0.0, 1.0, max(count, 1))[:, None]
+    return light * (1 - steps) + dark * steps
+
+
+def text_color(rgb: np.ndarray | tuple[float, float, float]) -> tuple[float, float, float]:
+    """A darker shade of a light palette colour, readable as text on white and recognisably the same hue."""
+    return tuple(float(c) * 0.55 for c in rgb)  # type: ignore[return-value]

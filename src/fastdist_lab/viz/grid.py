@@ -18,6 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from ..config import DIM_NAMES, LayoutError
+from ..formatting import plural
 from ..layout import Layout
 from .canvas import cell_edges
 from .colors import fade, group_colors
@@ -268,15 +269,14 @@ def describe(layout: Layout) -> str:
     sizes = f"tp {s['tensor_parallel']}  pp {s['pipeline_parallel']}  dp {s['data_parallel']}"
     if layout.sequence_data_parallel > 1:
         sizes += f" (sdp {s['sequence_data_parallel']} x bdp {s['batch_data_parallel']})"
-    return (
-        f"world {s['world_size']} = {s['num_nodes']} node(s) x {s['local_world_size']} GPU(s);  {sizes};  {s['order']}"
-    )
+    nodes, gpus = plural(s["num_nodes"], "node"), plural(s["local_world_size"], "GPU")
+    return f"world {s['world_size']:,} = {nodes} x {gpus};  {sizes};  {s['order']}"
 
 
 def dim_title(layout: Layout, dim: str) -> str:
-    """``"tensor: 4 group(s) of 2"``."""
+    """``"tensor: 4 groups of 2"``."""
     groups = layout.groups(dim)
-    return f"{dim}: {groups.shape[0]} group(s) of {groups.shape[1]}"
+    return f"{dim}: {plural(groups.shape[0], 'group')} of {groups.shape[1]:,}"
 
 
 def rank_colors(layout: Layout, dim: str, highlight: int | None) -> tuple[np.ndarray, np.ndarray | None]:

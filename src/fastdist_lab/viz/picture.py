@@ -46,15 +46,19 @@ EMPTY = np.array([0.97, 0.97, 0.97])
 class Colouring:
     """What the cells show: ``ids[rank]``, a category per rank (equal ids share a colour), called ``name``
     (``"tensor group"``, ``"tp stream"``), and ``label(rank)``, a cell's text (lines split by newlines; the
-    rank alone by default). Compared by identity: the picture cache keeps one entry per object."""
+    rank alone by default). ``colors`` (one per id) defaults to the palette's ``group_colors``; ``legend`` holds
+    caption lines (text, colour) saying what the colours mean when they are not simply the ids of ``name``.
+    Compared by identity: the picture cache keeps one entry per object."""
 
     ids: np.ndarray
     name: str
     label: Callable[[int], str] | None = None
-    colors: np.ndarray = field(init=False, repr=False)
+    colors: np.ndarray | None = field(default=None, repr=False)
+    legend: tuple[tuple[str, tuple[float, float, float]], ...] = ()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "colors", group_colors(int(self.ids.max()) + 1 if self.ids.size else 1))
+        if self.colors is None:
+            object.__setattr__(self, "colors", group_colors(int(self.ids.max()) + 1 if self.ids.size else 1))
 
 
 @dataclass(frozen=True, eq=False)
