@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 
 import numpy as np
@@ -87,6 +88,20 @@ def test_closed_form_limits() -> None:
     for rank in (0, 5):
         seeds = generator_seeds(layout().config(rank), 2, "test")
         assert np.array_equal(report.values[rank, 4], reference_draws(seeds["tp"], MT_MAX_DRAWS + 7))
+
+
+def test_the_closed_form_is_confirmed_against_torch_and_replaced_when_it_disagrees(monkeypatch, caplog) -> None:
+    module = importlib.import_module("fastdist_lab.streams.predict")  # torch is imported: the check runs
+    monkeypatch.setattr(module, "_CLOSED_FORM", [])
+    good = predict(layout(), 1, "training", draws=3)
+    assert module._CLOSED_FORM == [True]
+    # a closed form that no longer matches torch's generator is noticed, said, and replaced by torch's draws
+    monkeypatch.setattr(module, "_CLOSED_FORM", [])
+    monkeypatch.setattr(module, "cpu_draws", lambda seeds, draws: np.zeros((len(seeds), draws)))
+    with caplog.at_level("WARNING"):
+        again = predict(layout(), 1, "training", draws=3)
+    assert module._CLOSED_FORM == [False] and "no longer matches the closed form" in caplog.text
+    assert np.array_equal(again.values, good.values)
 
 
 def test_stream_ids_mean_same_seed_on_same_device() -> None:

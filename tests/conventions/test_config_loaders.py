@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -384,11 +385,16 @@ def test_world_size_agrees_with_torchruns_own_parser(nodes, procs, extra, n, g, 
     argv = f"{options} {program}".split()
     saved = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = saved or "1"  # else torchrun's config_from_args sets it for the whole process
-    try:
-        config, _, script_args = config_from_args(parse_args(argv))
-    finally:
-        if saved is None:
-            del os.environ["OMP_NUM_THREADS"]
+    # torch's DefaultLogsSpecs (torch.distributed.elastic.multiprocessing.api), built by config_from_args, makes a
+    # torchelastic_* folder in the temporary folder on every call: here, in a private one removed afterwards
+    with tempfile.TemporaryDirectory() as private:
+        saved_tempdir, tempfile.tempdir = tempfile.tempdir, private
+        try:
+            config, _, script_args = config_from_args(parse_args(argv))
+        finally:
+            tempfile.tempdir = saved_tempdir
+            if saved is None:
+                del os.environ["OMP_NUM_THREADS"]
     [command] = shell_commands("torchrun " + " ".join(argv))
     launch = split_launch(command)
     assert launch.world_size == config.max_nodes * config.nproc_per_node

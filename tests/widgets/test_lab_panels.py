@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import time
 
 import matplotlib
@@ -27,6 +29,13 @@ def ok_cells(markup: str) -> list[str]:
     body = markup.split("<tbody>")[1].split("</tbody>")[0]
     rows = re.findall(r"<tr>(.*?)</tr>", body)
     return [re.findall(r"<td>(.*?)</td>", row)[column] for row in rows]
+
+
+def test_the_first_lab_call_does_not_import_torch():
+    # the streams panel predicts at once: in closed form, without paying seconds for import torch
+    code = "import sys, fastdist_lab; fastdist_lab.lab(); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "False", out.stderr
 
 
 def test_lab_links_the_three_panels():
