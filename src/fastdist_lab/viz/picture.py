@@ -174,6 +174,12 @@ class GridPicture:
     def _repr_png_(self) -> bytes:
         return self.png()  # the last expression of a notebook cell shows the picture itself
 
+    def __repr__(self) -> str:
+        width, height = self.size
+        first = self.title.splitlines()[0] if self.title else "rank grid"
+        shown = self.geometry.shown[1] - self.geometry.shown[0]
+        return f"GridPicture({first}; {width}x{height} px, {shown:,} ranks, one cell = {self.geometry.unit})"
+
     def figure(self) -> Figure:
         """A matplotlib ``Figure`` of exactly these pixels (one image, 1:1, axes in cell units)."""
         width, height = self.size
