@@ -47,9 +47,3 @@ class UnitFrame(pd.DataFrame):
     def _repr_html_(self) -> str | None:
         return self.formatted()._repr_html_()
 
-
-def unit_frame(frame: pd.DataFrame) -> UnitFrame:
-    """``frame`` as a ``UnitFrame`` (the same data and ``attrs``)."""
-    shown = UnitFrame(frame)
-    shown.attrs.update(frame.attrs)
-    return shown
