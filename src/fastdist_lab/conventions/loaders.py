@@ -26,7 +26,7 @@ from ..config import DIM_NAMES
 from ..fastllm import FASTLLM_FIELDS, read_fastllm
 from ..layout import Layout
 from .base import Convention, ConventionError
-from .launch import shell_commands
+from .launch import launch_parts, shell_commands
 from .megatron import Megatron
 from .megatron_args import is_megatron_command
 from .project import as_convention
@@ -168,8 +168,6 @@ def _yaml_mapping(text: str) -> Mapping[str, Any] | None:
 
 
 def _program(command: Any) -> str:
-    from .launch import launch_parts
-
     parts = launch_parts(command)
     return " ".join(part for part in (parts.launcher, parts.program) if part)
 

@@ -262,8 +262,10 @@ def megatron_from_args(
     try:
         state = MegatronParallelState(world, local_world_size=local if local is not None else world, **kwargs)
     except ConventionError as error:
-        flags = {attribute: flag for flag, attribute in KNOWN_ARGS.items()}
-        written = ", ".join(f"{flags[name]} {values[name]} (line {line})" for name, line in where.items())
+        sizes = {attribute: flag for flag, attribute in INT_ARGS.items() if attribute.endswith("parallel_size")}
+        written = ", ".join(
+            f"{sizes[name]} {values[name]} (line {line})" for name, line in where.items() if name in sizes
+        )
         raise ConventionError(f"{error}; set by {written}" if written else str(error)) from None
     state.source_notes = tuple(notes)
     state.program = launch.program
