@@ -99,7 +99,9 @@ def test_help_shows_defaults_and_explains_every_flag():
         for action in command._actions:
             shown = " ".join(formatter._expand_help(action).split()) if action.help else ""
             assert shown.count("default") <= 1, f"{name} {action.option_strings}: {shown}"
-        assert "(default: None)" not in text and "(default: False)" not in text, name
+        assert "(default: None)" not in text and "(default: False)" not in text and "(default: [])" not in text, name
+    streams = " ".join(commands["streams"].format_help().split())
+    assert "set_step (>= 0) (default: 0)" in streams  # a default of 0 is a default
 
 
 def test_the_worker_says_its_world_comes_from_the_launcher():

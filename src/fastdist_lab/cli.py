@@ -34,12 +34,14 @@ DESCRIPTION = (
 
 class DefaultsOnceFormatter(argparse.HelpFormatter):
     """Help that shows each flag's default once: ``(default: X)`` is added where the help does not already say
-    what the default is, and never for a default of ``None`` or ``False`` (a flag that is off, a value computed
-    when absent: its help says how)."""
+    what the default is, and never for a default of ``None``, ``False`` or ``[]`` (a flag that is off, a value
+    computed when absent, a repeatable flag: its help says how)."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
-        if "default" in text or action.default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+        default = action.default
+        nothing = default is None or default is False or default is argparse.SUPPRESS or default == []
+        if "default" in text or nothing or not action.option_strings:
             return text
         return f"{text} (default: %(default)s)"
 
