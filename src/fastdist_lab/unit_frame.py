@@ -46,4 +46,3 @@ class UnitFrame(pd.DataFrame):
 
     def _repr_html_(self) -> str | None:
         return self.formatted()._repr_html_()
-

@@ -87,7 +87,9 @@ def test_a_sigkilled_worker_is_detected_quickly_and_the_cluster_recovers(cluster
 
 
 def test_keyboard_interrupt_reaches_the_workers_and_leaves_the_cluster_usable(cluster, interrupts):
-    assert cluster.run(lambda ctx: ctx.rank).values == list(range(WORLD))  # running before the interrupt
+    # running before the interrupt, with the function loaded on every rank: on a busy machine loading it inside the
+    # timed call could outlast the grace an interrupted rank gets to answer
+    assert cluster.run(_sleep_on_rank_2, 0).values == list(range(WORLD))
     pids = cluster.pids
     timer = interrupts.after(0.5)
     begin = time.monotonic()
@@ -101,6 +103,7 @@ def test_keyboard_interrupt_reaches_the_workers_and_leaves_the_cluster_usable(cl
 
 
 def test_an_interrupt_during_a_hang_restarts_the_workers(cluster, interrupts):
+    assert cluster.run(lambda ctx: ctx.rank).values == list(range(WORLD))  # (re)started before the interrupt
     timer = interrupts.after(0.5)
     with pytest.raises(KeyboardInterrupt):
         cluster.run(_skip_the_collective_on_rank_5, timeout=60)

@@ -76,6 +76,24 @@ def test_interrupts_hit_the_package_only_and_never_the_runner(interrupts):
     assert not interrupts.aims_at(namespace["frame"])
 
 
+def _world_size_seen(ctx):
+    return ctx.distributed.world_group.size() if ctx.distributed is not None else None
+
+
+def test_an_interrupt_during_an_automatic_restart_never_loses_the_layout(cluster, interrupts):
+    for delay in (0.0, 0.02, 0.05, 0.1, 0.2, 0.4):  # into the restart, its spawn, its re-apply, or after it
+        os.kill(cluster.pids[2], signal.SIGKILL)
+        with contextlib.suppress(ClusterError):
+            cluster.run(lambda ctx: ctx.rank)
+        assert not cluster.running
+        timer = interrupts.after(delay)
+        with contextlib.suppress(KeyboardInterrupt):
+            cluster.run(lambda ctx: ctx.rank, timeout=60)  # restarts the workers, then re-applies the layout
+        timer.join()
+        assert cluster.run(_world_size_seen).values == [WORLD] * WORLD, f"layout lost (interrupt at {delay} s)"
+    assert cluster.layout is not None
+
+
 # ----------------------------------------------------------------------------------------------- F4
 
 

@@ -89,6 +89,8 @@ class LocalCluster(ClusterFacts):
         self._lock = threading.RLock()
         self._closed = True
         self._layout: Layout | None = None
+        self._pending: Layout | None = None  # to re-apply: a restart cut short by an interrupt did not
+        self._restarting = False
         self._call_id = 0
         self._in_flight: int | None = None
         self.startup_seconds: float | None = None
@@ -170,7 +172,8 @@ class LocalCluster(ClusterFacts):
     def restart(self) -> LocalCluster:
         """Replace every worker by a fresh one (keeping the worker server when alive) and re-apply the layout."""
         with self._lock:
-            layout, self._layout = self._layout, None
+            layout = self._layout if self._layout is not None else self._pending
+            self._layout, self._pending = None, layout  # kept until re-applied: an interrupt cannot lose it
             if self._closed or not self._server.alive:
                 self._stop_workers()
                 self.start()
@@ -185,7 +188,12 @@ class LocalCluster(ClusterFacts):
                 self._in_flight = None
                 self.startup_seconds = time.monotonic() - begin
             if layout is not None:
-                verification = self.apply(layout)
+                self._restarting = True
+                try:
+                    verification = self.apply(layout)
+                finally:
+                    self._restarting = False
+                self._pending = None
                 if not verification.ok:
                     raise ClusterError(f"re-applying the layout after a restart failed:\n{verification}")
             return self
@@ -205,7 +213,7 @@ class LocalCluster(ClusterFacts):
             finally:
                 self._workers = None
                 self._server.stop()
-                self._layout = None
+                self._layout = self._pending = None
                 self._in_flight = None
                 self._closed = True
                 _LIVE.discard(self)
@@ -278,9 +286,9 @@ class LocalCluster(ClusterFacts):
                     stacklevel=4,
                 )
                 self._stop_workers()
-        if not self.running:
+        if not self.running or (self._pending is not None and not self._restarting):  # a restart was cut short
             workers = self._workers
-            if workers is not None and not workers.stopped:
+            if workers is not None and not workers.stopped and not self.running:
                 gone = [rank for rank, pid in workers.pids.items() if not process_running(pid)]
                 what = f"{ranks_text(gone)} died" if gone else "the worker server died"
                 warnings.warn(
