@@ -177,6 +177,14 @@ def test_a_bar_shows_only_for_slow_work(capsys):
     assert "slow" in err and "4/4" in err and "all ready" in err
 
 
+def test_a_rank_reports_an_unknown_call_kind_as_its_own_error():
+    from fastdist_lab.runtime.rank_loop import RankContext, execute
+
+    outcome = execute(RankContext(0, 1, None), "nope", None)
+    result = outcome_to_result(0, outcome)
+    assert result.status == "error" and str(result.error) == "RuntimeError: unknown call kind 'nope'"
+
+
 # ----------------------------------------------------------------------------------------------- results
 
 
