@@ -167,7 +167,8 @@ class WorkerFailed:
 
 
 class Call(NamedTuple):
-    """Request to every worker: ``kind`` ``"run"`` (payload: pickled ``(fn, args)``) or ``"apply"`` (layout fields)."""
+    """Request to every rank: ``kind`` ``"run"``, ``"apply"`` or ``"check"`` and its payload (``rank_loop.call_target``
+    says what each runs)."""
 
     call_id: int
     kind: str
