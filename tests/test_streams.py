@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from fastdist_lab import Layout, generator_seeds
+from fastdist_lab import Layout
 from fastdist_lab.cli import main
 from fastdist_lab.config import PhaseType
-from fastdist_lab.seeds import GENERATORS
+from fastdist_lab.seeds import GENERATORS, generator_seeds
 from fastdist_lab.streams import StreamReport, predict
 
 DEFAULT = {"world_size": 8, "local_world_size": 8, "tensor_parallel": 2, "pipeline_parallel": 2,

@@ -24,7 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config import SEED_SHIFT_FIELDS, LayoutError
+from .config import SEED_SHIFT_FIELDS
+from .errors import LayoutError, WorldSizeNeeded
 
 FASTLLM_COMMIT = "91b28fab"
 """The Fast-LLM commit whose ``DistributedConfig`` this project reproduces."""
@@ -90,12 +91,6 @@ VINTAGE_KEYS: dict[str, str] = {
 """Keys that only one vintage of Fast-LLM has, and that vintage."""
 
 _OPTIONAL_NULL = ("world_size", "local_world_size", "rank")
-
-
-class WorldSizeNeeded(LayoutError):
-    """A config or command line that gives no world size, read without one: pass ``world_size=...``
-    (``--world-size``). Every config reader raises it (``conventions`` raises a subclass that is also a
-    ``ConventionError``), so a caller that has a world to offer (the lab's layout panel) can catch it and retry."""
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from .config import MAX_SEED, DistributedConfig, LayoutError, PhaseType
+from .config import MAX_SEED, DistributedConfig, PhaseType
+from .errors import LayoutError
 
 GENERATORS: tuple[str, ...] = ("default_cpu", "pp_init", "tp_init", "pp", "tp")
 """The generators the original ``Distributed`` seeds, in the order it seeds them."""

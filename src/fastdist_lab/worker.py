@@ -19,9 +19,10 @@ from collections.abc import Sequence
 
 from .checks import check_layout
 from .commands.common import add_layout_arguments, layout_from_args
-from .config import DistributedConfig, LayoutError
+from .config import DistributedConfig
+from .errors import BackendUnavailable, ClusterError, LayoutError
+from .formatting import first_line
 from .runtime.backends import resolve_backend
-from .runtime.errors import BackendUnavailable, ClusterError, first_line
 from .runtime.torchrun import LaunchedCluster
 
 PROG = "python -m fastdist_lab.worker"

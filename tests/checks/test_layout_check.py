@@ -6,10 +6,11 @@ import copy
 
 import pytest
 
-from fastdist_lab import Layout, LocalCluster, Verification
+from fastdist_lab import Layout, LocalCluster
 from fastdist_lab.checks import LayoutCheck, check_layout
 from fastdist_lab.cli import main
 from fastdist_lab.config import DIM_NAMES
+from fastdist_lab.runtime import Verification
 
 LAYOUT = Layout(world_size=8, tensor_parallel=2, pipeline_parallel=2, sequence_data_parallel=2, backend="gloo")
 

@@ -24,7 +24,8 @@ import warnings
 import torch.distributed as dist
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
-from fastdist_lab.conventions import ConventionError, Megatron
+from fastdist_lab.conventions import Megatron
+from fastdist_lab.errors import ConventionError
 
 GLOBALS = {
     "TENSOR_MODEL_PARALLEL_GROUP": "_TENSOR_MODEL_PARALLEL_GROUP",

@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 
 from fastdist_lab import Layout, LayoutError
 from fastdist_lab.cli import main
-from fastdist_lab.conventions import ConventionError, Megatron, WorldSizeNeeded, equivalent, load_config, torchtitan
+from fastdist_lab.conventions import Megatron, equivalent, load_config, torchtitan
 from fastdist_lab.conventions.launch import shell_commands, split_launch
+from fastdist_lab.errors import ConventionError, WorldSizeNeeded
 
 CONFIGS = Path(__file__).parent / "configs"
 

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 from fastdist_lab import Layout
 from fastdist_lab.conventions import (
-    ConventionError,
     DeepSpeed,
     DeviceMesh,
     deepspeed_topology,
@@ -23,6 +22,7 @@ from fastdist_lab.conventions import (
     picotron,
     torchtitan,
 )
+from fastdist_lab.errors import ConventionError
 
 try:  # torch >= 2.9: the layout algebra DeviceMesh itself uses to build each dim's process groups
     from torch.distributed._mesh_layout import _MeshLayout

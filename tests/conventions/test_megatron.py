@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fastdist_lab.conventions import ConventionError, Megatron
+from fastdist_lab.conventions import Megatron
+from fastdist_lab.errors import ConventionError
 
 TOKENS = ("tp", "cp", "ep", "dp", "pp")
 APPEND_ORDER = ("tp", "pp", "dp", "ep", "cp")  # the order Megatron appends missing tokens in

@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastdist_lab import Layout
-from fastdist_lab.conventions import ConventionError, Megatron, equivalent
+from fastdist_lab.conventions import Megatron, equivalent
+from fastdist_lab.errors import ConventionError
 
 APPEND = ("tp", "pp", "dp", "ep", "cp")
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from fastdist_lab import Layout, compare
-from fastdist_lab.cost import COMPARE_COLUMNS, CostError, Training, compare_reports, estimate, layout_name
+from fastdist_lab.cost import COMPARE_COLUMNS, Training, compare_reports, estimate, layout_name
+from fastdist_lab.errors import CostError
 
 TRAINING = Training(num_microbatches=8, distributed_optimizer=True)
 

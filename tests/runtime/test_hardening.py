@@ -16,7 +16,8 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from fastdist_lab import ClusterError, ClusterTimeout, LocalCluster
+from fastdist_lab import ClusterError, LocalCluster
+from fastdist_lab.errors import ClusterTimeout
 from fastdist_lab.runtime.procs import wait_gone
 
 WORLD = 8

@@ -14,6 +14,7 @@ from multiprocessing.connection import Connection, wait
 import pytest
 
 from fastdist_lab import Layout
+from fastdist_lab.errors import ProtocolError
 from fastdist_lab.runtime import Distributed, ProcessGroupPool, RankError, RankResult, RankResults, Verification
 from fastdist_lab.runtime.capture import OutputCapture, quiet_harmless_c10d
 from fastdist_lab.runtime.channel import (
@@ -21,7 +22,6 @@ from fastdist_lab.runtime.channel import (
     Channel,
     ExitStatuses,
     Outcome,
-    ProtocolError,
     ServerReady,
     ServerStarted,
     Statuses,
@@ -272,7 +272,7 @@ def test_nccl_refusals_speak_to_both_audiences():
 
     if torch.cuda.is_available():
         pytest.skip("NCCL may run here")
-    from fastdist_lab.runtime import BackendUnavailable, ClusterError
+    from fastdist_lab.errors import BackendUnavailable, ClusterError
 
     with pytest.raises(BackendUnavailable, match="use the gloo backend") as caught:
         ProcessGroupPool(0, 1, 1, use_cpu=False, backend="nccl")
@@ -295,7 +295,7 @@ def test_a_world_of_one_verifies_itself_under_a_launcher(tmp_path):
                "gloo", "--report", str(report)]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
-    from fastdist_lab import load_report
+    from fastdist_lab.runtime import load_report
 
     loaded = load_report(report)
     assert loaded.ok and loaded.results.world_size == 1 and loaded.results[0].ok

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from fastdist_lab import ClusterError, Layout
-from fastdist_lab.cost import CostError, Hardware, Training, Transformer, bus_factor, estimate
+from fastdist_lab.cost import Hardware, Training, Transformer, bus_factor, estimate
+from fastdist_lab.errors import CostError
 from fastdist_lab.runtime.replay import (
     BANDWIDTH_COLUMNS,
     ELEMENT_BYTES,

@@ -11,8 +11,9 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 
 import fastdist_lab  # noqa: E402
-from fastdist_lab import Layout, generator_seeds  # noqa: E402
+from fastdist_lab import Layout
 from fastdist_lab.conventions import load_config  # noqa: E402
+from fastdist_lab.seeds import generator_seeds  # noqa: E402
 from fastdist_lab.widgets import ConfigLoad, LayoutPanel  # noqa: E402
 from fastdist_lab.widgets.config_box import CONFIG_BOX_TITLE, groups_table_html  # noqa: E402
 

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..conventions import ConventionError, layout_mesh_dims
+from ..conventions import layout_mesh_dims
+from ..errors import ConventionError
 from ..layout import Layout
 from .device_mesh import mesh_of_dim
 

@@ -39,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     layout = layout_from_args(args)  # LayoutError -> exit 2 in cli.main
     from ..checks import check_layout
-    from ..runtime import ClusterError, open_cluster
+    from ..errors import ClusterError
+    from ..runtime import open_cluster
 
     try:
         with open_cluster(

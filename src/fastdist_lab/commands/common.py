@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..config import DistributedConfig, LayoutError
+from ..config import DistributedConfig
+from ..errors import LayoutError
 from ..layout import Layout
 
 DEFAULT_LAYOUT = {"world_size": 8, "tensor_parallel": 2, "pipeline_parallel": 2, "sequence_data_parallel": 2}

@@ -7,7 +7,8 @@ import json
 import sys
 from typing import Any
 
-from ..cost import HARDWARE_PRESETS, PRESETS, RECOMPUTE, CostError
+from ..cost import HARDWARE_PRESETS, PRESETS, RECOMPUTE
+from ..errors import CostError
 from .common import add_layout_arguments, error_line, layout_from_args
 
 HELP = "estimate what one training step costs on a layout: memory per stage, bytes per group, time per dim"
@@ -116,7 +117,8 @@ def _replay(args: argparse.Namespace, layout: Any, model: Any, training: Any) ->
             f"--replay starts one process per rank: world_size={layout.world_size} is over {MAX_REPLAY_RANKS}; "
             "replay a smaller layout"
         )
-    from ..runtime import ClusterError, LocalCluster
+    from ..errors import ClusterError
+    from ..runtime import LocalCluster
 
     progress = False if args.quiet else True
     with LocalCluster(

@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ..config import DIM_NAMES, DistributedConfig, LayoutError
+from ..config import DIM_NAMES, DistributedConfig
+from ..errors import LayoutError
 from ..layout import Layout
 from ..seeds import generator_seeds
 from .common import add_layout_arguments, config_from_args, given_shape_flags, layout_from_args
@@ -128,7 +129,8 @@ def _summary(layout: Layout, fmt: str) -> None:
 
 def _load(args: argparse.Namespace) -> Any:
     """The ``LoadedConfig`` of ``--from``; every failure as one ``LayoutError`` line."""
-    from ..conventions import ConventionError, load_config
+    from ..conventions import load_config
+    from ..errors import ConventionError
 
     given = given_shape_flags(args)
     if given:

@@ -15,8 +15,7 @@ compares which ranks share random streams under each framework's seeding rules. 
 
 from __future__ import annotations
 
-from ..fastllm import WorldSizeNeeded
-from .base import Convention, ConventionError, ConventionWorldSizeNeeded
+from .base import Convention
 from .device_mesh import (
     DeepSpeed,
     DeviceMesh,
@@ -36,8 +35,6 @@ from .torchtitan_dims import TORCHTITAN_VERSIONS, TorchtitanMesh, torchtitan
 
 __all__ = [
     "Convention",
-    "ConventionError",
-    "ConventionWorldSizeNeeded",
     "DeepSpeed",
     "DeviceMesh",
     "EXPERT_GROUPS",
@@ -55,7 +52,6 @@ __all__ = [
     "SubsetResult",
     "TORCHTITAN_VERSIONS",
     "TorchtitanMesh",
-    "WorldSizeNeeded",
     "as_convention",
     "compare_groups",
     "deepspeed_topology",

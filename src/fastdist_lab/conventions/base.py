@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..fastllm import WorldSizeNeeded
+from ..errors import ConventionError
 from ..numbering import RankGrid
 
 if TYPE_CHECKING:
@@ -22,15 +22,6 @@ if TYPE_CHECKING:
 
 MAX_CONVENTION_WORLD_SIZE = 2**24
 """The largest world a convention materialises (as ``Layout`` does)."""
-
-
-class ConventionError(ValueError):
-    """An invalid convention, axis name or mapping; the message names the input and the numbers."""
-
-
-class ConventionWorldSizeNeeded(ConventionError, WorldSizeNeeded):
-    """A Megatron-LM or torchtitan input that gives no world size, read without one: both a ``ConventionError``
-    and ``fastdist_lab.fastllm.WorldSizeNeeded`` (catch the latter for every framework)."""
 
 
 class Convention:

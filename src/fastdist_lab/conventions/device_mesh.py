@@ -15,8 +15,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from ..errors import ConventionError
 from ..layout import DIM_AXES, Layout
-from .base import Convention, ConventionError
+from .base import Convention
 
 
 class DeviceMesh(Convention):

@@ -18,7 +18,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from .base import ConventionError
+from ..errors import ConventionError
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _ARRAY_START = re.compile(rf"^(?:export\s+)?({_NAME})(\+?)=\((.*)$", re.S)

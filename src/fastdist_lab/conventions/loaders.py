@@ -18,9 +18,10 @@ from typing import Any
 import numpy as np
 
 from ..config import DIM_NAMES
+from ..errors import ConventionError
 from ..fastllm import FASTLLM_FIELDS, read_fastllm
 from ..layout import Layout
-from .base import Convention, ConventionError
+from .base import Convention
 from .megatron import Megatron
 from .megatron_args import KNOWN_ARGS
 from .project import as_convention

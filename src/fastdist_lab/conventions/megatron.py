@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..errors import ConventionError
 from ..layout import DIM_AXES
-from .base import Convention, ConventionError
+from .base import Convention
 from .equivalence import compare_groups
 from .project import LayoutConvention, layout_convention
 

@@ -17,7 +17,7 @@ import difflib
 from collections.abc import Sequence
 from typing import Any
 
-from .base import ConventionError, ConventionWorldSizeNeeded
+from ..errors import ConventionError, ConventionWorldSizeNeeded
 from .launch import Command, shell_commands, split_launch
 
 INT_ARGS: dict[str, str] = {

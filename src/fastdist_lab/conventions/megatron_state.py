@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import ConventionError
+from ..errors import ConventionError
 from .megatron import DEFAULT_ORDER, Megatron, check_size, embedding_groups, position_embedding_groups
 
 EXPERT_GROUPS: dict[str, str] = {

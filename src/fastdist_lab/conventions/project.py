@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import ConventionError
 from ..layout import DIM_AXES, Layout
-from .base import Convention, ConventionError
+from .base import Convention
 
 
 class LayoutConvention(Convention):

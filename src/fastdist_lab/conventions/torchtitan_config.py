@@ -18,7 +18,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .base import ConventionError, ConventionWorldSizeNeeded
+from ..errors import ConventionError, ConventionWorldSizeNeeded
 from .launch import Command, shell_commands, split_launch
 from .torchtitan_dims import DEFAULT_VERSION, TorchtitanMesh, torchtitan
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import ConventionError, ConventionWorldSizeNeeded
+from ..errors import ConventionError, ConventionWorldSizeNeeded
 from .device_mesh import DeviceMesh
 
 TORCHTITAN_VERSIONS: dict[str, str] = {

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from .communication import COLLECTIVES, COMMUNICATION_COLUMNS, CollectiveRow, bus_factor, nodes_spanned
 from .comparison import COMPARE_COLUMNS, compare, compare_reports, heaviest_inter_node_dim, layout_name
-from .errors import CostError
 from .hardware import HARDWARE_PRESETS, Hardware
 from .memory import MEMORY_COLUMNS
 from .model import PRESETS, VOCAB_PADDING, Transformer
@@ -30,7 +29,6 @@ __all__ = [
     "TIME_COLUMNS",
     "VOCAB_PADDING",
     "CollectiveRow",
-    "CostError",
     "CostReport",
     "Hardware",
     "Training",

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import CostError
+from ..errors import CostError
 from .hardware import Hardware
 from .model import Transformer
 from .report import CostReport, estimate

@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import CostError, positive_number
+from ..errors import CostError
+from ..validation import check_number
 
 HARDWARE_PRESETS: dict[str, tuple[float, float, str]] = {
     "dgx-h100": (
@@ -49,8 +50,12 @@ class Hardware:
     name: str = "custom"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "intra_node_GBps", positive_number("intra_node_GBps", self.intra_node_GBps))
-        object.__setattr__(self, "inter_node_GBps", positive_number("inter_node_GBps", self.inter_node_GBps))
+        object.__setattr__(
+            self, "intra_node_GBps", check_number("intra_node_GBps", self.intra_node_GBps, error=CostError)
+        )
+        object.__setattr__(
+            self, "inter_node_GBps", check_number("inter_node_GBps", self.inter_node_GBps, error=CostError)
+        )
 
     @classmethod
     def preset(cls, name: str) -> Hardware:

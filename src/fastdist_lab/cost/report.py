@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..errors import CostError
+from ..painters import paint
 from .communication import COMMUNICATION_COLUMNS, CollectiveRow, row_columns, step_rows
-from .errors import CostError
 from .hardware import Hardware
 from .memory import MEMORY_COLUMNS, stage_memory
 from .model import Transformer
@@ -213,6 +214,11 @@ class CostReport:
                 f"dominant: {dominant[0] if dominant else 'none'}",
             ]
         )
+
+    def plot(self) -> Any:
+        """Memory bars per stage and the rank grid coloured by the groups of the dim that moves the most bytes across
+        nodes (``fastdist_lab.viz.plot_cost``): a matplotlib ``Figure``."""
+        return paint("cost", self)
 
     def __repr__(self) -> str:
         return (

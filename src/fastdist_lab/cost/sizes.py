@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import CostError
+from ..errors import CostError
 from .model import Transformer
 from .training import Training
 

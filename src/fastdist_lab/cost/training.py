@@ -6,7 +6,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import CostError, choice, flag, positive_int
+from ..errors import CostError
+from ..validation import check_choice, check_flag, check_int, is_bool
 
 RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
 """Activation recompute choices (Korthikanti et al. 2022, Section 5)."""
@@ -46,18 +47,17 @@ class Training:
     bytes_per_optimizer_state: int = 12
 
     def __post_init__(self) -> None:
-        positive_int("micro_batch_size", self.micro_batch_size)
-        if self.num_microbatches is not None:
-            positive_int("num_microbatches", self.num_microbatches)
-        flag("distributed_optimizer", self.distributed_optimizer)
-        flag("sequence_tensor_parallel", self.sequence_tensor_parallel)
-        choice("recompute", self.recompute, RECOMPUTE)
-        for name in ("bytes_per_weight", "bytes_per_gradient", "bytes_per_optimizer_state"):
-            positive_int(name, getattr(self, name))
+        for name in ("micro_batch_size", "num_microbatches", "bytes_per_weight", "bytes_per_gradient",
+                     "bytes_per_optimizer_state"):  # fmt: skip
+            if name != "num_microbatches" or self.num_microbatches is not None:
+                check_int(name, getattr(self, name), minimum=1, error=CostError)
+        check_flag("distributed_optimizer", self.distributed_optimizer, error=CostError)
+        check_flag("sequence_tensor_parallel", self.sequence_tensor_parallel, error=CostError)
+        check_choice("recompute", self.recompute, RECOMPUTE, error=CostError)
         stage = self.zero_stage
         if stage is None:
             stage = 1 if self.distributed_optimizer else 0
-        elif isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage <= 3:
+        elif is_bool(stage) or not isinstance(stage, int) or not 0 <= stage <= 3:
             raise CostError(f"zero_stage={stage!r} must be 0, 1, 2 or 3")
         elif self.distributed_optimizer and stage == 0:
             raise CostError("zero_stage=0 contradicts distributed_optimizer=True (ZeRO stage 1)")

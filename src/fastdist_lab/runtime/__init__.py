@@ -3,22 +3,17 @@ simulated worlds of thousands of ranks in one process (``SimulatedCluster``, on 
 
 Three parts make the cluster: process supervision (``supervisor``, ``workers``, ``server``, ``procs``), the typed
 control channel (``channel``) and calls (``calls``); ``cluster.LocalCluster`` composes them. Everything here
-imports torch, except ``verification`` and ``results``; names are imported from their modules on first use.
+imports torch, except ``verification`` and ``results``; names are imported from their modules on first use. The
+exceptions are in ``fastdist_lab.errors``.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from ..lazy import lazy_attributes
 
 _LAZY: dict[str, str] = {
-    "BackendUnavailable": ".errors",
     "CLUSTER_MODES": ".modes",
-    "CapacityError": ".capacity",
-    "ClusterError": ".errors",
-    "ClusterTimeout": ".errors",
     "Distributed": ".pool",
-    "InProcessUnavailable": ".inprocess",
     "LocalCluster": ".cluster",
     "MODE_PROVES": ".modes",
     "ProcessGroupPool": ".pool",
@@ -40,12 +35,7 @@ _LAZY: dict[str, str] = {
 __all__ = [
     "CLUSTER_MODES",
     "MODE_PROVES",
-    "BackendUnavailable",
-    "CapacityError",
-    "ClusterError",
-    "ClusterTimeout",
     "Distributed",
-    "InProcessUnavailable",
     "LocalCluster",
     "ProcessGroupPool",
     "RankContext",
@@ -61,14 +51,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fastdist_lab.runtime' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, __all__)

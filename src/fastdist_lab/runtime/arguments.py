@@ -10,11 +10,10 @@ import time
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
-from ..config import LayoutError
+from ..errors import ClusterTimeout, LayoutError
 from ..layout import Layout
 from .calls import CallState, CallTransport, perform_call
 from .channel import Call
-from .errors import ClusterTimeout
 from .progress import resolve_progress
 from .results import RankResults
 from .verify import rank_coordinates

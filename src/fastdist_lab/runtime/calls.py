@@ -17,11 +17,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ..errors import ClusterError, ClusterTimeout
+from ..formatting import ranks_text
 from .channel import Call, Reply, outcome_to_result
-from .errors import ClusterError, ClusterTimeout
 from .procs import hold_interrupts
 from .progress import ProgressCallback, finish
-from .results import STATUS_DIED, STATUS_TIMEOUT, RankError, RankResult, RankResults, ranks_text
+from .results import STATUS_DIED, STATUS_TIMEOUT, RankError, RankResult, RankResults
 
 DEATH_GRACE = 1.0
 """Seconds the other ranks still get to answer once one rank died during a call."""

@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 
 import cloudpickle
 
-from .errors import ClusterError, ClusterTimeout
+from ..errors import ClusterError, ClusterTimeout, ProtocolError
 from .procs import hold_interrupts, interrupts_held
 from .results import RankError, RankResult
 
@@ -41,10 +41,6 @@ MAX_PATH = 100
 _MAGIC = b"fdlab\x01ch"
 _NONCE = 32
 _DIGEST = 32
-
-
-class ProtocolError(ClusterError):
-    """A peer sent a message of a kind the receiver did not expect at that point."""
 
 
 # ----------------------------------------------------------------------------------------------- messages

@@ -24,17 +24,18 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 
 from ..config import DistributedConfig
+from ..errors import ClusterError
+from ..formatting import ranks_text
 from ..layout import Layout
 from .arguments import ClusterFacts, call_limit, check_progress, cluster_sizes, cluster_timeout, held
 from .backends import resolve_backend
 from .capacity import check_capacity
-from .errors import ClusterError
 from .procs import FILES_PER_PROCESS, hold_interrupts, process_running, raise_file_limit
 from .progress import ProgressCallback, finish, resolve_progress
 from .replay import SWEEP_SIZES
 from .replay import bandwidth as sweep_bandwidth
 from .replay import replay as replay_step
-from .results import RankResults, ranks_text
+from .results import RankResults
 from .supervisor import WorkerServer
 from .verification import Verification
 from .verify import apply_in_two_steps, layout_for_cluster

@@ -26,15 +26,11 @@ from typing import Any
 
 import torch
 
+from ..errors import InProcessUnavailable
 from . import turns
-from .errors import ClusterError
 
 TESTED_TORCH = "2.13"
 """The torch release whose in-process groups the tests pin."""
-
-
-class InProcessUnavailable(ClusterError):
-    """This torch lacks (or changed) the in-process process groups that simulated worlds are built on."""
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,9 @@ from ..config import (
     PhaseType,
     check_ranks_in_range,
 )
+from ..errors import BackendUnavailable, ClusterError
 from ..seeds import generator_seeds
 from .backends import check_nccl
-from .errors import BackendUnavailable, ClusterError
 from .members import GroupRecord, group_prefix, member_tuple
 
 logger = logging.getLogger(__name__)

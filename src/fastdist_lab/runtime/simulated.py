@@ -28,11 +28,11 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..config import CLUSTER_MODES, DistributedConfig, LayoutError
+from ..config import CLUSTER_MODES, DistributedConfig
+from ..errors import ClusterError, LayoutError
 from ..layout import Layout
 from .arguments import ClusterFacts, call_limit, check_progress, cluster_sizes, cluster_timeout, held
 from .capacity import check_capacity
-from .errors import ClusterError
 from .inprocess import fake_store, release_collectives, require_inprocess
 from .progress import ProgressCallback
 from .rank_threads import OneThread, ThreadPerRank, routed_output

@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from multiprocessing.connection import wait
 
+from ..errors import ClusterError, ClusterTimeout
+from ..formatting import ranks_text
 from .channel import (
     Acceptor,
     Channel,
@@ -40,9 +42,8 @@ from .channel import (
     control_address,
     listen,
 )
-from .errors import ClusterError, ClusterTimeout
 from .procs import files_needed, hold_interrupts, kill_quietly, process_running, wait_gone
-from .results import RankError, ranks_text
+from .results import RankError
 from .workers import Workers
 
 Report = Callable[[int, str], None]

@@ -19,14 +19,15 @@ from typing import Any
 
 import cloudpickle
 
-from ..config import DistributedConfig, LayoutError
+from ..config import DistributedConfig
+from ..errors import ClusterError, ClusterTimeout, LayoutError
+from ..formatting import first_line, ranks_text
 from ..layout import Layout
 from .arguments import ClusterFacts, call_limit
 from .capture import quiet_harmless_c10d
 from .channel import outcome_to_result
-from .errors import ClusterError, ClusterTimeout, first_line
 from .pool import ProcessGroupPool
-from .results import RankResults, ranks_text
+from .results import RankResults
 from .verification import Verification
 from .verify import apply_in_two_steps, layout_for_cluster, rank_coordinates
 from .worker import RankContext, builder, checker, execute

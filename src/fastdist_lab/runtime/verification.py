@@ -11,7 +11,8 @@ import json
 import os
 from typing import TYPE_CHECKING, Any
 
-from .results import RankResults, ranks_text
+from ..formatting import ranks_text
+from .results import RankResults
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -26,7 +26,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..config import DIM_NAMES, DistributedConfig, LayoutError
+from ..config import DIM_NAMES, DistributedConfig
+from ..errors import LayoutError
 from ..layout import Layout
 from ..seeds import generator_seeds
 from .members import member_tuple

@@ -14,7 +14,8 @@ import time
 from multiprocessing.connection import wait
 from typing import Protocol
 
-from .channel import Call, Channel, Exit, ProtocolError, Reply
+from ..errors import ProtocolError
+from .channel import Call, Channel, Exit, Reply
 from .procs import hold_interrupts, kill_quietly, pid_alive, process_running
 from .results import RankError
 

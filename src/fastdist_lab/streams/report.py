@@ -9,6 +9,7 @@ import numpy as np
 
 from ..config import PhaseType
 from ..layout import RANK_COLUMNS, Layout
+from ..painters import paint
 from ..seeds import GENERATORS, number_streams, stream_keys
 from .checks import run_checks
 from .draws import DRAW_FUNCTION
@@ -213,6 +214,13 @@ class StreamReport:
             f"StreamReport({s['source']}, world_size={s['world_size']}, step={s['step']}, phase={s['phase']}, "
             f"draws={s['draws']}; streams per generator: {streams}; {s['distinct_streams']} distinct)"
         )
+
+    def plot(self, generator: str | None = None, **options: Any) -> Any:
+        """Every rank's stream of every generator (``fastdist_lab.viz.plot_streams``); with a ``generator``, which
+        ranks share its streams (``fastdist_lab.viz.plot_sharing``). A matplotlib ``Figure``."""
+        if generator is None:
+            return paint("streams", self, **options)
+        return paint("sharing", self, generator, **options)
 
     def _repr_html_(self) -> str:
         checks = self.check().to_html(index=False)

@@ -17,7 +17,8 @@ from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from ..config import DIM_NAMES, LayoutError
+from ..config import DIM_NAMES
+from ..errors import LayoutError
 from ..layout import Layout
 from .canvas import cell_edges
 from .colors import fade, group_colors

@@ -8,7 +8,7 @@ from functools import lru_cache, partial
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..config import LayoutError
+from ..errors import LayoutError
 from ..layout import Layout
 from .aggregate import compose_aggregate
 from .grid import cell_label, check_dim, check_highlight, describe, dim_title

@@ -16,7 +16,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from ..conventions import TORCHTITAN_VERSIONS, LoadedConfig, load_config
-from ..fastllm import WorldSizeNeeded
+from ..errors import WorldSizeNeeded
 from ..layout import Layout
 from .common import TABLE_STYLE, error_html, html_table, members_text
 

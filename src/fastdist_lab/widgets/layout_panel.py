@@ -11,7 +11,8 @@ import ipywidgets as widgets
 import numpy as np
 import traitlets
 
-from ..config import DIM_NAMES, LayoutError
+from ..config import DIM_NAMES
+from ..errors import LayoutError
 from ..layout import RANK_COLUMNS, Layout
 from ..viz import grid_picture, verdict_marks
 from ..viz.layout_picture import check_ranks
