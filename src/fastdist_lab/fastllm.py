@@ -26,6 +26,7 @@ from typing import Any
 
 from .config import SEED_SHIFT_FIELDS
 from .errors import LayoutError, WorldSizeNeeded
+from .validation import check_int
 
 FASTLLM_COMMIT = "91b28fab"
 """The Fast-LLM commit whose ``DistributedConfig`` this project reproduces."""
@@ -151,8 +152,8 @@ def read_fastllm(
                 continue
             raise LayoutError(f"{at}: null is not a value for {key}")
         if kind == "ignored":
-            if key == "rank" and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise LayoutError(f"{at}: rank={value!r} must be an integer >= 0")
+            if key == "rank":
+                check_int(f"{at}: rank", value, minimum=0)
             ignored.append(key)
             continue
         assert target is not None

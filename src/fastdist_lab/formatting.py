@@ -13,8 +13,8 @@ MEMBERS_SHOWN = 16
 
 
 def plural(count: int, word: str) -> str:
-    """``"1 group"``, ``"3 groups"``, ``"0 ranks"``."""
-    return f"{count} {word}{'' if count == 1 else 's'}"
+    """``"1 group"``, ``"3 groups"``, ``"16,384 ranks"``."""
+    return f"{count:,} {word}{'' if count == 1 else 's'}"
 
 
 def members_text(members: Sequence[int], limit: int = MEMBERS_SHOWN) -> str:

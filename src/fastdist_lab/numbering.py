@@ -18,6 +18,8 @@ from functools import cached_property
 
 import numpy as np
 
+from .validation import check_int
+
 
 class RankGrid:
     """Named axes with sizes, fastest-varying first; global rank = sum(coordinate * stride).
@@ -121,11 +123,10 @@ class RankGrid:
 
     def check_rank(self, rank: int) -> int:
         """``rank`` as an int, or ``error`` unless it is in ``[0, world_size)``."""
-        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)):
-            raise self.error(f"rank={rank!r} must be an integer")
+        rank = check_int("rank", rank, error=self.error)
         if not 0 <= rank < self.world_size:
             raise self.error(f"rank={rank} must be in [0, world_size={self.world_size})")
-        return int(rank)
+        return rank
 
     def coordinates_of(self, rank: int) -> dict[str, int]:
         """The coordinate of global ``rank`` along every axis (fastest first)."""

@@ -2,7 +2,7 @@
 a finite positive number, a flag, one of some choices.
 
 Each returns the value normalised (a numpy integer becomes an ``int``) or raises ``error`` (``LayoutError`` unless the
-caller passes its own ``ValueError`` subclass, e.g. ``CostError``) with one message naming the input and its value.
+caller passes its own, e.g. ``CostError``) with one message naming the input and its value.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def check_int(
     *,
     minimum: int | None = None,
     maximum: int | None = None,
-    error: type[ValueError] = LayoutError,
+    error: type[Exception] = LayoutError,
 ) -> int:
     """``value`` as an ``int`` (a Python or numpy integer, not a bool) within ``[minimum, maximum]``.
 
@@ -47,7 +47,7 @@ def check_int(
     return number
 
 
-def check_number(name: str, value: Any, *, error: type[ValueError] = LayoutError, unit: str = "") -> float:
+def check_number(name: str, value: Any, *, error: type[Exception] = LayoutError, unit: str = "") -> float:
     """``value`` as a finite ``float`` > 0 (an int or a float, not a bool); else ``error`` naming ``name`` and
     ``value`` (and the ``unit``, e.g. ``"seconds"``)."""
     what = f"a finite number of {unit} > 0" if unit else "a finite number > 0"
@@ -58,14 +58,14 @@ def check_number(name: str, value: Any, *, error: type[ValueError] = LayoutError
     return float(value)
 
 
-def check_flag(name: str, value: Any, *, error: type[ValueError] = LayoutError) -> bool:
+def check_flag(name: str, value: Any, *, error: type[Exception] = LayoutError) -> bool:
     """``value`` as a ``bool``: ``True`` / ``False`` (or a numpy bool; not 0 or 1); else ``error``."""
     if is_bool(value):
         return bool(value)
     raise error(f"{name}={value!r} must be True or False")
 
 
-def check_choice(name: str, value: Any, choices: tuple[str, ...], *, error: type[ValueError] = LayoutError) -> str:
+def check_choice(name: str, value: Any, choices: tuple[str, ...], *, error: type[Exception] = LayoutError) -> str:
     """``value`` if it is one of ``choices``, else ``error`` listing them."""
     if value not in choices:
         raise error(f"{name}={value!r} must be one of {', '.join(map(repr, choices))}")

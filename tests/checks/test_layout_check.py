@@ -48,7 +48,7 @@ def test_a_corrupted_group_is_reported_in_full(checked):
     assert not report.ok
     text = report.to_text()
     assert "failed groups (1):" in text
-    assert "pipeline group 1 [1 5]: rank 5: all-gather gave [5, 5]" in text
+    assert "pipeline group 1 [1, 5]: rank 5: all-gather gave [5, 5]" in text
     assert report.dim_summary().loc["pipeline", "failed"] == 1
     assert text.splitlines()[-1] == "result: FAILED"
 

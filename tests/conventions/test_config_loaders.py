@@ -211,7 +211,11 @@ def test_no_layout_is_said_plainly_and_the_groups_are_kept():
             ConventionError,
             r"parallelism\.expert_degree \(line 3\): not a field",
         ),
-        ("[parallelism]\ntensor_parallel_degree = 2.5\n", ConventionError, r"tensor_parallel_degree \(line 2\) = 2.5"),
+        (
+            "[parallelism]\ntensor_parallel_degree = 2.5\n",
+            ConventionError,
+            r"line 2: parallelism.tensor_parallel_degree=2.5 must be",
+        ),
         ("[job]\ndump_folder = 1\n", ConventionError, r"no \[parallelism\] section \(sections: \[job\]\)"),
         ("[parallelism]\ntensor_parallel_degree = \n", ConventionError, "not valid TOML"),
         ("model:\n  distributed:\n    tensor_paralel: 2\n", LayoutError, r"tensor_paralel \(line 3\)"),

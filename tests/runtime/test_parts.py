@@ -219,7 +219,7 @@ def test_results_are_indexed_by_rank_and_a_missing_rank_is_reported_as_missing()
 def test_a_rank_result_repr_is_short():
     record = RankResult(2, "ok", list(range(10_000)), stdout="x\n" * 100_000, seconds=1.0)
     text = repr(record)
-    assert len(text) < 200 and "rank=2" in text and "100000 lines" in text
+    assert len(text) < 200 and "rank=2" in text and "100,000 lines" in text
 
 
 # ----------------------------------------------------------------------------------------------- pool

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..errors import ConventionError
 from ..numbering import RankGrid
+from ..validation import check_int
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -51,8 +52,7 @@ class Convention:
         for axis, size in zip(axes, sizes):
             if not isinstance(axis, str) or not axis:
                 raise ConventionError(f"axis name {axis!r} must be a non-empty string")
-            if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
-                raise ConventionError(f"size of axis {axis!r} is {size!r}; it must be an integer >= 1")
+            check_int(f"size of axis {axis!r}", size, minimum=1, error=ConventionError)
         self.axes: tuple[str, ...] = axes
         self.sizes: tuple[int, ...] = tuple(int(s) for s in sizes)
         self.name = name or type(self).__name__

@@ -23,12 +23,14 @@ Facts implemented (read from ``megatron/core/parallel_state.py``, rewritten here
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import ConventionError
 from ..layout import DIM_AXES
+from ..validation import check_int
 from .base import Convention
 from .equivalence import compare_groups
 from .project import LayoutConvention, layout_convention
@@ -72,11 +74,8 @@ LAYOUT_TO_MEGATRON: dict[str, str] = {"tensor": "tp", "sequence_data": "cp", "ba
 """Axis mapping this project -> Megatron: cp stands for sequence-data, dp for batch-data."""
 
 
-def check_size(name: str, value: Any) -> int:
-    """``value`` as an int if it is an integer >= 1, else ``ConventionError`` naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ConventionError(f"{name}={value!r} must be an integer >= 1")
-    return int(value)
+check_size = functools.partial(check_int, minimum=1, error=ConventionError)
+"""``check_size(name, value)``: ``value`` as an int >= 1, else ``ConventionError`` naming ``name``."""
 
 
 def embedding_groups(pipeline_groups: np.ndarray) -> np.ndarray:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import CostError
-from ..validation import check_choice, check_flag, check_int, is_bool
+from ..validation import check_choice, check_flag, check_int
 
 RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
 """Activation recompute choices (Korthikanti et al. 2022, Section 5)."""
@@ -54,13 +54,12 @@ class Training:
         check_flag("distributed_optimizer", self.distributed_optimizer, error=CostError)
         check_flag("sequence_tensor_parallel", self.sequence_tensor_parallel, error=CostError)
         check_choice("recompute", self.recompute, RECOMPUTE, error=CostError)
-        stage = self.zero_stage
-        if stage is None:
+        if self.zero_stage is None:
             stage = 1 if self.distributed_optimizer else 0
-        elif is_bool(stage) or not isinstance(stage, int) or not 0 <= stage <= 3:
-            raise CostError(f"zero_stage={stage!r} must be 0, 1, 2 or 3")
-        elif self.distributed_optimizer and stage == 0:
-            raise CostError("zero_stage=0 contradicts distributed_optimizer=True (ZeRO stage 1)")
+        else:
+            stage = check_int("zero_stage", self.zero_stage, minimum=0, maximum=3, error=CostError)
+            if self.distributed_optimizer and stage == 0:
+                raise CostError("zero_stage=0 contradicts distributed_optimizer=True (ZeRO stage 1)")
         object.__setattr__(self, "zero_stage", stage)
         object.__setattr__(self, "distributed_optimizer", stage >= 1)
 

@@ -48,7 +48,7 @@ class RankError:
 
 def _output_summary(text: str) -> str:
     lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
-    return f"{plural(lines, 'line')}, {len(text)} chars"
+    return f"{plural(lines, 'line')}, {len(text):,} chars"
 
 
 @dataclass(repr=False)

@@ -28,12 +28,13 @@ import torch
 
 from ..config import DIM_NAMES, DistributedConfig
 from ..errors import LayoutError
+from ..formatting import members_text
 from ..layout import Layout
 from ..seeds import generator_seeds
 from .members import member_tuple
 from .pool import Distributed, ProcessGroup
 from .results import RankResults
-from .verification import Verification, members_text, reduction_terms
+from .verification import Verification, reduction_terms
 
 SKIP_KEY = tuple[str, int]
 """A group to skip: (dim, its first member in the layout)."""

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..config import PhaseType
+from ..formatting import members_text, plural
 from ..layout import Layout
 from ..seeds import stream_key
 
@@ -52,13 +53,6 @@ _STEP_GENERATORS = ("pp", "tp")
 
 def _row(check: str, ok: bool, detail: str) -> Row:
     return {"check": check, "ok": bool(ok), "detail": detail}
-
-
-def _members(group: np.ndarray) -> str:
-    values = group.tolist()
-    if len(values) > 8:
-        return "[" + ", ".join(map(str, values[:8])) + f", ... ({len(values)} ranks)]"
-    return "[" + ", ".join(map(str, values)) + "]"
 
 
 def _cell(report: StreamTable, rank: int, generator: str) -> str:
@@ -115,7 +109,7 @@ def _distinct_within(report: StreamTable, generators: tuple[str, ...], dim: str,
             row, a, b = found
             ra, rb = int(groups[row, a]), int(groups[row, b])
             return (
-                f"{generator} streams shared {what} {dim} group {_members(groups[row])}: "
+                f"{generator} streams shared {what} {dim} group {members_text(groups[row])}: "
                 f"ranks {ra} and {rb} both have {_same_stream(report, (ra, generator), (rb, generator))}"
             )
     return None
@@ -134,8 +128,8 @@ def check_pp_shared_in_tensor_groups(report: StreamTable) -> Row:
         return _row(
             name,
             False,
-            f"pp streams differ inside tensor group {_members(groups[row])}: rank {ra} has {_cell(report, ra, 'pp')}, "
-            f"rank {rb} has {_cell(report, rb, 'pp')}",
+            f"pp streams differ inside tensor group {members_text(groups[row])}: "
+            f"rank {ra} has {_cell(report, ra, 'pp')}, rank {rb} has {_cell(report, rb, 'pp')}",
         )
     found = _duplicate_in_rows(ids[:, :1].T)
     if found is not None:
@@ -144,7 +138,7 @@ def check_pp_shared_in_tensor_groups(report: StreamTable) -> Row:
         return _row(
             name,
             False,
-            f"tensor groups {_members(groups[a])} and {_members(groups[b])} share one pp stream "
+            f"tensor groups {members_text(groups[a])} and {members_text(groups[b])} share one pp stream "
             f"({_same_stream(report, (ra, 'pp'), (rb, 'pp'))})",
         )
     return _row(
@@ -358,7 +352,11 @@ def check_draws_agree(report: StreamTable) -> Row:
             f"rank {ra}'s {ga} ({_cell(report, ra, ga)}) and rank {rb}'s {gb} ({_cell(report, rb, gb)}) "
             "drew the same values",
         )
-    return _row(name, True, f"{first.size} streams, each with its own {report.draws} draw(s), equal wherever shared")
+    return _row(
+        name,
+        True,
+        f"{plural(first.size, 'stream')}, each with its own {plural(report.draws, 'draw')}, equal wherever shared",
+    )
 
 
 def note_inference_reuses_test(report: StreamTable) -> Row:

@@ -13,6 +13,7 @@ import traitlets
 
 from ..checks import rank_summary
 from ..config import CLUSTER_MODES
+from ..formatting import plural
 from ..layout import Layout
 from ..viz import grid_picture, verdict_marks
 from .common import TABLE_STYLE, Panel, error_html, frame_table, short_error
@@ -316,7 +317,7 @@ class ClusterPanel(Panel):
             self._say(f"applying the layout to {cluster.world_size} rank(s)...")
             verification = cluster.apply(layout)
             self.verification.value = verification_html(verification)
-            self.tables.set_title(0, f"groups checked (table): {len(verification.rows)} group(s)")
+            self.tables.set_title(0, f"groups checked (table): {plural(len(verification.rows), 'group')}")
             results = cluster.run(rank_summary)
             self.last_results = results
             self.rank_output.value = results_html(results)

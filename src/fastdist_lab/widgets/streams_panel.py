@@ -9,6 +9,7 @@ import ipywidgets as widgets
 import traitlets
 
 from ..config import PhaseType
+from ..formatting import members_text, plural
 from ..layout import Layout
 from ..seeds import GENERATORS
 from ..viz import plot_sharing, plot_streams, stream_marks, stream_picture, to_png
@@ -53,11 +54,13 @@ def stream_card_html(report: Any, rank: int, differs: str = "") -> str:
 def sharing_html(report: Any, generator: str, limit: int = 64) -> str:
     """The groups of ranks sharing one ``generator`` stream, one line each (the first ``limit``)."""
     groups = report.sharing(generator)
-    lines = [", ".join(map(str, group)) for group in groups[:limit]]
+    lines = [members_text(group) for group in groups[:limit]]
     more = f"<br>... {len(groups) - limit} more" if len(groups) > limit else ""
     shared = sum(1 for g in groups if len(g) > 1)
-    head = f"<b>{html.escape(generator)}</b>: {len(groups)} distinct stream(s), {shared} shared by several ranks"
-    body = "<br>".join(f"[{html.escape(line)}]" for line in lines)
+    head = (
+        f"<b>{html.escape(generator)}</b>: {plural(len(groups), 'distinct stream')}, {shared} shared by several ranks"
+    )
+    body = "<br>".join(html.escape(line) for line in lines)
     return f"{head}<div style='font-family:monospace;font-size:12px'>{body}{more}</div>"
 
 
