@@ -140,7 +140,7 @@ def panel_figure(repeat: int) -> None:
     fresh = []
     for layout in layouts:
         start = time.perf_counter()
-        panel.set_layout(layout)
+        panel.layout = layout
         panel.flush()
         fresh.append(time.perf_counter() - start)
     base_panel = LayoutPanel(**fields)

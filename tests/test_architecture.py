@@ -37,7 +37,7 @@ def test_layers_contract_is_kept():
     ("module", "upward"),
     [
         ("layout.py", "from .viz import plot_layout"),  # core -> viz
-        ("streams/report.py", "from ..runtime import LocalCluster"),  # streams -> runtime
+        ("streams/stream_report.py", "from ..runtime import LocalCluster"),  # streams -> runtime
         ("conventions/megatron.py", "from ..streams import predict"),  # independent siblings
         ("runtime/results.py", "from ..checks import check_layout"),  # runtime -> checks
     ],

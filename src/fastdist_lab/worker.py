@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 
 from .checks import check_layout
-from .commands.common import add_layout_arguments, layout_from_args
+from .commands.flags import add_layout_arguments, layout_from_args
 from .config import DistributedConfig
 from .errors import BackendUnavailable, ClusterError, LayoutError
 from .formatting import first_line

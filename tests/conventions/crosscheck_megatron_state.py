@@ -24,7 +24,7 @@ import warnings
 import torch.distributed as dist
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
-from fastdist_lab.conventions import Megatron
+from fastdist_lab.conventions import MegatronParallelState
 from fastdist_lab.errors import ConventionError
 
 GLOBALS = {
@@ -137,7 +137,7 @@ def main(argv: list[str]) -> int:
         configs += 1
         theirs = megatron_groups(ps, world, kwargs)
         try:
-            ours = Megatron.initialize_model_parallel(world, **kwargs)
+            ours = MegatronParallelState(world, **kwargs)
         except ConventionError as error:
             if not isinstance(theirs, str):
                 print(f"MISMATCH world={world} {kwargs}: we refuse ({error}), Megatron accepts")

@@ -79,7 +79,7 @@ def test_an_impossible_setting_is_shown_as_text_and_fixing_it_recovers():
     assert panel.png == png  # the last picture stays
     panel.seq_length.value = 4096
     assert panel.error == "" and panel.report is not None
-    panel.set_layout(None)
+    panel.layout = None
     assert "fix the layout" in panel.error and panel.report is None
 
 
@@ -121,7 +121,7 @@ def test_replay_on_a_running_cluster():
     panel = CostPanel(layout, model="gpt3-1.3b")
     assert panel.replay() is False and "no running cluster" in panel.error
     with LocalCluster(4, backend="gloo", local_world_size=2, progress=False) as cluster:
-        panel.set_cluster(cluster)
+        panel.cluster = cluster
         assert not panel.replay_button.disabled
         assert panel.replay() is False and "Apply this layout" in panel.error  # nothing applied yet
         assert cluster.apply(layout).ok
@@ -134,5 +134,5 @@ def test_replay_on_a_running_cluster():
         assert panel.replayed is None and panel.replay_table.value == ""
         training = Training(micro_batch_size=2)
         assert panel.training() == training
-    panel.set_cluster(None)
+    panel.cluster = None
     assert panel.replay_button.disabled

@@ -14,7 +14,7 @@ import pytest  # noqa: E402
 
 from fastdist_lab import Layout  # noqa: E402
 from fastdist_lab.widgets import LayoutPanel  # noqa: E402
-from fastdist_lab.widgets.common import divisors  # noqa: E402
+from fastdist_lab.widgets.panel_parts import divisors  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

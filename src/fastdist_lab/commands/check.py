@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .common import add_layout_arguments, add_simulate_argument, error_line, layout_from_args
+from .flags import add_layout_arguments, add_simulate_argument, error_line, layout_from_args
 
 HELP = "verify a layout with real process groups on a local cluster (gloo on CPU, NCCL on GPUs), or simulated"
 

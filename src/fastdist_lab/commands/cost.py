@@ -9,7 +9,7 @@ from typing import Any
 
 from ..cost import HARDWARE_PRESETS, PRESETS, RECOMPUTE
 from ..errors import CostError
-from .common import add_layout_arguments, error_line, layout_from_args
+from .flags import add_layout_arguments, error_line, layout_from_args
 
 HELP = "estimate what one training step costs on a layout: memory per stage, bytes per group, time per dim"
 

@@ -19,7 +19,7 @@ from ..errors import LayoutError
 from ..formatting import members_text, plural
 from ..layout import Layout
 from ..seeds import generator_seeds
-from .common import add_layout_arguments, config_from_args, given_shape_flags, layout_from_args
+from .flags import add_layout_arguments, config_from_args, given_shape_flags, layout_from_args
 
 HELP = "print which rank holds which coordinates and which ranks form each group"
 

@@ -15,7 +15,7 @@ from typing import Any
 from ..config import DEFAULT_SEED_SHIFTS, PhaseType
 from ..errors import LayoutError
 from ..seeds import check_step, step_note
-from .common import add_layout_arguments, add_simulate_argument, error_line, layout_from_args
+from .flags import add_layout_arguments, add_simulate_argument, error_line, layout_from_args
 
 HELP = "show which ranks share each generator stream and check the seeds (--real: draw them on workers too)"
 

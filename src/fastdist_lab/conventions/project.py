@@ -28,11 +28,6 @@ class LayoutConvention(Convention):
         return None
 
 
-def layout_convention(layout: Layout) -> LayoutConvention:
-    """``layout`` (a ``Layout``) as a ``LayoutConvention``."""
-    return LayoutConvention(layout)
-
-
 def as_convention(obj: object) -> Convention:
     """``obj`` as a ``Convention``: a convention itself, or a ``Layout`` as its ``LayoutConvention``."""
     if isinstance(obj, Convention):

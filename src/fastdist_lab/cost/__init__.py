@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from .communication import COLLECTIVES, COMMUNICATION_COLUMNS, CollectiveRow, bus_factor, nodes_spanned
 from .comparison import COMPARE_COLUMNS, compare, compare_reports, heaviest_inter_node_dim, layout_name
+from .cost_report import TIME_COLUMNS, CostReport, estimate, format_bytes
 from .hardware import HARDWARE_PRESETS, Hardware
 from .memory import MEMORY_COLUMNS
 from .model import PRESETS, VOCAB_PADDING, Transformer
-from .report import TIME_COLUMNS, CostReport, estimate, format_bytes
 from .training import RECOMPUTE, Training
 
 __all__ = [

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import CostError
+from .cost_report import CostReport, estimate
 from .hardware import Hardware
 from .model import Transformer
-from .report import CostReport, estimate
 from .training import Training
 
 if TYPE_CHECKING:

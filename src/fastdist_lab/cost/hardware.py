@@ -59,16 +59,11 @@ class Hardware:
 
     @classmethod
     def preset(cls, name: str) -> Hardware:
-        """The preset ``name`` (see ``presets()``)."""
+        """The preset ``name`` (one of ``HARDWARE_PRESETS``)."""
         if name not in HARDWARE_PRESETS:
             raise CostError(f"hardware={name!r} is not a preset; use one of {', '.join(HARDWARE_PRESETS)}")
         intra, inter, _ = HARDWARE_PRESETS[name]
         return cls(intra, inter, name)
-
-    @staticmethod
-    def presets() -> tuple[str, ...]:
-        """The names of the presets."""
-        return tuple(HARDWARE_PRESETS)
 
     @classmethod
     def coerce(cls, hardware: Hardware | str | None) -> Hardware:

@@ -124,15 +124,10 @@ class Transformer:
     # ------------------------------------------------------------------ presets
     @classmethod
     def preset(cls, name: str, **changes: Any) -> Transformer:
-        """The published model ``name`` (see ``presets()``), with ``changes`` applied (e.g. ``seq_length``)."""
+        """The published model ``name`` (one of ``PRESETS``), with ``changes`` applied (e.g. ``seq_length``)."""
         if name not in PRESETS:
             raise CostError(f"model={name!r} is not a preset; use one of {', '.join(PRESETS)}")
         return cls(**{**PRESETS[name], **changes})
-
-    @staticmethod
-    def presets() -> tuple[str, ...]:
-        """The names of the presets."""
-        return tuple(PRESETS)
 
     def replace(self, **changes: Any) -> Transformer:
         """A copy with ``changes`` (resolved defaults such as ``ffn_hidden_size`` are kept unless changed)."""

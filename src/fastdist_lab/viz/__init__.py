@@ -9,15 +9,15 @@ The rank grids are composed pixel by pixel: ``grid_picture`` / ``stream_picture`
 
 from __future__ import annotations
 
-from .conventions import plot_conventions, plot_seed_sharing
-from .cost import plot_cost, plot_cost_comparison, plot_memory, plot_traffic
+from .convention_pictures import plot_conventions, plot_seed_sharing
+from .cost_pictures import plot_cost, plot_cost_comparison, plot_memory, plot_traffic
 from .grid import plot_dims
 from .layout_picture import grid_picture, plot_layout
 from .marks import stream_marks, verdict_marks
 from .notebook import layout_html
 from .picture import DETAIL_LIMIT, GridGeometry, GridPicture, Marks
 from .render import to_pixels, to_png
-from .streams import plot_sharing, plot_streams, stream_picture
+from .stream_pictures import plot_sharing, plot_streams, stream_picture
 
 __all__ = [
     "DETAIL_LIMIT",

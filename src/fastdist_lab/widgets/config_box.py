@@ -19,7 +19,7 @@ from ..conventions import TORCHTITAN_VERSIONS, LoadedConfig, load_config
 from ..errors import WorldSizeNeeded
 from ..formatting import members_text
 from ..layout import Layout
-from .common import TABLE_STYLE, error_html, html_table
+from .panel_parts import TABLE_STYLE, error_html, html_table
 
 CONFIG_BOX_TITLE = "Paste a config or a command line"
 """The title of the (collapsed) box."""

@@ -18,9 +18,9 @@ from ..layout import RANK_COLUMNS, Layout
 from ..validation import check_int
 from ..viz import grid_picture, verdict_marks
 from ..viz.layout_picture import check_ranks
-from .common import TABLE_STYLE, Debouncer, FactorDropdown, Panel, divisors, error_html, html_table
 from .config_box import ConfigBox, ConfigLoad
 from .grid_view import GridView
+from .panel_parts import TABLE_STYLE, Debouncer, FactorDropdown, Panel, divisors, error_html, html_table
 from .rank_card import CARD_HINT, hover_text, rank_card_html
 
 MAX_WORLD_SIZE = 65536

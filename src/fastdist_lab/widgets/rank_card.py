@@ -16,7 +16,7 @@ from ..formatting import members_text, plural
 from ..layout import Layout
 from ..seeds import generator_seeds
 from ..viz.aggregate import unit_label
-from .common import TABLE_STYLE, html_table
+from .panel_parts import TABLE_STYLE, html_table
 
 CARD_HINT = (
     "<div style='color:#555;font-size:12px;line-height:1.4;max-width:360px'>Click a cell (or type a rank in "

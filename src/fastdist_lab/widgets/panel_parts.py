@@ -30,6 +30,15 @@ class Panel(traitlets.HasTraits):
             bundle["text/plain"] = repr(self)
         return bundle
 
+    def follow(self, **sources: Any) -> None:
+        """Set traits from ``sources`` (``layout=``, ``cluster=``): a value is taken as it is; a panel is followed, its
+        trait of that name observed, so that this panel's changes with it (the lab links its panels this way)."""
+        for name, source in sources.items():
+            if isinstance(source, Panel):
+                source.observe(lambda change, name=name: setattr(self, name, change["new"]), names=name)
+                source = getattr(source, name)
+            setattr(self, name, source)
+
     def add_class(self, name: str) -> Panel:
         """Add a CSS class to the panel's widget."""
         self.widget.add_class(name)

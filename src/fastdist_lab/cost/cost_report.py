@@ -244,7 +244,7 @@ def estimate(layout: Any, model: Transformer | str, training: Training | None = 
 
     Args:
         layout: a ``fastdist_lab.Layout`` (its real groups give group sizes and node spans).
-        model: a ``Transformer`` or a preset name (``Transformer.presets()``).
+        model: a ``Transformer`` or a preset name (one of ``fastdist_lab.cost.PRESETS``).
         training: a ``Training`` (default ``Training()``: micro-batch 1, ZeRO 0, no recompute).
 
     Returns:
