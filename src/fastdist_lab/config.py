@@ -13,6 +13,7 @@ import dataclasses
 import difflib
 import enum
 import functools
+import inspect
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -190,6 +191,22 @@ class LayoutFields:
         return functools.partial(type(self), **self.fields()), ()
 
 
+def field_signature(cls: type) -> inspect.Signature:
+    """``cls(**fields)`` as ``help()`` and a notebook's tooltip show it: every field, keyword-only, with its default
+    (``None`` where the environment gives one)."""
+    return inspect.Signature(
+        [
+            inspect.Parameter(
+                field.name,
+                inspect.Parameter.KEYWORD_ONLY,
+                annotation=field.type,
+                default=None if field.default is dataclasses.MISSING else field.default,
+            )  # fmt: skip
+            for field in dataclasses.fields(cls)
+        ]
+    )
+
+
 def _unknown_fields(owner: str, names: list[str], valid: tuple[str, ...]) -> LayoutError:
     parts = []
     for name in sorted(map(str, names)):
@@ -350,6 +367,8 @@ class DistributedConfig(LayoutFields):
             f"pipeline_first={self.pipeline_first}, backend={self.backend.value!r}, seed={self.seed})"
         )
 
+
+DistributedConfig.__signature__ = field_signature(DistributedConfig)  # type: ignore[attr-defined]
 
 INPUT_FIELDS: tuple[str, ...] = tuple(field.name for field in dataclasses.fields(DistributedConfig))
 """Every input field of ``DistributedConfig``, in declaration order (``rank`` last)."""

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .config import DIM_NAMES, DistributedConfig, DistributedDimNames, LayoutFields, PhaseType
+from .config import DIM_NAMES, DistributedConfig, DistributedDimNames, LayoutFields, PhaseType, field_signature
 from .errors import LayoutError
 from .fastllm import read_fastllm
 from .numbering import RankGrid
@@ -334,3 +334,6 @@ class Layout(LayoutFields):
         except LayoutError as error:
             where = settings.section or "the mapping"
             raise LayoutError(f"{settings.source}: {where}: {error}") from None
+
+
+Layout.__signature__ = field_signature(Layout)  # type: ignore[attr-defined]
