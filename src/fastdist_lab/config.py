@@ -125,28 +125,19 @@ class LayoutFields:
     def _assign(self, values: dict[str, Any]) -> None:
         """Check ``values`` (any field left out takes its default) and set them, or raise one ``LayoutError``
         naming every broken rule with its field(s) and numbers."""
-        fields = {field.name: field.default for field in dataclasses.fields(self)}
+        fields = field_defaults(type(self))
         unknown = [name for name in values if name not in fields]
         if unknown:
             raise _unknown_fields(type(self).__name__, unknown, tuple(fields))
         values = {**fields, **values}
         errors: list[str] = []
         out: dict[str, Any] = {}
-
-        def check(name: str, checker: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        for name, checker, options in FIELD_CHECKS if "rank" in fields else FIELD_CHECKS[:-1]:
             try:
-                out[name] = checker(name, values[name], *args, **kwargs)
+                out[name] = checker(name, values[name], **options)
             except LayoutError as error:
                 errors.append(str(error))
                 out[name] = None
-
-        for name in POSITIVE_INT_FIELDS:
-            check(name, check_int, minimum=1)
-        for name in ("seed", *SEED_SHIFT_FIELDS, *(("rank",) if "rank" in fields else ())):
-            check(name, check_int)
-        for name in ("sequence_tensor_parallel", "pipeline_first", "reproducible_init"):
-            check(name, check_flag)
-        check("timeout", check_number, unit="seconds")
         try:
             out["backend"] = DistributedBackend.parse(values["backend"])
         except LayoutError as error:
@@ -175,12 +166,11 @@ class LayoutFields:
             raise LayoutError("; ".join(errors))
         if tp == 1:
             out["sequence_tensor_parallel"] = False
-        for name, value in out.items():
-            object.__setattr__(self, name, value)
+        self.__dict__.update(out)  # frozen: the one place the fields are set
 
     def fields(self) -> dict[str, Any]:
         """The input fields (as given or defaulted), suitable for ``type(self)(**fields)``."""
-        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+        return {name: getattr(self, name) for name in field_defaults(type(self))}
 
     def replace(self, **changes: Any) -> Any:
         """A new value of the same class with ``changes`` applied to these fields (validated like the constructor)."""
@@ -189,6 +179,13 @@ class LayoutFields:
     def __reduce__(self) -> tuple[Any, tuple[()]]:
         """Pickle the fields only (derived values and cached tables are rebuilt): layouts travel to workers."""
         return functools.partial(type(self), **self.fields()), ()
+
+
+@functools.cache
+def field_defaults(cls: type) -> dict[str, Any]:
+    """Each field of a ``LayoutFields`` class with its default (``dataclasses.MISSING`` where the constructor picks
+    one), in declaration order: read once per class."""
+    return {field.name: field.default for field in dataclasses.fields(cls)}
 
 
 def field_signature(cls: type) -> inspect.Signature:
@@ -234,6 +231,15 @@ POSITIVE_INT_FIELDS = (
     "sequence_data_parallel",
 )
 """The sizes: integers > 0."""
+
+FIELD_CHECKS: tuple[tuple[str, Callable[..., Any], dict[str, Any]], ...] = (
+    *((name, check_int, {"minimum": 1}) for name in POSITIVE_INT_FIELDS),
+    *((name, check_int, {}) for name in ("seed", *SEED_SHIFT_FIELDS)),
+    *((name, check_flag, {}) for name in ("sequence_tensor_parallel", "pipeline_first", "reproducible_init")),
+    ("timeout", check_number, {"unit": "seconds"}),
+    ("rank", check_int, {}),  # last: a Layout has no rank
+)
+"""How each field is checked (``backend`` is parsed by ``DistributedBackend.parse``)."""
 
 
 @dataclass(frozen=True, init=False)
@@ -294,12 +300,11 @@ class DistributedConfig(LayoutFields):
             "sequence_data_rank": data_rank % sdp,
             "batch_data_rank": data_rank // sdp,
         }
-        for name, value in derived.items():
-            object.__setattr__(self, name, value)
-        dims = {
-            name: DistributedDim.from_sizes_and_strides(name, rank, pairs) for name, pairs in self.dim_pairs().items()
+        self.__dict__.update(derived)  # read-only like the fields
+        pairs = self.dim_pairs()
+        self.__dict__["distributed_dims"] = {
+            name: DistributedDim.from_sizes_and_strides(name, rank, dim_pairs) for name, dim_pairs in pairs.items()
         }
-        object.__setattr__(self, "distributed_dims", dims)
 
     @property
     def sequence_data_stride(self) -> int:

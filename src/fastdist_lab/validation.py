@@ -34,12 +34,14 @@ def check_int(
     Raises ``error`` naming ``name`` and ``value``: ``world_size=0 must be > 0``, ``tp=True must be an integer, not
     a bool``, ``step=-1 must be >= 0``.
     """
-    if is_bool(value):
-        raise error(f"{name}={value!r} must be an integer, not a bool")
-    try:
-        number = operator.index(value)
-    except TypeError:
-        raise error(f"{name}={value!r} must be an integer") from None
+    number = value
+    if type(number) is not int:  # the common case needs no more checks
+        if is_bool(value):
+            raise error(f"{name}={value!r} must be an integer, not a bool")
+        try:
+            number = operator.index(value)
+        except TypeError:
+            raise error(f"{name}={value!r} must be an integer") from None
     if minimum is not None and number < minimum:
         raise error(f"{name}={number} must be {'> 0' if minimum == 1 else f'>= {minimum}'}")
     if maximum is not None and number > maximum:
