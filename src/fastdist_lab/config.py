@@ -13,7 +13,6 @@ import dataclasses
 import difflib
 import enum
 import functools
-import inspect
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -89,7 +88,24 @@ class DistributedBackend(str, enum.Enum):
         raise LayoutError(f"backend={value!r} is not a backend; use 'nccl' or 'gloo'")
 
 
-@dataclass(frozen=True, init=False)
+class FieldSignature:
+    """``cls(**fields)`` as ``help()`` and a notebook's tooltip show it (``inspect.signature`` reads it): every field,
+    keyword-only, with its default (``None`` where the environment gives one). Built when first asked for, so that
+    importing the package does not import ``inspect``."""
+
+    def __get__(self, instance: Any, owner: type) -> Any:
+        import inspect
+
+        keyword = inspect.Parameter.KEYWORD_ONLY
+        return inspect.Signature(
+            [
+                inspect.Parameter(name, keyword, default=None if default is dataclasses.MISSING else default)
+                for name, default in field_defaults(owner).items()
+            ]
+        )
+
+
+@dataclass(frozen=True, init=False, repr=False)
 class LayoutFields:
     """The input fields of a layout, one source for ``Layout`` (the whole world) and ``DistributedConfig`` (one
     rank, which adds ``rank``): Fast-LLM's ``DistributedConfig`` fields and defaults (commit 91b28fab), among them
@@ -121,6 +137,8 @@ class LayoutFields:
     train_seed_shift: int = 938219878163699459065752841447
     valid_seed_shift: int = 683552447587140661489672773353
     test_seed_shift: int = 220111337975202516901860145957
+
+    __signature__ = FieldSignature()  # not a field: no annotation
 
     def _assign(self, values: dict[str, Any]) -> None:
         """Check ``values`` (any field left out takes its default) and set them, or raise one ``LayoutError``
@@ -186,22 +204,6 @@ def field_defaults(cls: type) -> dict[str, Any]:
     """Each field of a ``LayoutFields`` class with its default (``dataclasses.MISSING`` where the constructor picks
     one), in declaration order: read once per class."""
     return {field.name: field.default for field in dataclasses.fields(cls)}
-
-
-def field_signature(cls: type) -> inspect.Signature:
-    """``cls(**fields)`` as ``help()`` and a notebook's tooltip show it: every field, keyword-only, with its default
-    (``None`` where the environment gives one)."""
-    return inspect.Signature(
-        [
-            inspect.Parameter(
-                field.name,
-                inspect.Parameter.KEYWORD_ONLY,
-                annotation=field.type,
-                default=None if field.default is dataclasses.MISSING else field.default,
-            )  # fmt: skip
-            for field in dataclasses.fields(cls)
-        ]
-    )
 
 
 def _unknown_fields(owner: str, names: list[str], valid: tuple[str, ...]) -> LayoutError:
@@ -372,8 +374,6 @@ class DistributedConfig(LayoutFields):
             f"pipeline_first={self.pipeline_first}, backend={self.backend.value!r}, seed={self.seed})"
         )
 
-
-DistributedConfig.__signature__ = field_signature(DistributedConfig)  # type: ignore[attr-defined]
 
 INPUT_FIELDS: tuple[str, ...] = tuple(field.name for field in dataclasses.fields(DistributedConfig))
 """Every input field of ``DistributedConfig``, in declaration order (``rank`` last)."""

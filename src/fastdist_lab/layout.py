@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .config import DIM_NAMES, DistributedConfig, DistributedDimNames, LayoutFields, PhaseType, field_signature
+from .config import DIM_NAMES, DistributedConfig, DistributedDimNames, LayoutFields, PhaseType
 from .errors import LayoutError
 from .fastllm import read_fastllm
 from .numbering import RankGrid
@@ -84,7 +84,7 @@ def nodes_spanned(groups: np.ndarray, local_world_size: int) -> int:
     return int(((nodes[:, 1:] != nodes[:, :-1]).sum(axis=1) + 1).max())
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True, init=False, eq=False)  # equality and hash: LayoutFields', on the same fields
 class Layout(LayoutFields):
     """Every rank of a layout at once: coordinates, the groups of each named dim, topology and seeds.
 
@@ -334,6 +334,3 @@ class Layout(LayoutFields):
         except LayoutError as error:
             where = settings.section or "the mapping"
             raise LayoutError(f"{settings.source}: {where}: {error}") from None
-
-
-Layout.__signature__ = field_signature(Layout)  # type: ignore[attr-defined]
