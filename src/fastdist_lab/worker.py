@@ -6,8 +6,8 @@ The same checks as ``fastdist-lab check`` (``checks.check_layout``), rank 0 driv
 launcher's store (``runtime.torchrun.LaunchedCluster``): every rank builds ``Distributed`` for the layout and checks
 each group as its pool holds it, then with real collectives, and its generator seeds; then every rank's real
 generator streams are drawn and compared with the prediction. Rank 0 prints the result and writes the group
-verification as a JSON report (``fastdist_lab.load_report`` reads it). Exit code 0 when everything matched, 1 when
-something failed, 2 for bad input (one line on stderr).
+verification as a JSON report (``fastdist_lab.runtime.load_report`` reads it). Exit code 0 when everything matched,
+1 when something failed, 2 for bad input (one line on stderr).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Cross-check ``Megatron.initialize_model_parallel`` (``MegatronParallelState``) against Megatron-Core's own
+"""Cross-check ``MegatronParallelState`` (our ``initialize_model_parallel``) against Megatron-Core's own
 ``initialize_model_parallel``, run for every rank of each world on torch's fake process group (CPU only).
 
 Not collected by pytest (Megatron-LM is not a dependency). Run it by hand with a Megatron-LM source tree, e.g.::
