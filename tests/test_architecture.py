@@ -390,18 +390,6 @@ def _registered(hierarchy: _Hierarchy, module: str, node: ast.FunctionDef | ast.
 
 
 # ---------------------------------------------------------------------------------------------------- the rules kept
-RUNTIME_RENAMES_PENDING = {"runtime/worker.py", "runtime/workers.py", "runtime/verify.py", "runtime/verification.py"}
-"""Runtime modules whose names the runtime's own restructuring (issue 19, item 1) changes; left out until it lands."""
-
-RUNTIME_UNUSED_PENDING = {
-    "runtime/pool.py ProcessGroupPool.has_group",
-    "runtime/pool.py Distributed.check_config",
-    "runtime/results.py RankResults.missing_ranks",
-    "runtime/verification.py Verification.dim_seconds",
-    "runtime/workers.py Workers.leftover",
-}
-"""Test-only runtime functions that the runtime's own restructuring (issue 19, item 1) removes; left out until then."""
-
 MAX_TOP_LEVEL_NAMES = 25
 
 
@@ -414,17 +402,8 @@ def _append(path: Path, code: str) -> None:
     path.write_text(path.read_text() + textwrap.dedent(code))
 
 
-def _repeated(package: Path) -> dict[str, list[str]]:
-    found = {
-        stem: [p for p in paths if p not in RUNTIME_RENAMES_PENDING]
-        for stem, paths in repeated_module_names(package).items()
-    }
-    return {stem: paths for stem, paths in found.items() if len(paths) > 1}
-
-
 def _unused(package: Path) -> list[str]:
-    found = unused_functions(package, user_code(REPO))
-    return [f for f in found if f"{f.split(':')[0]} {f.split(' ')[1]}" not in RUNTIME_UNUSED_PENDING]
+    return unused_functions(package, user_code(REPO))
 
 
 def test_no_import_cycle():
@@ -446,7 +425,7 @@ def test_an_import_cycle_breaks_the_rule(tmp_path, inside_a_function):
 
 
 def test_no_two_modules_share_a_file_name():
-    assert _repeated(PACKAGE) == {}
+    assert repeated_module_names(PACKAGE) == {}
 
 
 @pytest.mark.parametrize(
@@ -463,7 +442,7 @@ def test_a_repeated_module_name_breaks_the_rule(tmp_path, added, stem):
     copy = _copy_package(tmp_path)
     for name in added:
         (copy / name).write_text('"""A module."""\n')
-    assert stem in _repeated(copy)
+    assert stem in repeated_module_names(copy)
 
 
 def test_the_top_level_is_small_and_dir_shows_exactly_all():

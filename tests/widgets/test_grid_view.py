@@ -7,7 +7,7 @@ import pytest
 
 from fastdist_lab import Layout, LayoutError
 from fastdist_lab.runtime import RankResult, RankResults, Verification
-from fastdist_lab.runtime.verify import expected_groups
+from fastdist_lab.runtime.verification import expected_groups
 from fastdist_lab.seeds import generator_seeds
 from fastdist_lab.widgets import LayoutPanel, StreamsPanel
 
