@@ -10,10 +10,8 @@ bit for bit, without two bugs of that era: a non-contiguous group is a hashable 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import enum
 import functools
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -39,7 +37,6 @@ __all__ = [
     "check_ranks_in_range",
 ]
 
-logger = logging.getLogger(__name__)
 
 MAX_SEED = 2**64
 """Generators are seeded modulo this value (torch seeds are unsigned 64-bit)."""
@@ -207,12 +204,14 @@ def field_defaults(cls: type) -> dict[str, Any]:
 
 
 def _unknown_fields(owner: str, names: list[str], valid: tuple[str, ...]) -> LayoutError:
+    from difflib import get_close_matches  # only on an error: the core stays fast to import
+
     parts = []
     for name in sorted(map(str, names)):
         if name == "rank":
             parts.append("rank (a Layout holds every rank; use layout.config(rank) for one)")
             continue
-        close = difflib.get_close_matches(name, valid, n=1, cutoff=0.5)
+        close = get_close_matches(name, valid, n=1, cutoff=0.5)
         parts.append(f"{name} (did you mean {close[0]}?)" if close else name)
     return LayoutError(f"{owner} got unexpected field(s): {', '.join(parts)}")
 
@@ -361,10 +360,12 @@ class DistributedConfig(LayoutFields):
             "batch_data_rank": self.batch_data_rank,
         }
 
-    def log_first_rank(self, message: str, level: int = logging.INFO) -> None:
-        """Log ``message`` on global rank 0 only."""
+    def log_first_rank(self, message: str, level: int = 20) -> None:
+        """Log ``message`` on global rank 0 only (``level`` 20 is ``logging.INFO``), with this module's logger."""
         if self.rank == 0:
-            logger.log(level, message)
+            import logging  # only where ranks run: the core stays fast to import
+
+            logging.getLogger(__name__).log(level, message)
 
     def __repr__(self) -> str:
         return (

@@ -18,7 +18,6 @@ Pure Python; PyYAML is imported only when text has to be parsed.
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -286,5 +285,7 @@ def _line(line: int | None) -> str:
 
 
 def _suggest(key: Any) -> str:
-    close = difflib.get_close_matches(str(key), list(FASTLLM_FIELDS), n=1)
+    from difflib import get_close_matches  # only on an error
+
+    close = get_close_matches(str(key), list(FASTLLM_FIELDS), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""

@@ -8,7 +8,6 @@ mixed-radix number along some axes: no per-rank loop, no sort.
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -311,6 +310,8 @@ class Layout(LayoutFields):
 
     def summary_html(self) -> str:
         """The summary and the groups per dim as HTML tables (no picture: pictures live in ``fastdist_lab.viz``)."""
+        import html  # only for a notebook's display
+
         summary = "".join(
             f"<tr><th style='text-align:left'>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>"
             for k, v in self.summary().items()
