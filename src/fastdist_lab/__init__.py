@@ -76,7 +76,8 @@ _MOVED: dict[str, tuple[str, ...]] = {
     ".conventions": ("Megatron", "DeviceMesh", "equivalent", "MegatronParallelState", "torchtitan", "LoadedConfig"),
     ".cost": ("CostReport",),
 }
-"""Names the top level had before 0.2, by the module that holds them now (they warn for one release)."""
+"""Names the top level held before it kept to what a notebook needs, by the module that holds them now: they still
+work, with a ``DeprecationWarning`` naming the new spelling, for one release."""
 
 _METHODS = {
     "plot_layout": "layout.plot(...)",

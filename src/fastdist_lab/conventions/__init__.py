@@ -8,7 +8,7 @@ coordinates and the groups of any set of axes. ``Megatron`` reproduces Megatron-
 torchtitan's meshes of December 2025, January 2026 or today, experts included; ``as_convention(layout)``
 this project's layout. ``equivalent(a, b, mapping)`` says whether the mapped axes give the same groups and
 shows the first group that differs. ``load_config`` reads a framework's config file or launch line
-(``WorldSizeNeeded`` when it gives no world size and none is passed). ``seeds``
+(``fastdist_lab.errors.WorldSizeNeeded`` when it gives no world size and none is passed). ``framework_seeds``
 compares which ranks share random streams under each framework's seeding rules. Pure numpy, no torch (the real
 ``DeviceMesh`` check on a running cluster is ``fastdist_lab.checks.device_mesh_check``).
 """
