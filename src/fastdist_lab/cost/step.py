@@ -1,0 +1,235 @@
+"""The time of one training step: the schedule's table run with each stage's action times, then the data-parallel
+tail and the optimizer.
+
+``step_columns(setups, hardware, efficiency)`` does it for many set-ups at once (the search); ``StepTime`` is one
+set-up's answer (``CostReport.step``). The step of pipeline rank ``r`` ends when its last action ends
+(``timeline.run`` over ``schedule``'s table, with ``compute.stage_components`` as durations and one message per
+pipeline link crossing) plus its tail: the gradient reduction and parameter gathering the backward and forward
+could not hide (all of it without ``Training.overlap_data_parallel``), the tied-embedding all-reduce between the
+first and last stage, and the optimizer step; the step is the slowest rank's. Its breakdown is that rank's:
+forward, backward and recompute compute, exposed tensor, sequence-data, pipeline and data-parallel
+communication, the optimizer, and the pipeline bubble (the rest of its idle time).
+
+Model FLOPs per step (Narayanan et al. 2021, Appendix, as Megatron-LM's ``num_floating_point_operations``
+generalises it to grouped-query attention and SwiGLU), with ``B`` sequences of ``s`` tokens, ``L`` layers,
+``V`` the padded vocabulary: ``12 B s L h^2 [(1 + g/a + s/h) (a d / h) + (f / h) (3/2 if SwiGLU) + V / (2 L h)]``,
+that is ``72 B s L h^2 (1 + s / 6h + V / 12 L h)`` for a GPT; recompute is not counted. ``tflops_per_gpu`` is
+that over the step time and the GPUs, ``mfu`` that over the hardware's peak.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .compute import COMPONENTS, chunk_parameters, stage_components
+from .efficiency import DEFAULT_EFFICIENCY, Efficiency
+from .hardware import Hardware
+from .links import collective_seconds, message_seconds
+from .model import VOCAB_PADDING, Transformer
+from .schedules import schedule
+from .setups import Setups
+from .sizes import ACTIVATION_BYTES
+from .timeline import Timeline, run, table_graph
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+BREAKDOWN: tuple[str, ...] = (
+    "forward",
+    "backward",
+    "recompute",
+    "pipeline bubble",
+    "tensor communication",
+    "sequence-data communication",
+    "pipeline communication",
+    "data-parallel communication",
+    "optimizer step",
+)
+"""Rows of ``StepTime.breakdown`` (what the step's slowest pipeline rank spends its time on; they add up)."""
+
+STEP_COLUMNS: tuple[str, ...] = ("seconds", "tokens_per_second", "tflops_per_gpu", "mfu") + BREAKDOWN
+"""Columns of ``step_columns`` and of ``search``'s frame (breakdown in seconds)."""
+
+
+def model_flops(model: Transformer, sequences: Any, tensor_parallel: Any = 1) -> Any:
+    """Model FLOPs of ``sequences`` sequences through ``model``, forward and backward (the module docstring)."""
+    h, a, g, d = model.hidden_size, model.num_attention_heads, model.num_query_groups, model.kv_channels
+    multiple = VOCAB_PADDING * np.asarray(tensor_parallel)
+    vocab = -(-model.vocab_size // multiple) * multiple
+    s, layers = model.seq_length, model.num_layers
+    attention = (1 + g / a + s / h) * (a * d / h)
+    mlp = (model.ffn_hidden_size / h) * (1.5 if model.swiglu else 1.0)
+    return 12.0 * np.asarray(sequences) * s * layers * h * h * (attention + mlp + vocab / (2 * layers * h))
+
+
+def link_seconds(setups: Setups, hardware: Hardware, efficiency: Efficiency) -> np.ndarray:
+    """Seconds of one activation (or gradient) message over each pipeline link ``(set-ups, pp)``: ``1 / t`` of it
+    from each tensor rank, then an all-gather inside the tensor group when sequence parallel is off (Narayanan et
+    al. 2021, Section 4.1, the scatter/gather optimisation)."""
+    t = setups.tensor_parallel
+    message = ACTIVATION_BYTES * setups.tokens * setups.micro_batch_size * setups.model.hidden_size
+    tensor = setups.placement["tensor"]
+    regather = collective_seconds("all_gather", message, tensor.per_node, tensor.nodes, hardware, efficiency)
+    regather = np.where(setups.sequence_parallel, 0.0, regather)
+    send = message_seconds((message / t)[:, None], setups.placement["pipeline_links"], hardware, efficiency)
+    return send + regather[:, None]
+
+
+def rank_tails(setups: Setups, comp: np.ndarray, hardware: Hardware, efficiency: Efficiency) -> dict[str, np.ndarray]:
+    """Per set-up and pipeline rank, after its last action: exposed ``data`` seconds (gradients, parameters,
+    tied embedding) and ``optimizer`` seconds."""
+    pp, n = setups.pipeline_parallel, setups.size
+    params = chunk_parameters(setups).astype(np.float64)
+    rank_params = params.reshape(n, setups.virtual_pipeline_stages, pp).sum(axis=1)
+    data, zero = setups.placement["data"], setups.zero_stage[:, None]
+    per_node, nodes = data.per_node[:, None], data.nodes[:, None]
+    grads = rank_params * setups.bytes_per_gradient
+    reduce = np.where(
+        zero == 0,
+        collective_seconds("all_reduce", grads, per_node, nodes, hardware, efficiency),
+        np.where(zero == 1, collective_seconds("reduce_scatter", grads, per_node, nodes, hardware, efficiency), 0.0),
+    )
+    weights = rank_params * setups.bytes_per_weight
+    gather = np.where((zero == 1) | (zero == 2), collective_seconds("all_gather", weights, per_node, nodes,
+                                                                     hardware, efficiency), 0.0)  # fmt: skip
+    durations = comp.sum(axis=-1)
+    last_backward = durations[:, :, 1].reshape(n, setups.virtual_pipeline_stages, pp).sum(axis=1)
+    first_forward = durations[:, :, 0].reshape(n, setups.virtual_pipeline_stages, pp).sum(axis=1)
+    overlap = setups.overlap_data_parallel[:, None]
+    exposed = np.where(
+        overlap, np.maximum(reduce - last_backward, 0.0) + np.maximum(gather - first_forward, 0.0), reduce + gather
+    )
+    model = setups.model
+    if model.tied_embeddings and pp > 1:  # Megatron-LM _allreduce_word_embedding_grads, first and last stage
+        vocab = (
+            -(-model.vocab_size // (VOCAB_PADDING * setups.tensor_parallel)) * VOCAB_PADDING * setups.tensor_parallel
+        )
+        embedding = model.hidden_size * vocab / setups.tensor_parallel * setups.bytes_per_gradient
+        crosses = setups.placement["pipeline_links"][:, -1]
+        tied = collective_seconds("all_reduce", embedding, 1, 2, hardware, efficiency) * crosses
+        tied += collective_seconds("all_reduce", embedding, 2, 1, hardware, efficiency) * ~crosses
+        exposed[:, 0] += tied
+        exposed[:, -1] += tied
+    held = rank_params / np.where(zero >= 1, setups.data_parallel[:, None], 1)
+    optimizer = (
+        held * efficiency.optimizer_bytes_per_parameter / (hardware.memory_GBps * 1e9 * efficiency.memory_efficiency)
+    )
+    return {"data": exposed, "optimizer": optimizer}
+
+
+def step_columns(
+    setups: Setups, hardware: Hardware, efficiency: Efficiency = DEFAULT_EFFICIENCY
+) -> tuple[dict[str, np.ndarray], Timeline]:
+    """``STEP_COLUMNS`` for every set-up (arrays), plus ``critical_rank``, ``global_batch_size`` and
+    ``model_flops``, and the ``Timeline`` of the schedule's table (the module docstring)."""
+    hardware.require("peak_tflops", "memory_GBps")
+    comp = stage_components(setups, hardware, efficiency)
+    n, pp, v, m = setups.size, setups.pipeline_parallel, setups.virtual_pipeline_stages, setups.microbatches
+    graph = table_graph(setups.schedule, pp, m, v)
+    timeline = run(graph, comp.sum(axis=-1), link_seconds(setups, hardware, efficiency))
+    last = np.cumsum(np.bincount(graph.rank, minlength=pp)) - 1  # each rank's last action
+    rank_end = timeline.end[:, last]
+    tails = rank_tails(setups, comp, hardware, efficiency)
+    finish = rank_end + tails["data"] + tails["optimizer"]
+    critical = np.argmax(finish, axis=1)
+    rows = np.arange(n)
+    seconds = finish[rows, critical]
+
+    kinds = [0, 2, 3] if setups.schedule == "zero-bubble" else [0, 1]  # F and B, or F, I and W
+    per_rank = comp[:, :, kinds, :].sum(axis=2).reshape(n, v, pp, len(COMPONENTS)).sum(axis=1) * m
+    mine = per_rank[rows, critical]  # (n, components)
+    col = {name: i for i, name in enumerate(COMPONENTS)}
+    busy = timeline.busy[rows, critical]
+    idle = np.maximum(rank_end[rows, critical] - busy, 0.0)
+    pipeline = np.minimum(timeline.link_into[rows, last[critical]], idle)
+    columns = {
+        "forward": mine[:, col["forward"]],
+        "backward": mine[:, col["backward"]],
+        "recompute": mine[:, col["recompute"]],
+        "pipeline bubble": idle - pipeline,
+        "tensor communication": mine[:, col["tensor"]],
+        "sequence-data communication": mine[:, col["sequence_data"]],
+        "pipeline communication": pipeline,
+        "data-parallel communication": mine[:, col["data"]] + tails["data"][rows, critical],
+        "optimizer step": tails["optimizer"][rows, critical],
+    }
+    sequences = setups.data_parallel // setups.sequence_data_parallel * m * setups.micro_batch_size
+    world = setups.tensor_parallel * pp * setups.data_parallel
+    flops = model_flops(setups.model, sequences, setups.tensor_parallel)
+    tflops = flops / seconds / world / 1e12
+    columns.update(
+        seconds=seconds,
+        tokens_per_second=sequences * setups.model.seq_length / seconds,
+        tflops_per_gpu=tflops,
+        mfu=tflops / hardware.peak_tflops,
+        critical_rank=critical,
+        global_batch_size=sequences,
+        model_flops=flops,
+    )
+    return columns, timeline
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """One training step of one set-up on one hardware (``CostReport.step``).
+
+    ``seconds``; ``tokens_per_second``; ``tflops_per_gpu`` (model FLOPs, see ``cost.step``) and ``mfu``;
+    ``breakdown``: a DataFrame indexed by ``BREAKDOWN`` with ``seconds`` and ``share`` of the step;
+    ``memory``: the report's memory per stage with ``fits`` on this hardware, ``fits`` whether every stage
+    does; ``timeline`` and ``schedule``: the pipeline table and when each action ran (``viz.plot_schedule``).
+    """
+
+    seconds: float
+    tokens_per_second: float
+    tflops_per_gpu: float
+    mfu: float
+    hardware: Hardware
+    global_batch_size: int
+    critical_rank: int
+    parts: dict[str, float]
+    memory: pd.DataFrame
+    timeline: Timeline
+    schedule_kind: str
+    sizes: tuple[int, int, int]
+
+    @property
+    def breakdown(self) -> pd.DataFrame:
+        """Seconds and share of the step per ``BREAKDOWN`` row (the slowest pipeline rank's view)."""
+        import pandas as pd
+
+        seconds = [self.parts[name] for name in BREAKDOWN]
+        frame = pd.DataFrame({"seconds": seconds, "share": np.array(seconds) / self.seconds},
+                             index=pd.Index(BREAKDOWN, name="component"))  # fmt: skip
+        return frame
+
+    @property
+    def fits(self) -> bool:
+        """Whether every pipeline stage fits the hardware's memory."""
+        return bool(self.memory["fits"].all())
+
+    @property
+    def schedule(self) -> Any:
+        """The ``PipelineSchedule`` the step ran."""
+        return schedule(self.schedule_kind, *self.sizes)
+
+    def to_text(self) -> str:
+        """The headline figures and the breakdown as text."""
+        parts = self.breakdown
+        lines = [
+            f"step time on {self.hardware.name}: {self.seconds:.3f} s, {self.tokens_per_second:,.0f} tokens/s, "
+            f"{self.tflops_per_gpu:.1f} TFLOP/s per GPU (model FLOPs), MFU {self.mfu:.1%}"
+            f"{'' if self.fits else '; does NOT fit in memory'}",
+        ]
+        for name, row in parts.iterrows():
+            if row["seconds"] > 0:
+                lines.append(f"  {name:<30} {row['seconds'] * 1e3:12.2f} ms  {row['share']:6.1%}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return (
+            f"StepTime({self.seconds:.4g} s on {self.hardware.name}, {self.tflops_per_gpu:.1f} TFLOP/s per GPU, "
+            f"MFU {self.mfu:.1%}{'' if self.fits else ', does not fit'})"
+        )
