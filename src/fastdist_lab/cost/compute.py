@@ -1,10 +1,10 @@
 """Seconds of one micro-batch's forward and backward on each pipeline stage, split into what they are made of.
 
 A layer is a list of kernels, each timed by a roofline with a fixed cost (Williams et al. 2009): a GEMM takes
-``max(flops / (peak * matmul_efficiency), bytes / (hbm * memory_efficiency)) + gemm_overhead_s``, a
-memory-bound kernel ``bytes / (hbm * memory_efficiency) + kernel_overhead_s``. Per GPU, with ``T`` the tokens of
-a micro-batch on the rank (``micro_batch_size * seq_length / sdp``), ``t`` tensor parallel, ``a`` heads, ``g``
-key/value groups, ``d`` head size, ``f`` the MLP width:
+``max(flops / (peak * matmul_efficiency * tensor_core_sustained), bytes / (hbm * memory_efficiency))``
+``+ kernel_overhead_s``, a memory-bound kernel ``bytes / (hbm * memory_efficiency) + kernel_overhead_s``. Per
+GPU, with ``T`` the tokens of a micro-batch on the rank (``micro_batch_size * seq_length / sdp``), ``t`` tensor
+parallel, ``a`` heads, ``g`` key/value groups, ``d`` head size, ``f`` the MLP width:
 
 - GEMMs (Shoeybi et al. 2019, Figure 3): QKV ``T x h x (a + 2g) d / t``, projection ``T x (a d / t) x h``, MLP
   ``T x h x f / t`` (twice as wide with SwiGLU's gate) and ``T x (f / t) x h``; the backward runs each twice
@@ -55,9 +55,9 @@ def gemm(
     """Seconds of ``batch`` GEMMs of ``m x k`` by ``k x n`` in bf16 (roofline plus a fixed cost)."""
     flops = 2.0 * batch * m * n * k
     moved = ACTIVATION_BYTES * batch * (m * k + k * n + m * n)
-    compute = flops / (hw.peak_tflops * 1e12 * hw.matmul_efficiency)
+    compute = flops / (hw.peak_tflops * 1e12 * hw.matmul_efficiency * eff.tensor_core_sustained)
     memory = moved / (hw.memory_GBps * 1e9 * eff.memory_efficiency)
-    return np.maximum(compute, memory) + eff.gemm_overhead_s
+    return np.maximum(compute, memory) + eff.kernel_overhead_s
 
 
 def streamed(moved: np.ndarray, kernels: int, hw: Hardware, eff: Efficiency) -> np.ndarray:
@@ -82,8 +82,9 @@ def layer_times(setups: Setups, hw: Hardware, eff: Efficiency) -> dict[str, np.n
     )
     heads = setups.micro_batch_size * (a // t)
     flash_flops = 4.0 * heads * s_local * s * d / 2
-    flash_fwd = flash_flops / (hw.peak_tflops * 1e12 * hw.attention_efficiency[0]) + eff.gemm_overhead_s
-    flash_bwd = 2.5 * flash_flops / (hw.peak_tflops * 1e12 * hw.attention_efficiency[1]) + eff.gemm_overhead_s
+    attention = hw.peak_tflops * 1e12 * eff.tensor_core_sustained
+    flash_fwd = flash_flops / (attention * hw.attention_efficiency[0]) + eff.kernel_overhead_s
+    flash_bwd = 2.5 * flash_flops / (attention * hw.attention_efficiency[1]) + eff.kernel_overhead_s
     scores = heads * s_local * s
     batched = gemm(s_local, s, d, hw, eff, heads) + gemm(s_local, d, s, hw, eff, heads)
     core_fwd = np.where(setups.flash_attention, flash_fwd, batched + streamed(9.0 * scores, 2, hw, eff))

@@ -20,38 +20,38 @@ from .errors import CostError, positive_number
 class Efficiency:
     """How close kernels and collectives come to their peaks (see each field; ``DEFAULT_EFFICIENCY``).
 
-    - ``gemm_overhead_s`` (*calibrated*): fixed seconds per GEMM on top of ``flops / (peak *
-      matmul_efficiency)``: launch, the last partial wave of tiles and the pipeline fill of the kernel. A GEMM
-      of ``F`` FLOPs therefore reaches ``F / (F + peak * matmul_efficiency * gemm_overhead_s)`` of the best
-      GEMM: small GEMMs lose, large ones approach Bekman's measured maximum.
+    - ``tensor_core_sustained`` (*calibrated*): the share of the hardware's best GEMM (``matmul_efficiency``) and
+      best fused attention (``attention_efficiency``) that a training run's kernels sustain: the GEMM shapes and
+      layouts of a transformer layer, and clocks lowered by the power limit when every GPU of a node computes.
     - ``memory_efficiency`` (*calibrated*): the share of HBM bandwidth memory-bound kernels (norms, dropout,
       residual adds, activations, softmax, the optimizer) reach; stream-like copies reach 85-90%
       (Bekman, ``compute/accelerator/README.md``), framework kernels less.
+    - ``kernel_overhead_s`` (*calibrated*): fixed seconds per kernel on top of its roofline time: the launch,
+      the last partial wave of thread blocks, the pipeline fill; a transformer layer runs about twenty kernels
+      per pass, so small layers lose a larger share to it.
     - ``nvlink_efficiency``: bus bandwidth over NVLink peak for large NCCL collectives: 235 of 300 GB/s for an
       all-reduce on 8 A100 (Bekman, ``network/README.md``, "case study"), 78%.
     - ``network_efficiency``: bus bandwidth over the NIC line rate between nodes: 96.9% for one adapter
       (``ib_write_bw``, Bekman ``network/README.md``) less NCCL's protocol overhead, 90%.
     - ``collective_latency_s``: fixed seconds per collective or point-to-point message (nccl-tests' small
       message times are 10-30 us; Calculon's A100 system files use 10 us in a node and 20 us between nodes).
-    - ``kernel_overhead_s`` (*calibrated*): seconds per memory-bound kernel launch (a transformer layer runs
-      about twenty per pass).
     - ``optimizer_bytes_per_parameter``: HBM traffic of one fused Adam step per parameter held: fp32 master
       weight, gradient, two moments read (16), master weight and moments written (12), the bf16 copy written
       (2), the gradient read again for the norm (4): 34 bytes (Megatron-LM's distributed optimizer).
     """
 
-    gemm_overhead_s: float = 12e-6
+    tensor_core_sustained: float = 0.87
     memory_efficiency: float = 0.75
+    kernel_overhead_s: float = 8e-6
     nvlink_efficiency: float = 0.78
     network_efficiency: float = 0.90
     collective_latency_s: float = 15e-6
-    kernel_overhead_s: float = 4e-6
     optimizer_bytes_per_parameter: float = 34.0
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
             value = positive_number(field.name, getattr(self, field.name))
-            if field.name.endswith("_efficiency") and value > 1:
+            if field.name.endswith(("_efficiency", "_sustained")) and value > 1:
                 raise CostError(f"{field.name}={value!r} must be a fraction in (0, 1]")
             object.__setattr__(self, field.name, value)
 

@@ -42,7 +42,7 @@ from __future__ import annotations
 import numpy as np
 
 from .model import VOCAB_PADDING
-from .schedules import schedule
+from .schedules import stage_counts
 from .setups import Setups
 from .sizes import ACTIVATION_BYTES
 
@@ -137,18 +137,19 @@ def activation_bytes(setups: Setups) -> np.ndarray:
 
     Each stage (model chunk) holds, per micro-batch in flight, its layers' stored bytes (plus the embedding's on
     stage 0, the output layer's on the last); the table gives how many micro-batches each stage holds after each
-    action (``PipelineSchedule.stage_counts``) and a rank's peak is the largest sum over its stages.
+    action (``schedules.stage_counts``) and a rank's peak is the largest sum over its stages.
     """
     terms = activation_terms(setups)
     pp, v = setups.pipeline_parallel, setups.virtual_pipeline_stages
     chunk = setups.chunk_layers[None, :] * terms["stored"][:, None]
     chunk[:, 0] += terms["embedding"]
     chunk[:, -1] += terms["output"]
-    table = schedule(setups.schedule, pp, setups.microbatches, v)
     peak = np.zeros((setups.size, pp))
-    for rank, counts in enumerate(table.stage_counts()):
-        held = counts @ chunk[:, rank::pp].T  # (actions, set-ups)
-        peak[:, rank] = held.max(axis=0) if len(held) else 0.0
+    for rank, counts in enumerate(stage_counts(setups.schedule, pp, setups.microbatches, v)):
+        if v == 1:  # one stage: its most micro-batches held
+            peak[:, rank] = counts.max() * chunk[:, rank]
+        else:
+            peak[:, rank] = (counts @ chunk[:, rank::pp].T).max(axis=0)  # (actions, set-ups) -> set-ups
     peak += terms["working"][:, None]
     return np.ceil(peak * terms["overhead"][:, None]).astype(np.int64)
 

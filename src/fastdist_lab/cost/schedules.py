@@ -101,8 +101,13 @@ class PipelineSchedule:
         return peak
 
     def stage_counts(self) -> list[np.ndarray]:
-        """Per rank, a matrix (one row per action, one column per local stage) of micro-batches held after it."""
-        return _stage_counts(self.kind, self.pipeline_parallel, self.num_microbatches, self.virtual_pipeline_stages)
+        """Per rank, a matrix (one row per action, one column per local stage) of micro-batches held after it.
+
+        Only the actions up to the rank's peak matter, and after the warm-up the pattern repeats every round of
+        micro-batches, so past three rounds (``1f1b``: ``pp + 2`` micro-batches) the counts come from the same
+        table with three rounds: the rows differ, the peak does not (``tests/cost/test_schedules.py``).
+        """
+        return stage_counts(self.kind, self.pipeline_parallel, self.num_microbatches, self.virtual_pipeline_stages)
 
     def frame(self) -> pd.DataFrame:
         """Every action as a row: ``rank``, ``position`` (order on the rank), ``stage``, ``kind``, ``microbatch``."""
@@ -168,13 +173,13 @@ def _rank_actions(table: PipelineSchedule, rank: int) -> tuple[Action, ...]:
             if warmup + i < m:
                 actions.append(Action(rank, "F", warmup + i))
         return tuple(actions)
-    return _looped_actions(pp, m, v, rank, zero_bubble=table.kind == "zero-bubble")
+    return _looped_actions(pp, m, v, rank, table.kind == "zero-bubble", m // max(1, m // pp))
 
 
-def _looped_actions(pp: int, m: int, v: int, rank: int, zero_bubble: bool) -> tuple[Action, ...]:
-    """Interleaved 1F1B or its zero-bubble form on one rank: warm-up forwards, one forward and one backward at a
-    time, the remaining backwards (and, zero bubble, the deferred weight backwards)."""
-    per_round = m // max(1, m // pp)
+def _looped_actions(pp: int, m: int, v: int, rank: int, zero_bubble: bool, per_round: int) -> tuple[Action, ...]:
+    """Interleaved 1F1B or its zero-bubble form on one rank (``per_round`` micro-batches per round): warm-up
+    forwards, one forward and one backward at a time, the remaining backwards (and, zero bubble, the deferred
+    weight backwards)."""
     warmup = min((v - 1) * per_round + (1 if zero_bubble else 2) * (pp - 1 - rank), m * v)
     steady = m * v - warmup
     backward_kind = "I" if zero_bubble else "B"
@@ -209,20 +214,57 @@ def _looped_actions(pp: int, m: int, v: int, rank: int, zero_bubble: bool) -> tu
     return tuple(actions)
 
 
-@functools.lru_cache(maxsize=512)
-def _stage_counts(kind: str, pp: int, m: int, v: int) -> list[np.ndarray]:
-    table = schedule(kind, pp, m, v)
-    releasing = "W" if kind == "zero-bubble" else "B"
+@functools.lru_cache(maxsize=4096)
+def stage_counts(kind: str, pp: int, m: int, v: int) -> list[np.ndarray]:
+    """``PipelineSchedule.stage_counts`` without building the table (cached; sizes already checked): each rank's
+    forwards (+1 on their local stage) and releasing backwards (-1) as arrays, in the table's order."""
     result = []
-    for rank, actions in enumerate(table.table):
-        held = np.zeros(v, dtype=np.int64)
-        rows = np.zeros((len(actions), v), dtype=np.int64)
-        for position, action in enumerate(actions):
-            local = (action.stage - rank) // pp
-            if action.kind == "F":
-                held[local] += 1
-            elif action.kind == releasing:
-                held[local] -= 1
-            rows[position] = held
-        result.append(rows)
+    for rank in range(pp):
+        if kind in ("gpipe", "1f1b"):
+            signs = np.r_[np.ones(m), -np.ones(m)] if kind == "gpipe" else _one_f_one_b_signs(min(m, pp + 2), pp, rank)
+            chunks = np.zeros(len(signs), dtype=np.int64)
+        else:
+            per_round = m // max(1, m // pp)
+            chunks, signs = _looped_events(pp, per_round * min(m // per_round, 3), v, rank, kind == "zero-bubble",
+                                           per_round)  # fmt: skip
+        held = np.zeros((len(chunks), v), dtype=np.int64)
+        held[np.arange(len(chunks)), chunks] = signs
+        result.append(np.cumsum(held, axis=0))
     return result
+
+
+def _one_f_one_b_signs(m: int, pp: int, rank: int) -> np.ndarray:
+    """+1 / -1 of rank ``rank``'s forwards and backwards under 1F1B (``_rank_actions``'s order)."""
+    warmup = min(m, pp - rank)
+    steady = np.ones(2 * m - warmup)
+    steady[0::2] = -1  # backward, forward, backward, ...
+    steady[2 * (m - warmup) :] = -1  # the last backwards
+    return np.r_[np.ones(warmup), steady]
+
+
+def _looped_events(
+    pp: int, m: int, v: int, rank: int, zero_bubble: bool, per_round: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Local stage and +1 / -1 of every forward and releasing backward (``B``, or ``W`` under zero bubble) of one
+    rank under ``_looped_actions``, in its order, computed with arrays."""
+    warmup = min((v - 1) * per_round + (1 if zero_bubble else 2) * (pp - 1 - rank), m * v)
+    steps = np.arange(m * v + warmup)
+    forward = steps < m * v
+    backward = steps >= warmup
+    fwd_chunk = steps // per_round % v
+    bwd_chunk = v - 1 - (steps - warmup) // per_round % v
+    # Each step issues at most a forward, a backward and (zero bubble) a weight backward, in that order.
+    slots = np.full((len(steps), 3), -1, dtype=np.int64)
+    signs = np.zeros((len(steps), 3))
+    slots[forward, 0], signs[forward, 0] = fwd_chunk[forward], 1
+    if not zero_bubble:
+        slots[backward, 1], signs[backward, 1] = bwd_chunk[backward], -1
+        drain = np.zeros(0, dtype=np.int64)
+    else:
+        weighted = steps >= warmup + rank
+        slots[weighted, 2], signs[weighted, 2] = bwd_chunk[steps[weighted] - rank], -1
+        drain = bwd_chunk[np.arange(max(len(steps) - rank, warmup), len(steps))]
+        slots[backward, 1], signs[backward, 1] = bwd_chunk[backward], 0  # ``I`` releases nothing
+    keep = slots.ravel() >= 0
+    chunks = np.r_[slots.ravel()[keep], drain]
+    return chunks, np.r_[signs.ravel()[keep], -np.ones(len(drain))]

@@ -50,8 +50,21 @@ BREAKDOWN: tuple[str, ...] = (
 )
 """Rows of ``StepTime.breakdown`` (what the step's slowest pipeline rank spends its time on; they add up)."""
 
-STEP_COLUMNS: tuple[str, ...] = ("seconds", "tokens_per_second", "tflops_per_gpu", "mfu") + BREAKDOWN
-"""Columns of ``step_columns`` and of ``search``'s frame (breakdown in seconds)."""
+BREAKDOWN_COLUMNS: tuple[str, ...] = (
+    "forward_seconds",
+    "backward_seconds",
+    "recompute_seconds",
+    "bubble_seconds",
+    "tensor_comm_seconds",
+    "sequence_data_comm_seconds",
+    "pipeline_comm_seconds",
+    "data_comm_seconds",
+    "optimizer_seconds",
+)
+"""The ``BREAKDOWN`` rows as column names (in the same order), as ``step_columns`` and ``search`` give them."""
+
+STEP_COLUMNS: tuple[str, ...] = ("seconds", "tokens_per_second", "tflops_per_gpu", "mfu") + BREAKDOWN_COLUMNS
+"""Columns of ``step_columns`` and of ``search``'s frame."""
 
 
 def model_flops(model: Transformer, sequences: Any, tensor_parallel: Any = 1) -> Any:
@@ -120,6 +133,20 @@ def rank_tails(setups: Setups, comp: np.ndarray, hardware: Hardware, efficiency:
     return {"data": exposed, "optimizer": optimizer}
 
 
+def lower_bound(setups: Setups, hardware: Hardware, efficiency: Efficiency = DEFAULT_EFFICIENCY) -> np.ndarray:
+    """A lower bound of ``step_columns``' seconds without running the schedule: the busiest pipeline rank's
+    compute and exposed communication plus its tail (a rank runs its actions one after the other, so its step
+    ends no earlier). The search simulates set-ups in the order of this bound and stops where it exceeds the
+    slowest of the best rows it keeps."""
+    hardware.require("peak_tflops", "memory_GBps")
+    comp = stage_components(setups, hardware, efficiency)
+    n, pp, v = setups.size, setups.pipeline_parallel, setups.virtual_pipeline_stages
+    kinds = [0, 2, 3] if setups.schedule == "zero-bubble" else [0, 1]
+    busy = comp[:, :, kinds, :].sum(axis=(2, 3)).reshape(n, v, pp).sum(axis=1) * setups.microbatches
+    tails = rank_tails(setups, comp, hardware, efficiency)
+    return (busy + tails["data"] + tails["optimizer"]).max(axis=1)
+
+
 def step_columns(
     setups: Setups, hardware: Hardware, efficiency: Efficiency = DEFAULT_EFFICIENCY
 ) -> tuple[dict[str, np.ndarray], Timeline]:
@@ -145,17 +172,18 @@ def step_columns(
     busy = timeline.busy[rows, critical]
     idle = np.maximum(rank_end[rows, critical] - busy, 0.0)
     pipeline = np.minimum(timeline.link_into[rows, last[critical]], idle)
-    columns = {
-        "forward": mine[:, col["forward"]],
-        "backward": mine[:, col["backward"]],
-        "recompute": mine[:, col["recompute"]],
-        "pipeline bubble": idle - pipeline,
-        "tensor communication": mine[:, col["tensor"]],
-        "sequence-data communication": mine[:, col["sequence_data"]],
-        "pipeline communication": pipeline,
-        "data-parallel communication": mine[:, col["data"]] + tails["data"][rows, critical],
-        "optimizer step": tails["optimizer"][rows, critical],
-    }
+    parts = (
+        mine[:, col["forward"]],
+        mine[:, col["backward"]],
+        mine[:, col["recompute"]],
+        idle - pipeline,
+        mine[:, col["tensor"]],
+        mine[:, col["sequence_data"]],
+        pipeline,
+        mine[:, col["data"]] + tails["data"][rows, critical],
+        tails["optimizer"][rows, critical],
+    )
+    columns = dict(zip(BREAKDOWN_COLUMNS, parts))
     sequences = setups.data_parallel // setups.sequence_data_parallel * m * setups.micro_batch_size
     world = setups.tensor_parallel * pp * setups.data_parallel
     flops = model_flops(setups.model, sequences, setups.tensor_parallel)
@@ -200,7 +228,7 @@ class StepTime:
         """Seconds and share of the step per ``BREAKDOWN`` row (the slowest pipeline rank's view)."""
         import pandas as pd
 
-        seconds = [self.parts[name] for name in BREAKDOWN]
+        seconds = [self.parts[name] for name in BREAKDOWN_COLUMNS]
         frame = pd.DataFrame({"seconds": seconds, "share": np.array(seconds) / self.seconds},
                              index=pd.Index(BREAKDOWN, name="component"))  # fmt: skip
         return frame
