@@ -17,10 +17,11 @@ parallel, ``a`` heads, ``g`` key/value groups, ``d`` head size, ``f`` the MLP wi
   split by ``t`` under sequence tensor parallel only; the activation (GeLU 4, SwiGLU 6 bytes per value of
   width ``f / t``); backward twice the forward bytes.
 - Tensor communication: per layer 2 all-reduces forward and 2 backward of ``T h`` bf16 values, or with sequence
-  tensor parallel 2 all-gathers and 2 reduce-scatters forward, 4 all-gathers (the inputs gathered again for
-  the weight gradients) and 2 reduce-scatters backward (Korthikanti et al. 2022, Section 4.2.2). Forward ones
-  are exposed unless ``overlap_tensor_parallel`` (then only what the GEMMs cannot cover); backward ones hide
-  behind the backward GEMMs (Megatron-LM's asynchronous all-reduce) up to their time.
+  tensor parallel 2 all-gathers and 2 reduce-scatters forward, 4 all-gathers (2 of them the inputs gathered
+  again for the weight gradients) and 2 reduce-scatters backward (Korthikanti et al. 2022, Section 4.2.2).
+  Forward ones are exposed unless ``overlap_tensor_parallel`` (then only what the GEMMs cannot cover); backward
+  all-reduces (reduce-scatters) hide behind the weight-gradient GEMMs (Megatron-LM's asynchronous all-reduce)
+  up to their time, the gathering again before them only under ``overlap_tensor_parallel``.
 - Sequence-data (context) parallel: each layer all-gathers the other chunks' keys and values forward and
   reduce-scatters their gradients backward (Fast-LLM ``attention.py``; Dubey et al. 2024, Section 3.3.2: the
   all-gather form of context parallelism), exposed.
@@ -44,9 +45,10 @@ from .links import collective_seconds
 from .setups import Setups
 from .sizes import ACTIVATION_BYTES
 
-COMPONENTS: tuple[str, ...] = ("forward", "backward", "recompute", "tensor", "sequence_data", "data")
+COMPONENTS: tuple[str, ...] = ("forward", "backward", "recompute", "tensor", "sequence_data", "data", "pipeline")
 """What a stage's action time is made of: compute of the forward, of the backward, of the recompute, and the
-exposed tensor, sequence-data and data-parallel (ZeRO 2-3) communication."""
+exposed tensor, sequence-data, data-parallel (ZeRO 2-3) and blocking pipeline communication (the last added by
+``step.action_components``)."""
 
 
 def gemm(
@@ -55,7 +57,7 @@ def gemm(
     """Seconds of ``batch`` GEMMs of ``m x k`` by ``k x n`` in bf16 (roofline plus a fixed cost)."""
     flops = 2.0 * batch * m * n * k
     moved = ACTIVATION_BYTES * batch * (m * k + k * n + m * n)
-    compute = flops / (hw.peak_tflops * 1e12 * hw.matmul_efficiency * eff.tensor_core_sustained)
+    compute = flops / (hw.peak_tflops * 1e12 * hw.matmul_efficiency * hw.tensor_core_sustained)
     memory = moved / (hw.memory_GBps * 1e9 * eff.memory_efficiency)
     return np.maximum(compute, memory) + eff.kernel_overhead_s
 
@@ -82,7 +84,7 @@ def layer_times(setups: Setups, hw: Hardware, eff: Efficiency) -> dict[str, np.n
     )
     heads = setups.micro_batch_size * (a // t)
     flash_flops = 4.0 * heads * s_local * s * d / 2
-    attention = hw.peak_tflops * 1e12 * eff.tensor_core_sustained
+    attention = hw.peak_tflops * 1e12 * hw.tensor_core_sustained
     flash_fwd = flash_flops / (attention * hw.attention_efficiency[0]) + eff.kernel_overhead_s
     flash_bwd = 2.5 * flash_flops / (attention * hw.attention_efficiency[1]) + eff.kernel_overhead_s
     scores = heads * s_local * s
@@ -100,10 +102,12 @@ def layer_times(setups: Setups, hw: Hardware, eff: Efficiency) -> dict[str, np.n
     gather = collective_seconds("all_gather", message, tensor.per_node, tensor.nodes, hw, eff)
     scatter = collective_seconds("reduce_scatter", message, tensor.per_node, tensor.nodes, hw, eff)
     comm_fwd = np.where(sp, 2 * gather + 2 * scatter, 2 * reduce)
-    comm_bwd = np.where(sp, 4 * gather + 2 * scatter, 2 * reduce)
-    tensor_fwd = np.where(setups.overlap_tensor_parallel, np.maximum(comm_fwd - linear, 0.0), comm_fwd)
-    tensor_bwd = np.maximum(comm_bwd - 2 * linear, 0.0)
-    tensor_input = np.maximum(comm_bwd - linear, 0.0)  # zero bubble: the weight GEMMs run later
+    comm_bwd = np.where(sp, 2 * gather + 2 * scatter, 2 * reduce)  # what the backward GEMMs can hide
+    regather = np.where(sp, 2 * gather, 0.0)  # the inputs gathered again before the weight gradients
+    overlap = setups.overlap_tensor_parallel
+    tensor_fwd = np.where(overlap, np.maximum(comm_fwd - linear, 0.0), comm_fwd)
+    tensor_bwd = np.maximum(comm_bwd - linear, 0.0) + np.where(overlap, np.maximum(regather - linear, 0.0), regather)
+    tensor_input = comm_bwd + regather  # zero bubble: the weight GEMMs that would hide them run later
 
     context = setups.placement["sequence_data"]
     kv = ACTIVATION_BYTES * 2 * s * setups.micro_batch_size * g * d / t

@@ -1,8 +1,9 @@
 """The constants of the step-time model: how close kernels and collectives come to the hardware's peaks.
 
 Hardware-specific figures (peak FLOP/s, HBM and link bandwidths, the best GEMM, a fused attention kernel) live in
-``Hardware`` and come from datasheets and published measurements. The constants here are the rest, each with
-where it comes from; three of them (marked *calibrated*) were fitted on the calibration runs of
+``Hardware`` and come from datasheets and published measurements (with one calibrated share per GPU family,
+``hardware.SUSTAINED``). The constants here are the rest, each with where it comes from; two of them (marked
+*calibrated*) were fitted on the calibration runs of
 ``docs/validation.md`` (``python benchmarks/bench_validation.py --calibrate`` repeats the fit) and are held at
 the fitted values, never per run.
 """
@@ -20,9 +21,6 @@ from .errors import CostError, positive_number
 class Efficiency:
     """How close kernels and collectives come to their peaks (see each field; ``DEFAULT_EFFICIENCY``).
 
-    - ``tensor_core_sustained`` (*calibrated*): the share of the hardware's best GEMM (``matmul_efficiency``) and
-      best fused attention (``attention_efficiency``) that a training run's kernels sustain: the GEMM shapes and
-      layouts of a transformer layer, and clocks lowered by the power limit when every GPU of a node computes.
     - ``memory_efficiency`` (*calibrated*): the share of HBM bandwidth memory-bound kernels (norms, dropout,
       residual adds, activations, softmax, the optimizer) reach; stream-like copies reach 85-90%
       (Bekman, ``compute/accelerator/README.md``), framework kernels less.
@@ -40,9 +38,8 @@ class Efficiency:
       (2), the gradient read again for the norm (4): 34 bytes (Megatron-LM's distributed optimizer).
     """
 
-    tensor_core_sustained: float = 0.87
-    memory_efficiency: float = 0.75
-    kernel_overhead_s: float = 8e-6
+    memory_efficiency: float = 0.615
+    kernel_overhead_s: float = 11.4e-6
     nvlink_efficiency: float = 0.78
     network_efficiency: float = 0.90
     collective_latency_s: float = 15e-6
@@ -51,7 +48,7 @@ class Efficiency:
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
             value = positive_number(field.name, getattr(self, field.name))
-            if field.name.endswith(("_efficiency", "_sustained")) and value > 1:
+            if field.name.endswith("_efficiency") and value > 1:
                 raise CostError(f"{field.name}={value!r} must be a fraction in (0, 1]")
             object.__setattr__(self, field.name, value)
 

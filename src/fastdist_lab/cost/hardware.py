@@ -22,13 +22,19 @@ GiB = 2**30
 """Bytes in a GiB. Datasheets say "80GB" for what ``nvidia-smi`` shows as about 80 GiB (81,920 MiB on an A100
 80GB), so presets store memory in GiB."""
 
+SUSTAINED: dict[str, float] = {"ampere": 0.848, "hopper": 0.620}
+"""*Calibrated* (``docs/validation.md``): the share of its best GEMM and fused attention a GPU family sustains in
+a training run, all GPUs of a node busy (sustained clocks under the power limit, the GEMM shapes and layouts of a
+transformer layer). Fitted on the calibration runs of each family; Blackwell, without published runs here, takes
+Hopper's."""
+
 _A100_SXM = dict(
     peak_tflops=312.0, memory_GiB=80.0, memory_GBps=2039.0, gpus_per_node=8,
-    matmul_efficiency=0.869, attention_efficiency=(0.70, 0.55),
+    matmul_efficiency=0.869, attention_efficiency=(0.70, 0.55), family="ampere",
 )  # fmt: skip
 _H100_SXM = dict(
     peak_tflops=989.0, memory_GiB=80.0, memory_GBps=3350.0, gpus_per_node=8,
-    matmul_efficiency=0.803, attention_efficiency=(0.60, 0.45),
+    matmul_efficiency=0.803, attention_efficiency=(0.60, 0.45), family="hopper",
 )  # fmt: skip
 
 HARDWARE_PRESETS: dict[str, dict[str, Any]] = {
@@ -47,7 +53,7 @@ HARDWARE_PRESETS: dict[str, dict[str, Any]] = {
     # NVLink 5 1.8 TB/s; DGX B200: 8 GPUs, 8 400 Gb/s ConnectX-7. MAMF 77.6% (Bekman); attention as H100.
     "b200": dict(
         intra_node_GBps=900.0, inter_node_GBps=50.0, peak_tflops=2250.0, memory_GiB=180.0, memory_GBps=8000.0,
-        gpus_per_node=8, matmul_efficiency=0.776, attention_efficiency=(0.60, 0.45),
+        gpus_per_node=8, matmul_efficiency=0.776, attention_efficiency=(0.60, 0.45), family="blackwell",
     ),
     # The presets of earlier releases, kept: DGX H100 and DGX A100 nodes (the GPUs above), and A100 PCIe 80GB
     # cards (datasheet: 312 TFLOPS, 1,935 GB/s; MAMF 81.1%) on PCIe 4.0 x16 with 100 Gb/s Ethernet.
@@ -80,7 +86,8 @@ class Hardware:
     - ``peak_tflops``: dense bf16/fp16 tensor-core TFLOP/s; ``memory_GiB`` and ``memory_GBps``: HBM size and
       bandwidth; ``gpus_per_node``: GPUs per NVLink domain.
     - ``matmul_efficiency``: the share of ``peak_tflops`` the best GEMM reaches; ``attention_efficiency``:
-      (forward, backward) share a fused attention kernel reaches.
+      (forward, backward) share a fused attention kernel reaches; ``family`` (``"ampere"``, ``"hopper"``,
+      ``"blackwell"``) picks how much of both a training run sustains (``SUSTAINED``; ``sustained`` overrides).
 
     ``Hardware.preset(name)`` (see ``presets()``) or ``Hardware(intra_node_GBps=..., inter_node_GBps=...,
     peak_tflops=..., memory_GiB=..., memory_GBps=...)`` for anything else.
@@ -95,6 +102,8 @@ class Hardware:
     gpus_per_node: int = 8
     matmul_efficiency: float = 0.8
     attention_efficiency: tuple[float, float] = (0.6, 0.45)
+    family: str = "hopper"
+    sustained: float | None = None
 
     def __post_init__(self) -> None:
         for field in ("intra_node_GBps", "inter_node_GBps"):
@@ -111,6 +120,17 @@ class Hardware:
             if positive_number(field, value) > 1:
                 raise CostError(f"{field}={value!r} must be a fraction in (0, 1]")
         object.__setattr__(self, "attention_efficiency", (float(attention[0]), float(attention[1])))
+        if self.family not in SUSTAINED and self.family != "blackwell":
+            raise CostError(f"family={self.family!r} must be one of 'ampere', 'hopper', 'blackwell'")
+        if self.sustained is not None and positive_number("sustained", self.sustained) > 1:
+            raise CostError(f"sustained={self.sustained!r} must be a fraction in (0, 1]")
+
+    @property
+    def tensor_core_sustained(self) -> float:
+        """``sustained``, or the calibrated ``SUSTAINED`` share of the family (Blackwell: Hopper's)."""
+        if self.sustained is not None:
+            return float(self.sustained)
+        return SUSTAINED["hopper" if self.family == "blackwell" else self.family]
 
     @classmethod
     def preset(cls, name: str) -> Hardware:

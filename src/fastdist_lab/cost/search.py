@@ -58,6 +58,7 @@ LIMITS: dict[str, Any] = {
     "flash_attention": True,
     "overlap_data_parallel": True,
     "overlap_tensor_parallel": False,
+    "overlap_pipeline_parallel": True,
     "allow_smaller_batch": False,
     "top": 100,
 }
@@ -144,6 +145,7 @@ class LayoutSearch:
             flash_attention=self.fixed["flash_attention"],
             overlap_data_parallel=self.fixed["overlap_data_parallel"],
             overlap_tensor_parallel=self.fixed["overlap_tensor_parallel"],
+            overlap_pipeline_parallel=self.fixed["overlap_pipeline_parallel"],
         )
 
     def estimate(self, i: int = 0) -> Any:
@@ -207,7 +209,8 @@ def search(
     eff = DEFAULT_EFFICIENCY if efficiency is None else efficiency
     chosen = {**LIMITS, **limits}
     fixed = {
-        name: bool(chosen[name]) for name in ("flash_attention", "overlap_data_parallel", "overlap_tensor_parallel")
+        name: bool(chosen[name])
+        for name in ("flash_attention", "overlap_data_parallel", "overlap_tensor_parallel", "overlap_pipeline_parallel")
     }
     rows = _candidates(model, gpus, local, batch, chosen, fixed["flash_attention"])
     top = None if chosen["top"] is None else positive_int("top", chosen["top"])
@@ -375,6 +378,7 @@ def _setups(model: Transformer, key: tuple[str, int, int, int], rows: dict[str, 
         flash_attention=np.full(n, fixed["flash_attention"]),
         overlap_data_parallel=np.full(n, fixed["overlap_data_parallel"]),
         overlap_tensor_parallel=np.full(n, fixed["overlap_tensor_parallel"]),
+        overlap_pipeline_parallel=np.full(n, fixed["overlap_pipeline_parallel"]),
         placement=placement(tp, pp, rows["sequence_data_parallel"], rows["data_parallel"], local,
                             rows["pipeline_first"].astype(bool)),
     )  # fmt: skip

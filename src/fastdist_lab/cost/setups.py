@@ -129,7 +129,7 @@ class Setups:
     ``chunk_layers`` (layers of each stage, stage ``s`` on pipeline rank ``s % pipeline_parallel``) and the bytes
     per weight, gradient and optimizer state. Per set-up: ``tensor_parallel``, ``data_parallel`` (sequence-data x
     batch-data), ``sequence_data_parallel``, ``micro_batch_size``, ``sequence_parallel`` (sequence tensor parallel
-    as it takes effect), ``recompute`` (index into ``RECOMPUTE``), ``zero_stage``, ``flash_attention``, the two
+    as it takes effect), ``recompute`` (index into ``RECOMPUTE``), ``zero_stage``, ``flash_attention``, the three
     ``overlap_*`` flags, and ``placement`` (``placement()``'s result).
     """
 
@@ -149,6 +149,7 @@ class Setups:
     flash_attention: np.ndarray
     overlap_data_parallel: np.ndarray
     overlap_tensor_parallel: np.ndarray
+    overlap_pipeline_parallel: np.ndarray
     placement: dict[str, Any]
     bytes_per_weight: int = 2
     bytes_per_gradient: int = 4
@@ -177,6 +178,7 @@ class Setups:
             flash_attention=one(training.flash_attention, bool),
             overlap_data_parallel=one(training.overlap_data_parallel, bool),
             overlap_tensor_parallel=one(training.overlap_tensor_parallel, bool),
+            overlap_pipeline_parallel=one(training.overlap_pipeline_parallel, bool),
             placement=placement(tp, pp, sdp, dp, int(layout.local_world_size), bool(layout.pipeline_first)),
             bytes_per_weight=training.bytes_per_weight,
             bytes_per_gradient=training.bytes_per_gradient,

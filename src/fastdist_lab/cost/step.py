@@ -91,46 +91,70 @@ def link_seconds(setups: Setups, hardware: Hardware, efficiency: Efficiency) -> 
     return send + regather[:, None]
 
 
-def rank_tails(setups: Setups, comp: np.ndarray, hardware: Hardware, efficiency: Efficiency) -> dict[str, np.ndarray]:
+def rank_tails(
+    setups: Setups, hardware: Hardware, efficiency: Efficiency, timeline: Timeline | None = None
+) -> dict[str, np.ndarray]:
     """Per set-up and pipeline rank, after its last action: exposed ``data`` seconds (gradients, parameters,
-    tied embedding) and ``optimizer`` seconds."""
-    pp, n = setups.pipeline_parallel, setups.size
-    params = chunk_parameters(setups).astype(np.float64)
-    rank_params = params.reshape(n, setups.virtual_pipeline_stages, pp).sum(axis=1)
-    data, zero = setups.placement["data"], setups.zero_stage[:, None]
-    per_node, nodes = data.per_node[:, None], data.nodes[:, None]
-    grads = rank_params * setups.bytes_per_gradient
+    tied embedding) and ``optimizer`` seconds.
+
+    With ``overlap_data_parallel`` each local stage's gradients are reduced from the start of its last backward
+    (Megatron-LM reduces buckets as they fill), one stage after the other, and its weights gathered, layer by
+    layer, during its first forward, chunk 0's first (``timeline`` gives when; without it, as for
+    ``lower_bound``, overlapped communication counts nothing); without, all of it follows the last action.
+    """
+    pp, v, n = setups.pipeline_parallel, setups.virtual_pipeline_stages, setups.size
+    params = chunk_parameters(setups).astype(np.float64).reshape(n, v, pp)  # set-ups, local stage, rank
+    data, zero = setups.placement["data"], setups.zero_stage[:, None, None]
+    per_node, nodes = data.per_node[:, None, None], data.nodes[:, None, None]
+    grads = params * setups.bytes_per_gradient
     reduce = np.where(
         zero == 0,
         collective_seconds("all_reduce", grads, per_node, nodes, hardware, efficiency),
         np.where(zero == 1, collective_seconds("reduce_scatter", grads, per_node, nodes, hardware, efficiency), 0.0),
     )
-    weights = rank_params * setups.bytes_per_weight
+    weights = params * setups.bytes_per_weight
     gather = np.where((zero == 1) | (zero == 2), collective_seconds("all_gather", weights, per_node, nodes,
                                                                      hardware, efficiency), 0.0)  # fmt: skip
-    durations = comp.sum(axis=-1)
-    last_backward = durations[:, :, 1].reshape(n, setups.virtual_pipeline_stages, pp).sum(axis=1)
-    first_forward = durations[:, :, 0].reshape(n, setups.virtual_pipeline_stages, pp).sum(axis=1)
     overlap = setups.overlap_data_parallel[:, None]
-    exposed = np.where(
-        overlap, np.maximum(reduce - last_backward, 0.0) + np.maximum(gather - first_forward, 0.0), reduce + gather
-    )
+    exposed = np.where(overlap, 0.0, reduce.sum(axis=1) + gather.sum(axis=1))
+    if timeline is not None:
+        graph = timeline.graph
+        rank_end = timeline.end[:, np.cumsum(np.bincount(graph.rank, minlength=pp)) - 1]
+        ready = timeline.start[:, graph.last_backward.T]  # set-ups, local stage, rank
+        needed = timeline.end[:, graph.first_forward.T]
+        order = np.argsort(ready, axis=1)
+        ready, queued = np.take_along_axis(ready, order, 1), np.take_along_axis(reduce, order, 1)
+        done = (ready + np.cumsum(queued[:, ::-1], axis=1)[:, ::-1]).max(axis=1)  # one reduction after another
+        late = (np.cumsum(gather, axis=1) - needed).max(axis=1)  # chunk 0 first, layer by layer in its forward
+        exposed = exposed + np.where(overlap, np.maximum(done - rank_end, 0.0) + np.maximum(late, 0.0), 0.0)
     model = setups.model
     if model.tied_embeddings and pp > 1:  # Megatron-LM _allreduce_word_embedding_grads, first and last stage
-        vocab = (
-            -(-model.vocab_size // (VOCAB_PADDING * setups.tensor_parallel)) * VOCAB_PADDING * setups.tensor_parallel
-        )
-        embedding = model.hidden_size * vocab / setups.tensor_parallel * setups.bytes_per_gradient
+        multiple = VOCAB_PADDING * setups.tensor_parallel
+        embedding = model.hidden_size * (-(-model.vocab_size // multiple) * multiple) / setups.tensor_parallel
+        embedding = embedding * setups.bytes_per_gradient
         crosses = setups.placement["pipeline_links"][:, -1]
         tied = collective_seconds("all_reduce", embedding, 1, 2, hardware, efficiency) * crosses
         tied += collective_seconds("all_reduce", embedding, 2, 1, hardware, efficiency) * ~crosses
         exposed[:, 0] += tied
         exposed[:, -1] += tied
-    held = rank_params / np.where(zero >= 1, setups.data_parallel[:, None], 1)
-    optimizer = (
-        held * efficiency.optimizer_bytes_per_parameter / (hardware.memory_GBps * 1e9 * efficiency.memory_efficiency)
-    )
-    return {"data": exposed, "optimizer": optimizer}
+    held = params.sum(axis=1) / np.where(zero[:, 0] >= 1, setups.data_parallel[:, None], 1)
+    rate = hardware.memory_GBps * 1e9 * efficiency.memory_efficiency
+    return {"data": exposed, "optimizer": held * efficiency.optimizer_bytes_per_parameter / rate}
+
+
+def action_components(setups: Setups, hardware: Hardware, efficiency: Efficiency) -> np.ndarray:
+    """``compute.stage_components`` plus, without ``overlap_pipeline_parallel``, the blocking send of each
+    forward (to the next stage) and backward (to the previous one) on the sending rank's own time."""
+    comp = stage_components(setups, hardware, efficiency)
+    blocking = ~setups.overlap_pipeline_parallel
+    if setups.num_stages > 1 and blocking.any():
+        links = link_seconds(setups, hardware, efficiency) * blocking[:, None]
+        stages = np.arange(setups.num_stages)
+        pipeline = COMPONENTS.index("pipeline")
+        comp[:, :-1, 0, pipeline] += links[:, stages[:-1] % setups.pipeline_parallel]
+        for kind in (1, 2):
+            comp[:, 1:, kind, pipeline] += links[:, (stages[1:] - 1) % setups.pipeline_parallel]
+    return comp
 
 
 def lower_bound(setups: Setups, hardware: Hardware, efficiency: Efficiency = DEFAULT_EFFICIENCY) -> np.ndarray:
@@ -139,11 +163,11 @@ def lower_bound(setups: Setups, hardware: Hardware, efficiency: Efficiency = DEF
     ends no earlier). The search simulates set-ups in the order of this bound and stops where it exceeds the
     slowest of the best rows it keeps."""
     hardware.require("peak_tflops", "memory_GBps")
-    comp = stage_components(setups, hardware, efficiency)
+    comp = action_components(setups, hardware, efficiency)
     n, pp, v = setups.size, setups.pipeline_parallel, setups.virtual_pipeline_stages
     kinds = [0, 2, 3] if setups.schedule == "zero-bubble" else [0, 1]
     busy = comp[:, :, kinds, :].sum(axis=(2, 3)).reshape(n, v, pp).sum(axis=1) * setups.microbatches
-    tails = rank_tails(setups, comp, hardware, efficiency)
+    tails = rank_tails(setups, hardware, efficiency)
     return (busy + tails["data"] + tails["optimizer"]).max(axis=1)
 
 
@@ -153,13 +177,13 @@ def step_columns(
     """``STEP_COLUMNS`` for every set-up (arrays), plus ``critical_rank``, ``global_batch_size`` and
     ``model_flops``, and the ``Timeline`` of the schedule's table (the module docstring)."""
     hardware.require("peak_tflops", "memory_GBps")
-    comp = stage_components(setups, hardware, efficiency)
+    comp = action_components(setups, hardware, efficiency)
     n, pp, v, m = setups.size, setups.pipeline_parallel, setups.virtual_pipeline_stages, setups.microbatches
     graph = table_graph(setups.schedule, pp, m, v)
     timeline = run(graph, comp.sum(axis=-1), link_seconds(setups, hardware, efficiency))
     last = np.cumsum(np.bincount(graph.rank, minlength=pp)) - 1  # each rank's last action
     rank_end = timeline.end[:, last]
-    tails = rank_tails(setups, comp, hardware, efficiency)
+    tails = rank_tails(setups, hardware, efficiency, timeline)
     finish = rank_end + tails["data"] + tails["optimizer"]
     critical = np.argmax(finish, axis=1)
     rows = np.arange(n)
@@ -179,7 +203,7 @@ def step_columns(
         idle - pipeline,
         mine[:, col["tensor"]],
         mine[:, col["sequence_data"]],
-        pipeline,
+        pipeline + mine[:, col["pipeline"]],
         mine[:, col["data"]] + tails["data"][rows, critical],
         tails["optimizer"][rows, critical],
     )

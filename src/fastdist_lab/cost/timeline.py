@@ -25,7 +25,9 @@ class TableGraph:
 
     ``prev`` and ``dep`` index the action a rank ran before and the action this one needs (``size``: none);
     ``link`` is the pipeline link (from rank ``j`` to ``j + 1``, cyclically) a dependency crosses, or -1;
-    ``levels`` groups the actions whose two inputs come from earlier levels.
+    ``levels`` groups the actions whose two inputs come from earlier levels; ``first_forward`` and
+    ``last_backward`` (ranks x local stages) index each local stage's first forward and its last action that
+    completes weight gradients (``B``, or ``W`` when the backward is split).
     """
 
     rank: np.ndarray
@@ -36,6 +38,8 @@ class TableGraph:
     dep: np.ndarray
     link: np.ndarray
     levels: tuple[np.ndarray, ...]
+    first_forward: np.ndarray
+    last_backward: np.ndarray
 
     @property
     def size(self) -> int:
@@ -76,7 +80,16 @@ def table_graph(
         elif a.kind == "W":
             dep[i] = index[a.stage, "I", a.microbatch]
     link[rank[np.minimum(dep, n - 1)] == rank] = -1  # same rank (pp == 1): no point-to-point
-    return TableGraph(rank, stage, kinds, microbatch, prev, dep, link, _levels(prev, dep, rank, n))
+    v = table.virtual_pipeline_stages
+    first_forward = np.zeros((pp, v), dtype=np.int64)
+    last_backward = np.zeros((pp, v), dtype=np.int64)
+    weights = "W" if kind == "zero-bubble" else "B"
+    for local in range(v):
+        for r in range(pp):
+            first_forward[r, local] = index[local * pp + r, "F", 0]
+            last_backward[r, local] = index[local * pp + r, weights, table.num_microbatches - 1]
+    levels = _levels(prev, dep, rank, n)
+    return TableGraph(rank, stage, kinds, microbatch, prev, dep, link, levels, first_forward, last_backward)
 
 
 def _levels(prev: np.ndarray, dep: np.ndarray, rank: np.ndarray, n: int) -> tuple[np.ndarray, ...]:

@@ -57,6 +57,10 @@ class Training:
       ``--tp-comm-overlap``, Transformer Engine userbuffers; Wang et al. 2022); ``False``: the forward ones are
       exposed and the backward ones hide behind the weight-gradient GEMMs (Megatron-LM's asynchronous
       all-reduce).
+    - ``overlap_pipeline_parallel``: the activations and gradients sent between pipeline stages travel while the
+      stages compute (Megatron-Core's ``--overlap-p2p-communication``, torch.distributed.pipelining's
+      asynchronous sends); ``False``: each forward and backward waits for its blocking send and receive, as
+      Megatron-LM's 1F1B did (``send_forward_recv_backward``).
 
     Bad values raise ``CostError`` naming the field.
     """
@@ -76,6 +80,7 @@ class Training:
     flash_attention: bool = True
     overlap_data_parallel: bool = True
     overlap_tensor_parallel: bool = False
+    overlap_pipeline_parallel: bool = True
 
     def __post_init__(self) -> None:
         positive_int("micro_batch_size", self.micro_batch_size)
@@ -86,7 +91,12 @@ class Training:
         choice("recompute", self.recompute, RECOMPUTE)
         for name in ("bytes_per_weight", "bytes_per_gradient", "bytes_per_optimizer_state"):
             positive_int(name, getattr(self, name))
-        for name in ("flash_attention", "overlap_data_parallel", "overlap_tensor_parallel"):
+        for name in (
+            "flash_attention",
+            "overlap_data_parallel",
+            "overlap_tensor_parallel",
+            "overlap_pipeline_parallel",
+        ):
             flag(name, getattr(self, name))
         choice("schedule", self.schedule, SCHEDULES)
         virtual = positive_int("virtual_pipeline_stages", self.virtual_pipeline_stages)
