@@ -22,7 +22,8 @@ Where this model differs from that estimator on purpose:
 - the micro-batches each rank holds come from the schedule's own table (``PipelineSchedule.in_flight``):
   ``min(m, pp - r)`` under 1F1B (the estimator's ``min(1, m / pp)``), all ``m`` under GPipe, and under
   interleaved 1F1B the table's warm-up, which for ``m >= 2 pp`` is the estimator's
-  ``1 + (pp - 1) / (pp v)`` (Narayanan et al. 2021, Section 2.2.2) and less for fewer micro-batches;
+  ``1 + (pp - 1) / (pp v)`` (Narayanan et al. 2021, Section 2.2.2) and less for fewer micro-batches (the
+  embedding's few bytes are spread evenly over rank 0's stages, as that estimator's factor spreads them);
 - ``flash_attention=False``: each layer also keeps its attention scores, softmax output and dropout mask,
   ``5 a s^2 b / t`` bytes, unless selective or full recompute drops them (Korthikanti et al. 2022, Table 2);
   sequence-data parallel keeps ``s / sdp`` rows of the full ``s`` columns;
@@ -135,14 +136,15 @@ def activation_terms(setups: Setups) -> dict[str, np.ndarray]:
 def activation_bytes(setups: Setups) -> np.ndarray:
     """Activation bytes per GPU of each pipeline rank at its peak under the set-ups' schedule.
 
-    Each stage (model chunk) holds, per micro-batch in flight, its layers' stored bytes (plus the embedding's on
-    stage 0, the output layer's on the last); the table gives how many micro-batches each stage holds after each
-    action (``schedules.stage_counts``) and a rank's peak is the largest sum over its stages.
+    Each stage (model chunk) holds, per micro-batch in flight, its layers' stored bytes (plus the embedding's,
+    spread over rank 0's stages, and the output layer's on the last); the table gives how many micro-batches
+    each stage holds after each action (``schedules.stage_counts``) and a rank's peak is the largest sum over
+    its stages.
     """
     terms = activation_terms(setups)
     pp, v = setups.pipeline_parallel, setups.virtual_pipeline_stages
     chunk = setups.chunk_layers[None, :] * terms["stored"][:, None]
-    chunk[:, 0] += terms["embedding"]
+    chunk[:, 0 : pp * v : pp] += terms["embedding"][:, None] / v  # Megatron-LM's estimator: on rank 0's stages evenly
     chunk[:, -1] += terms["output"]
     peak = np.zeros((setups.size, pp))
     for rank, counts in enumerate(stage_counts(setups.schedule, pp, setups.microbatches, v)):
