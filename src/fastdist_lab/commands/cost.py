@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(document))
     elif args.format == "csv":
         for title, frame, index in (
-            ("memory", report.memory, True),
+            ("memory", report.fits(args.hardware), True),
             ("communication", report.communication, False),
             (f"communication time on {args.hardware}", report.communication_time(args.hardware), True),
             (f"step time on {args.hardware}", report.step(args.hardware).breakdown, True),

@@ -215,10 +215,11 @@ class CostReport:
         }
 
     def to_dict(self, hardware: Hardware | str | None = None) -> dict[str, Any]:
-        """Everything as plain Python (for JSON): summary, memory, communication, time on ``hardware``."""
+        """Everything as plain Python (for JSON): summary, memory (with ``fits`` on ``hardware``), communication,
+        communication time and step time on ``hardware``."""
         hw = Hardware.coerce(hardware)
         time = self.communication_time(hw)
-        memory = self.memory.reset_index()
+        memory = self.fits(hw).reset_index()
         return {
             "summary": self.summary(),
             "memory": [{k: _plain(v) for k, v in row.items()} for row in memory.to_dict(orient="records")],
@@ -233,11 +234,12 @@ class CostReport:
         }
 
     def to_text(self, hardware: Hardware | str | None = None) -> str:
-        """Memory per stage, communication rows and time per dim as aligned text tables."""
+        """Memory per stage (and whether it fits ``hardware``), communication rows, communication time per dim and
+        the step time as aligned text tables."""
         hw = Hardware.coerce(hardware)
-        memory = self.memory.copy()
-        for name in MEMORY_COLUMNS[1:]:
-            memory[name] = memory[name].map(format_bytes)
+        memory = self.fits(hw)
+        for name in (*MEMORY_COLUMNS[1:], "usable_bytes"):
+            memory[name] = memory[name].map(lambda v: format_bytes(v) if v == v else "?")
         comm = self.communication.copy()
         for name in ("bytes_per_call", "bytes_per_step", "bus_bytes_per_step"):
             comm[name] = comm[name].map(format_bytes)
