@@ -29,7 +29,11 @@ def test_panel_shows_the_estimate_of_its_layout():
     expected = estimate(layout, "llama2-7b")
     assert panel.report.peak_bytes == expected.peak_bytes and panel.other is None
     assert panel.png.startswith(PNG_MAGIC) and len(panel.traffic_box.children) == 1
-    assert "Communication per step" in panel.tables.value and "Time per step on dgx-h100" in panel.tables.value
+    assert (
+        "Communication per step" in panel.tables.value
+        and "Communication time per step on dgx-h100" in panel.tables.value
+    )
+    assert "Step time on dgx-h100" in panel.tables.value
     assert "tp2 pp4 dp8 data-first: peak" in panel.status.value and panel.error == ""
     assert panel.replay_button.disabled  # no cluster
     assert "fdl-cost-panel" in panel.widget._dom_classes
@@ -67,7 +71,9 @@ def test_model_and_sequence_length_and_hardware():
     assert panel.report.model.seq_length == 1024
     png = panel.png
     panel.hardware.value = "pcie-100gbe"
-    assert "Time per step on pcie-100gbe" in panel.tables.value and panel.png == png  # memory does not depend on it
+    assert (
+        "Communication time per step on pcie-100gbe" in panel.tables.value and panel.png == png
+    )  # memory does not depend on it
 
 
 def test_an_impossible_setting_is_shown_as_text_and_fixing_it_recovers():
@@ -127,7 +133,7 @@ def test_replay_on_a_running_cluster():
         assert cluster.apply(layout).ok
         assert panel.replay(iterations=2) is True, panel.error
         frame = panel.replayed
-        assert frame.index.tolist() == panel.report.time().index.tolist()
+        assert frame.index.tolist() == panel.report.communication_time().index.tolist()
         assert (frame["seconds"] > 0).all() and panel.progress.value == panel.progress.max
         assert "Replayed on the cluster" in panel.replay_table.value and "gloo" in panel.replay_table.value
         panel.micro_batch_size.value = 2  # a new estimate drops the old replay

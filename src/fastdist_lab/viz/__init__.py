@@ -1,5 +1,6 @@
 """Pictures (matplotlib ``Figure`` objects, never pyplot): rank grids, per-dim small multiples, generator streams,
-conventions side by side, what a layout costs (memory per stage, inter-node traffic), and the notebook display
+conventions side by side, what a layout costs (memory per stage, inter-node traffic, the pipeline schedule as it
+runs), and the notebook display
 of a ``Layout``. One palette for all (``viz.colors``).
 
 The rank grids are composed pixel by pixel: ``grid_picture`` / ``stream_picture`` return a ``GridPicture``
@@ -16,6 +17,7 @@ from .layout_picture import grid_picture, plot_layout
 from .marks import stream_marks, verdict_marks
 from .notebook import layout_html
 from .picture import DETAIL_LIMIT, GridGeometry, GridPicture, Marks
+from .pipeline_schedule import plot_schedule, schedule_times
 from .render import to_pixels, to_png
 from .stream_pictures import plot_sharing, plot_streams, stream_picture
 
@@ -32,9 +34,11 @@ __all__ = [
     "plot_dims",
     "plot_layout",
     "plot_memory",
+    "plot_schedule",
     "plot_seed_sharing",
     "plot_sharing",
     "plot_streams",
+    "schedule_times",
     "stream_marks",
     "stream_picture",
     "plot_traffic",
