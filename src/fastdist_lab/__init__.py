@@ -33,6 +33,7 @@ _LAZY: dict[str, str] = {
     "Transformer": ".cost",
     "Training": ".cost",
     "Hardware": ".cost",
+    "search": ".cost",
 }
 """Public names imported on first use (they import torch, matplotlib or ipywidgets), and their modules."""
 
