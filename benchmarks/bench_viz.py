@@ -32,7 +32,16 @@ from fastdist_lab import Layout
 from fastdist_lab.viz import grid_picture, plot_layout, to_png
 from fastdist_lab.viz.colors import fade, group_colors
 from fastdist_lab.viz.grid import cell_grid, cell_labels, draw_grid
-from fastdist_lab.viz.layout_picture import clear_caches
+from fastdist_lab.viz.layout_picture import dim_colouring, position_colouring, span_colouring
+from fastdist_lab.viz.picture import LayerCache
+
+
+def clear_caches() -> None:
+    """Forget every cached colouring and layer: the next picture is drawn cold."""
+    for colouring in (dim_colouring, position_colouring, span_colouring):
+        colouring.cache_clear()
+    for cache in LayerCache.caches:
+        cache.clear()
 
 
 def median_seconds(fn: Callable[[], object], repeat: int, before: Callable[[], object] | None = None) -> float:

@@ -49,7 +49,8 @@ import sys
 
 import torch
 
-from fastdist_lab import Layout, LocalCluster, generator_seeds
+from fastdist_lab import Layout, LocalCluster
+from fastdist_lab.seeds import generator_seeds
 
 world, tp, pp, sdp = map(int, sys.argv[1:5])
 layout = Layout(world_size=world, local_world_size=world, tensor_parallel=tp, pipeline_parallel=pp,

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from .commands import check, cost, layout, streams
-from .config import LayoutError
+from .errors import LayoutError
 
 COMMANDS: dict[str, ModuleType] = {
     "layout": layout,

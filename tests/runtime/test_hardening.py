@@ -15,7 +15,8 @@ import time
 import psutil
 import pytest
 
-from fastdist_lab import ClusterError, ClusterTimeout, LocalCluster
+from fastdist_lab import ClusterError, LocalCluster
+from fastdist_lab.errors import ClusterTimeout
 from fastdist_lab.runtime.procs import wait_gone
 
 WORLD = 8

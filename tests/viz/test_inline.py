@@ -9,6 +9,7 @@ from IPython.core.formatters import DisplayFormatter
 import fastdist_lab as fdl
 from fastdist_lab import viz
 from fastdist_lab.conventions import Megatron
+from fastdist_lab.cost import schedule
 from fastdist_lab.streams import predict
 
 LAYOUT = fdl.Layout(world_size=16, local_world_size=8, tensor_parallel=2, pipeline_parallel=2)
@@ -29,6 +30,11 @@ PICTURES = {
     "plot_cost": lambda: viz.plot_cost(REPORT),
     "plot_cost_comparison": lambda: viz.plot_cost_comparison([REPORT, REPORT], names=["a", "b"]),
     "GridPicture.figure": lambda: viz.grid_picture(LAYOUT, "tensor").figure(),
+    "plot_schedule": lambda: viz.plot_schedule(schedule("1f1b", 2, 4)),
+    "Layout.plot": lambda: LAYOUT.plot("data"),
+    "Layout.plot_dims": lambda: LAYOUT.plot_dims(),
+    "CostReport.plot": lambda: REPORT.plot(),
+    "StreamReport.plot": lambda: STREAMS.plot("tp"),
 }
 
 

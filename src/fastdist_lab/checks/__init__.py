@@ -11,7 +11,7 @@ every rank after an apply.
 
 from __future__ import annotations
 
-from .device_mesh import device_mesh_check
+from .device_mesh_check import device_mesh_check
 from .layout_check import LayoutCheck, check_layout
 from .ranks import rank_summary
 

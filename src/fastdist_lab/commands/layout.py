@@ -15,11 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from ..config import DIM_NAMES, DistributedConfig, LayoutError
-from ..formatting import plural
+from ..config import DIM_NAMES, DistributedConfig
+from ..errors import LayoutError
+from ..formatting import members_text, plural
 from ..layout import Layout
 from ..seeds import generator_seeds
-from .common import add_layout_arguments, config_from_args, given_shape_flags, layout_from_args
+from .flags import add_layout_arguments, config_from_args, given_shape_flags, layout_from_args
 
 HELP = "print which rank holds which coordinates and which ranks form each group"
 
@@ -58,19 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-MEMBERS_SHOWN = 16
-"""Members of one group printed in the table format (the JSON format lists up to ``JSON_MEMBERS``)."""
-
 JSON_MEMBERS = 65536
 """Groups up to this size are listed member by member in the JSON format of ``--rank``."""
-
-
-def members_text(members: range | tuple[int, ...], limit: int = MEMBERS_SHOWN) -> str:
-    """The members of a group as a list, shortened in the middle past ``limit`` members."""
-    if len(members) <= limit:
-        return "[" + ", ".join(str(int(m)) for m in members) + "]"
-    head = ", ".join(str(int(m)) for m in members[: limit // 2])
-    return f"[{head}, ..., {int(members[-1])}] ({len(members):,} ranks)"
 
 
 def _print_rank(config: DistributedConfig, fmt: str) -> None:
@@ -135,7 +125,8 @@ def _load(args: argparse.Namespace) -> Any:
     A source that gives no world size (a Fast-LLM YAML, where torchrun's ``WORLD_SIZE`` gives it) takes
     ``--world-size``, else ``WORLD_SIZE`` (and ``LOCAL_WORLD_SIZE``) from the environment, as Fast-LLM does.
     """
-    from ..conventions import ConventionError, WorldSizeNeeded, load_config
+    from ..conventions import load_config
+    from ..errors import ConventionError, WorldSizeNeeded
 
     given = given_shape_flags(args)
     if given:

@@ -4,22 +4,17 @@ simulated worlds of thousands of ranks in one process (``SimulatedCluster``, on 
 A call on every rank of any cluster passes through five modules: ``cluster`` (the base ``Cluster`` and the call on
 every rank), ``channel`` (typed messages and the controller's end over worker processes), ``rank_loop`` (a rank's
 loop and what each call runs there), ``verification`` (both halves of a layout verification) and ``pool``. Everything
-here imports torch, except ``verification`` and ``results``; names are imported from their modules on first use.
+here imports torch, except ``verification`` and ``results``; names are imported from their modules on first use. The
+exceptions are in ``fastdist_lab.errors``.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from ..lazy import lazy_attributes
 
 _LAZY: dict[str, str] = {
-    "BackendUnavailable": ".errors",
     "CLUSTER_MODES": ".modes",
-    "CapacityError": ".capacity",
-    "ClusterError": ".errors",
-    "ClusterTimeout": ".errors",
     "Distributed": ".pool",
-    "InProcessUnavailable": ".inprocess",
     "LocalCluster": ".local_cluster",
     "MODE_PROVES": ".modes",
     "ProcessGroupPool": ".pool",
@@ -41,12 +36,7 @@ _LAZY: dict[str, str] = {
 __all__ = [
     "CLUSTER_MODES",
     "MODE_PROVES",
-    "BackendUnavailable",
-    "CapacityError",
-    "ClusterError",
-    "ClusterTimeout",
     "Distributed",
-    "InProcessUnavailable",
     "LocalCluster",
     "ProcessGroupPool",
     "RankContext",
@@ -62,14 +52,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fastdist_lab.runtime' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, __all__)

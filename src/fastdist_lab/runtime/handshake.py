@@ -18,8 +18,8 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
+from ..errors import ClusterError
 from .channel import Channel
-from .errors import ClusterError
 
 HANDSHAKE_TIMEOUT = 5.0
 """Seconds a new connection gets to prove it knows the key before it is dropped."""

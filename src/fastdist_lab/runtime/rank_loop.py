@@ -30,6 +30,7 @@ import cloudpickle
 import torch
 
 from ..config import DIM_NAMES, DistributedBackend, DistributedConfig
+from ..formatting import members_text
 from ..layout import Layout
 from ..seeds import generator_seeds
 from .capture import OutputCapture, quiet_harmless_c10d
@@ -39,7 +40,7 @@ from .members import member_tuple
 from .pool import LOOPBACK, Distributed, ProcessGroup, ProcessGroupPool, client_store
 from .procs import die_with_parent
 from .results import STATUS_ERROR, STATUS_INTERRUPTED, STATUS_OK, RankError
-from .verification import SKIP_KEY, layout_groups, members_text, reduction_terms
+from .verification import SKIP_KEY, layout_groups, reduction_terms
 
 
 class RankContext:

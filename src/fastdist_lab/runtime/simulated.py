@@ -28,7 +28,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from ..config import CLUSTER_MODES, LayoutError
+from ..config import CLUSTER_MODES
+from ..errors import LayoutError
 from ..layout import Layout
 from .capacity import check_capacity
 from .cluster import Cluster, check_progress, cluster_sizes, cluster_timeout

@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from multiprocessing.connection import wait
 
+from ..errors import ClusterError, ClusterTimeout
+from ..formatting import ranks_text
 from .channel import (
     Channel,
     Exit,
@@ -38,10 +40,9 @@ from .channel import (
     WorkersKilled,
     WorkerSpec,
 )
-from .errors import ClusterError, ClusterTimeout
 from .handshake import Acceptor, control_address, listen
 from .procs import files_needed, hold_interrupts, kill_quietly, process_running, wait_gone
-from .results import RankError, ranks_text
+from .results import RankError
 
 Report = Callable[[int, str], None]
 """``report(done, message)``: start-up progress (``done`` out of world size + 2)."""

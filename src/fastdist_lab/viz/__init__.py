@@ -1,6 +1,6 @@
 """Pictures (matplotlib ``Figure`` objects, never pyplot, that show themselves in a notebook: ``InlineFigure``;
-a ``GridPicture`` does too): rank grids, per-dim small multiples, generator streams,
-conventions side by side, what a layout costs (memory per stage, inter-node traffic), and the notebook display
+a ``GridPicture`` does too): rank grids, per-dim small multiples, generator streams, conventions side by side, what
+a layout costs (memory per stage, inter-node traffic, the pipeline schedule as it runs), and the notebook display
 of a ``Layout``. One palette for all (``viz.colors``).
 
 The rank grids are composed pixel by pixel: ``grid_picture`` / ``stream_picture`` return a ``GridPicture``
@@ -10,15 +10,16 @@ The rank grids are composed pixel by pixel: ``grid_picture`` / ``stream_picture`
 
 from __future__ import annotations
 
-from .conventions import plot_conventions, plot_seed_sharing
-from .cost import plot_cost, plot_cost_comparison, plot_memory, plot_traffic
+from .convention_pictures import plot_conventions, plot_seed_sharing
+from .cost_pictures import plot_cost, plot_cost_comparison, plot_memory, plot_traffic
 from .grid import plot_dims
 from .layout_picture import grid_picture, plot_layout
 from .marks import stream_marks, verdict_marks
 from .notebook import layout_html
 from .picture import DETAIL_LIMIT, GridGeometry, GridPicture, Marks
+from .pipeline_schedule import plot_schedule, schedule_times
 from .render import InlineFigure, to_pixels, to_png
-from .streams import plot_sharing, plot_streams, stream_picture
+from .stream_pictures import plot_sharing, plot_streams, stream_picture
 
 __all__ = [
     "DETAIL_LIMIT",
@@ -34,9 +35,11 @@ __all__ = [
     "plot_dims",
     "plot_layout",
     "plot_memory",
+    "plot_schedule",
     "plot_seed_sharing",
     "plot_sharing",
     "plot_streams",
+    "schedule_times",
     "stream_marks",
     "stream_picture",
     "plot_traffic",

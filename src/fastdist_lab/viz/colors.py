@@ -57,3 +57,15 @@ def gradient_colors(count: int) -> np.ndarray:
 def text_color(rgb: np.ndarray | tuple[float, float, float]) -> tuple[float, float, float]:
     """A darker shade of a light palette colour, readable as text on white and recognisably the same hue."""
     return tuple(float(c) * 0.55 for c in rgb)  # type: ignore[return-value]
+
+
+ACTION_COLORS: dict[str, tuple[float, float, float]] = {
+    "F": tuple(PALETTE[0]),  # light blue: forward
+    "B": tuple(PALETTE[1]),  # light orange: backward
+    "I": tuple(PALETTE[1]),  # backward of the input: the backward's colour
+    "W": tuple(PALETTE[13]),  # backward of the weights: a darker orange
+}
+"""The colours of a pipeline schedule's actions: forward, backward (split: input, weights)."""
+
+BUBBLE_COLOR: tuple[float, float, float] = tuple(PALETTE[9])
+"""The grey of a pipeline rank's idle time (the bubble)."""

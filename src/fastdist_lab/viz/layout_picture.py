@@ -16,13 +16,13 @@ from functools import lru_cache, partial
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..config import LayoutError
+from ..errors import LayoutError
 from ..formatting import plural
 from ..layout import Layout
 from .aggregate import compose_aggregate, unit_name, unit_size
 from .colors import DISTINCT_COLORS, PALETTE, gradient_colors, text_color
 from .grid import cell_label, check_dim, check_highlight, describe, dim_title
-from .picture import BAD, DETAIL_LIMIT, GOOD, TEXT_DARK, Colouring, GridPicture, LayerCache, Marks, compose_detail
+from .picture import BAD, DETAIL_LIMIT, GOOD, TEXT_DARK, Colouring, GridPicture, Marks, compose_detail
 
 SPANS: tuple[str, ...] = (
     "one whole {dim} group",
@@ -107,13 +107,6 @@ def colouring_of(layout: Layout, dim: str, start: int, stop: int) -> Colouring:
     if bool((cells == cells[:, :1]).all()):  # every cell's ranks sit at one position: the positions show a pattern
         return position
     return span_colouring(layout, dim, start, stop)
-
-
-def clear_caches() -> None:
-    """Forget every cached colouring and layer: the next picture is drawn cold (benchmarks measure that)."""
-    for cache in (dim_colouring, position_colouring, span_colouring):
-        cache.cache_clear()
-    LayerCache.clear_all()
 
 
 def check_ranks(layout: Layout, ranks: tuple[int, int] | None) -> tuple[int, int]:

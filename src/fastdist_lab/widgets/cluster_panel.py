@@ -13,11 +13,12 @@ import traitlets
 
 from ..checks import rank_summary
 from ..config import CLUSTER_MODES
+from ..formatting import plural
 from ..layout import Layout
 from ..viz import grid_picture, verdict_marks
-from .common import TABLE_STYLE, Panel, error_html, frame_table, short_error
 from .grid_view import GridView
 from .layout_panel import LayoutPanel
+from .panel_parts import TABLE_STYLE, Panel, error_html, frame_table, short_error
 from .rank_card import CARD_HINT, hover_text, rank_card_html
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ def results_html(results: RankResults) -> str:
 class ClusterPanel(Panel):
     """Buttons to start, apply and stop a cluster for the current layout, and what came back.
 
-    ``layout`` is a ``Layout`` or a ``LayoutPanel`` to follow; ``set_layout(layout)`` changes the layout to
+    ``layout`` is a ``Layout`` or a ``LayoutPanel`` to follow; assigning ``panel.layout`` changes the layout to
     apply. The ``mode`` menu says what runs the ranks (``CLUSTER_MODES``: ``"processes"``, a ``LocalCluster``;
     ``"threads"`` / ``"fake"``, a ``SimulatedCluster``); when a world is too big for this machine as processes,
     the panel proposes (selects) ``threads`` and says why. Start launches ``layout.world_size`` ranks (``backend``:
@@ -142,14 +143,12 @@ class ClusterPanel(Panel):
         self._highlight: int | None = None
         self._zoom: tuple[int, int] | None = None
         self._marks: Any = None
-        if isinstance(layout, LayoutPanel):  # follow the panel's layout; verdicts go on its grid
+        if isinstance(layout, LayoutPanel):  # verdicts go on the followed panel's grid
             panel = layout
-            panel.observe(lambda change: self.set_layout(change["new"]), names="layout")
             self.observe(lambda change: panel.show_verification(change["new"], self.verified_layout),
                          names="last_verification")  # fmt: skip
             self.show_grid = False
-            layout = panel.layout
-        self.layout = layout
+        self.follow(layout=layout)
         self.observe(self._on_verification, names="last_verification")
         self.observe(self._on_state, names=["layout", "cluster"])
         self.mode.observe(lambda change: None if self._proposing else self._refresh(), names="value")
@@ -164,10 +163,6 @@ class ClusterPanel(Panel):
     def running(self) -> bool:
         """Whether a cluster is up (its workers may be restarting after a failure)."""
         return self.cluster is not None
-
-    def set_layout(self, layout: Layout | None) -> None:
-        """Use ``layout`` for the next start / apply (None: no valid layout)."""
-        self.layout = layout
 
     def _say(self, text: str, error: bool = False) -> None:
         if not error:
@@ -316,7 +311,7 @@ class ClusterPanel(Panel):
             self._say(f"applying the layout to {cluster.world_size} rank(s)...")
             verification = cluster.apply(layout)
             self.verification.value = verification_html(verification)
-            self.tables.set_title(0, f"groups checked (table): {len(verification.rows)} group(s)")
+            self.tables.set_title(0, f"groups checked (table): {plural(len(verification.rows), 'group')}")
             results = cluster.run(rank_summary)
             self.last_results = results
             self.rank_output.value = results_html(results)
