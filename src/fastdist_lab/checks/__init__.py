@@ -4,6 +4,11 @@ with what the layout predicts.
 ``check_layout(cluster, layout)`` is the main job (``fastdist-lab check``): every group verified with real
 collectives, then every rank's real generator streams compared with the prediction.
 
+``check_training(cluster, layout)`` runs one real training step of a small GPT (``TinyGPT``) on the layout's groups
+(tensor, sequence-tensor, pipeline with torch's schedules, sequence-data and data parallel) and the same step in one
+process, and compares every rank's gradients and updated weights (``TrainingCheck``); ``TrainingFault`` breaks one
+thing on purpose. These names import torch, so they are served on first use.
+
 ``device_mesh_check(cluster)`` builds torch's real ``DeviceMesh`` from ``Layout.device_mesh_spec()`` on every rank
 and checks each named dim's mesh group with a real collective; ``rank_summary`` is what the cluster panel asks
 every rank after an apply.
@@ -11,8 +16,43 @@ every rank after an apply.
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 from .device_mesh import device_mesh_check
 from .layout_check import LayoutCheck, check_layout
 from .ranks import rank_summary
 
-__all__ = ["LayoutCheck", "check_layout", "device_mesh_check", "rank_summary"]
+_LAZY: dict[str, str] = {
+    "SCHEDULES": ".pipeline_carrier",
+    "TinyGPT": ".tiny_gpt",
+    "TrainingCheck": ".train_step",
+    "TrainingFault": ".train_rank",
+    "check_training": ".train_step",
+}
+"""The training check's public names and their modules (they import torch: served on first use)."""
+
+__all__ = [
+    "SCHEDULES",
+    "LayoutCheck",
+    "TinyGPT",
+    "TrainingCheck",
+    "TrainingFault",
+    "check_layout",
+    "check_training",
+    "device_mesh_check",
+    "rank_summary",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fastdist_lab.checks' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
