@@ -42,6 +42,8 @@ from .train_rank import TrainingFault, TrainingPlan, train_rank
 
 SUMMARY_ROWS = 5
 """How many of the worst parameter rows a summary shows."""
+SUMMARY_PROBLEMS = 8
+"""How many problems a summary spells out (the most telling come first)."""
 
 
 @dataclass
@@ -113,7 +115,9 @@ class TrainingCheck:
             lines.append(_format_table(worst))
         if self.dropout is not None:
             lines.append(self.dropout[["check", "scope", "compared", "failed", "ok"]].to_string(index=False))
-        lines += [f"problem: {problem}" for problem in self.problems]
+        lines += [f"problem: {problem}" for problem in self.problems[:SUMMARY_PROBLEMS]]
+        if len(self.problems) > SUMMARY_PROBLEMS:
+            lines.append(f"... and {len(self.problems) - SUMMARY_PROBLEMS} more problem(s) (TrainingCheck.problems)")
         lines.append("result: OK" if self.ok else "result: FAILED")
         return "\n".join(lines)
 
@@ -137,6 +141,35 @@ def _applied(cluster: Any, layout: Layout, timeout: float | None) -> Layout:
     if not verification.ok:
         raise ClusterError(f"the layout's groups failed their check, so no training step ran:\n{verification}")
     return getattr(cluster, "layout", None) or layout
+
+
+def training_settings(
+    layout: Layout,
+    model: TinyGPT | None = None,
+    schedule: str = "1f1b",
+    micro_batches: int | None = None,
+    micro_batch_size: int = 1,
+    virtual_stages: int = 2,
+    dropout: float = 0.0,
+    zero_stage: int = 1,
+) -> tuple[TinyGPT, int]:
+    """The model and the micro-batches per data rank of a training step of ``layout`` with these settings (the
+    defaults of ``check_training`` filled in); ``LayoutError`` naming the first bad value, before anything runs."""
+    model = TinyGPT() if model is None else model
+    if not isinstance(model, TinyGPT):
+        raise LayoutError(f"model={model!r} must be a TinyGPT")
+    if isinstance(dropout, bool) or not (isinstance(dropout, (int, float)) and 0.0 <= dropout < 1.0):
+        raise LayoutError(f"dropout={dropout!r} must be a probability in [0, 1)")
+    if zero_stage not in (0, 1) or isinstance(zero_stage, bool):
+        raise LayoutError(f"zero_stage={zero_stage!r}: the training check runs ZeRO stage 0 or 1")
+    if isinstance(micro_batch_size, bool) or not isinstance(micro_batch_size, int) or micro_batch_size < 1:
+        raise LayoutError(f"micro_batch_size={micro_batch_size!r} must be a positive integer")
+    micro_batches = 2 * layout.pipeline_parallel if micro_batches is None else micro_batches
+    stages = check_schedule(schedule, layout.pipeline_parallel, micro_batches, virtual_stages)
+    model.check_layout(
+        layout.tensor_parallel, layout.sequence_data_parallel, bool(layout.sequence_tensor_parallel), stages
+    )
+    return model, micro_batches
 
 
 def check_training(
@@ -168,19 +201,8 @@ def check_training(
     that raises or hangs, ``ClusterError`` / ``ClusterTimeout``.
     """
     require_pipelining()
-    model = TinyGPT() if model is None else model
-    if not isinstance(model, TinyGPT):
-        raise LayoutError(f"model={model!r} must be a TinyGPT")
-    if not (isinstance(dropout, (int, float)) and 0.0 <= dropout < 1.0):
-        raise LayoutError(f"dropout={dropout!r} must be a probability in [0, 1)")
-    if zero_stage not in (0, 1):
-        raise LayoutError(f"zero_stage={zero_stage!r}: the training check runs ZeRO stage 0 or 1")
-    if isinstance(micro_batch_size, bool) or not isinstance(micro_batch_size, int) or micro_batch_size < 1:
-        raise LayoutError(f"micro_batch_size={micro_batch_size!r} must be a positive integer")
-    micro_batches = 2 * layout.pipeline_parallel if micro_batches is None else micro_batches
-    stages = check_schedule(schedule, layout.pipeline_parallel, micro_batches, virtual_stages)
-    model.check_layout(
-        layout.tensor_parallel, layout.sequence_data_parallel, bool(layout.sequence_tensor_parallel), stages
+    model, micro_batches = training_settings(
+        layout, model, schedule, micro_batches, micro_batch_size, virtual_stages, dropout, zero_stage
     )
     begin = time.perf_counter()
     applied = _applied(cluster, layout, timeout)
