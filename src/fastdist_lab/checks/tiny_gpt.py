@@ -80,7 +80,8 @@ class TinyGPT:
         ]
         if sequence_tensor:
             chunk = self.sequence_length // max(sequence_data, 1)
-            rules.append((chunk, tensor, "sequence_length / sequence_data_parallel", "tensor_parallel"))
+            what = f"sequence chunk (sequence_length {self.sequence_length} / sequence_data_parallel {sequence_data})"
+            rules.append((chunk, tensor, what, "sequence_tensor_parallel over tensor_parallel"))
         for total, parts, what, by in rules:
             if total % parts:
                 raise LayoutError(f"{by}={parts} must divide the model's {what}={total}")

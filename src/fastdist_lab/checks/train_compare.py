@@ -191,9 +191,9 @@ def zero_problems(frame: pd.DataFrame) -> list[str]:
         return []
     names = list(dict.fromkeys(zero["name"]))
     layers = sorted({name.split(".")[1] for name in names if name.startswith("layers.")}, key=int)
-    where = f" (layer(s) {', '.join(layers)})" if layers else ""
-    ranks = sorted(int(rank) for rank in zero["rank"].unique())
+    what = f"of layer(s) {', '.join(layers)} " if layers else ""
+    holders = sorted(int(rank) for rank in frame.loc[frame["name"].isin(names), "rank"].unique())
     return [
-        f"{len(names)} tensors{where} have a zero gradient on ranks {ranks} where one process has none: "
-        f"those ranks left them out of the step, first {names[0]}"
+        f"{len(names)} tensors {what}have a zero gradient where one process has none (held by ranks {holders}): "
+        f"their pipeline stage left them out of the step; first {names[0]}"
     ]

@@ -72,16 +72,26 @@ def stage_layers(layers: int, stage: int, stages: int) -> range:
 
 
 def _group(ctx: Any, dim: str, fault: TrainingFault) -> tuple[Any, tuple[int, ...], int]:
-    """This rank's group of ``dim``: the group object, its members and this rank's place in it."""
-    config = ctx.config
-    distributed_dim = config.distributed_dims[dim]
+    """This rank's group of ``dim``: the group object, its members as the pool created it, this rank's place."""
+    if ctx.distributed is None:
+        raise RuntimeError(f"rank {ctx.rank} has no layout applied; apply one to the cluster first")
+    distributed_dim = ctx.config.distributed_dims[dim]
     members = tuple(int(r) for r in distributed_dim.global_ranks)
-    group, rank = ctx.distributed.group(dim), distributed_dim.rank
+    group = ctx.distributed.group(dim)
     if fault.swapped is not None and fault.swapped[0] == dim and fault.swapped[1] in members and len(members) > 1:
         members = (members[1], members[0], *members[2:])
-        rank = members.index(ctx.rank)
-        group = ctx.pool.get_process_group(members, rank)
-    return group, members, rank
+        group = ctx.pool.get_process_group(members, members.index(ctx.rank))
+    if group is None:
+        return None, (ctx.rank,), 0
+    record = ctx.pool.record_of(group)  # what the pool created this very object for
+    members = record.members if record is not None else members
+    return group, members, members.index(ctx.rank)
+
+
+def rank_groups(ctx: Any, fault: TrainingFault) -> dict[str, tuple[int, ...]]:
+    """Before any step: the member list of each group this rank is about to use, as its pool created the group (a
+    rank function; no communication)."""
+    return {dim: _group(ctx, dim, fault)[1] for dim in TRAINING_DIMS}
 
 
 def _metas(plan: TrainingPlan, stage: int, stages: int, par: Parallel, device: torch.device) -> dict[str, Any]:
@@ -178,8 +188,6 @@ def _reduce(params: list[torch.nn.Parameter], group: Any, group_rank: int, plan:
 def train_rank(ctx: Any, plan: TrainingPlan) -> dict[str, Any]:
     """One training step on this rank (a rank function for ``cluster.run``); returns its shards (initial, reduced
     gradient, updated), its loss when it holds the last stage, the groups it used and its dropout records."""
-    if ctx.distributed is None:
-        raise RuntimeError(f"rank {ctx.rank} has no layout applied; apply one to the cluster first")
     begin = time.perf_counter()
     config, fault, model = ctx.config, plan.fault, plan.model
     used = {dim: _group(ctx, dim, fault) for dim in TRAINING_DIMS}

@@ -26,7 +26,7 @@ from ..config import LayoutError
 from ..layout import Layout
 from ..runtime import ClusterError
 from .dropout_check import dropout_rows, mask_ids
-from .pipeline_carrier import check_schedule, require_pipelining
+from .pipeline_carrier import MULTI_STAGE, check_schedule, require_pipelining
 from .tiny_gpt import TinyGPT, reference_step
 from .train_compare import (
     RANK_COLUMNS,
@@ -38,7 +38,7 @@ from .train_compare import (
     shard_problems,
     zero_problems,
 )
-from .train_rank import TrainingFault, TrainingPlan, train_rank
+from .train_rank import TrainingFault, TrainingPlan, rank_groups, train_rank
 
 SUMMARY_ROWS = 5
 """How many of the worst parameter rows a summary shows."""
@@ -53,8 +53,11 @@ class TrainingCheck:
     ``loss`` (the layout's, summed over the last stage's data ranks) and ``reference_loss`` (one process; ``None``
     with dropout); ``table``: one row per parameter tensor (largest gradient and weight errors over every rank's
     shard, relative and absolute, the worst rank, the tolerance, ``ok``), ``None`` with dropout; ``tensors``: one
-    row per (rank, parameter tensor); ``dropout``: the judgments of a step with dropout (else ``None``);
-    ``problems``: what does not add up, in words, most telling first.
+    row per (rank, parameter tensor); ``dropout``: the judgments of a step with dropout (else ``None``) and
+    ``mask_sharing``, per rank the id of the first mask it drew from ``pp`` (equal ids: the same mask);
+    ``problems``: what does not add up, in words, most telling first. When a rank's groups are not the layout's,
+    no step runs (its peers would wait for it in collectives): the problems name the groups. ``seconds``: the
+    time of each phase.
     """
 
     layout: Layout
@@ -201,6 +204,8 @@ def check_training(
     that raises or hangs, ``ClusterError`` / ``ClusterTimeout``.
     """
     require_pipelining()
+    if getattr(cluster, "mode", None) == "fake":
+        raise ClusterError("fake process groups run no collective, so no training step: use threads or processes")
     model, micro_batches = training_settings(
         layout, model, schedule, micro_batches, micro_batch_size, virtual_stages, dropout, zero_stage
     )
@@ -223,75 +228,62 @@ def check_training(
         learning_rate,
         fault or TrainingFault(),
     )
+    settings = {"micro_batches": micro_batches, "micro_batch_size": micro_batch_size, "dropout": dropout}
+    settings.update(zero_stage=zero_stage, seed=seed)
+    if schedule in MULTI_STAGE:
+        settings["virtual_stages"] = virtual_stages
+    check = TrainingCheck(applied, str(getattr(cluster, "mode", "processes")), schedule, settings, None, None, None,
+                          _empty_tensors(), None, [], tolerance)  # fmt: skip
     started = time.perf_counter()
-    results = cluster.run(train_rank, plan, timeout=timeout)
+    groups = _ran(cluster.run(rank_groups, plan.fault, timeout=timeout))
+    check.problems = group_problems(applied, [{"rank": rank, "groups": used} for rank, used in enumerate(groups)])
+    if check.problems:  # ranks would wait in collectives their peers never join: name the groups, run no step
+        check.problems.append("no training step ran: the ranks' groups are not the layout's")
+        check.seconds = {"apply": started - begin, "groups": time.perf_counter() - started}
+        return check
+    values = sorted(_ran(cluster.run(train_rank, plan, timeout=timeout)), key=lambda value: value["rank"])
     ran = time.perf_counter()
-    if not results.ok:
-        raise ClusterError(f"the training step failed on some ranks:\n{results!r}", results)
-    values = sorted(results.values, key=lambda value: value["rank"])
     last = [v for v in values if v["loss"] is not None and applied.coordinates["tensor_rank"][v["rank"]] == 0]
-    loss = float(sum(v["loss"] for v in last)) if last else None
-    reference = None
+    check.loss = float(sum(v["loss"] for v in last)) if last else None
     if dropout == 0.0:
         reference = reference_step(model, weights, tokens, learning_rate)
         reference["initial"] = weights
-    referenced = time.perf_counter()
-    settings = {
-        "micro_batches": micro_batches,
-        "micro_batch_size": micro_batch_size,
-        "dropout": dropout,
-        "zero_stage": zero_stage,
-        "seed": seed,
-    }
-    if schedule in ("interleaved-1f1b", "looped-bfs"):
-        settings["virtual_stages"] = virtual_stages
-    mode = str(getattr(cluster, "mode", "processes"))
-    problems = group_problems(applied, values)
-    if reference is None:
-        device = str(getattr(cluster, "device_type", "cpu"))
-        judged = dropout_rows(applied, values, float(dropout), device)
-        problems += [f"{row.check}: {row.detail}" for row in judged.itertuples() if not row.ok]
-        check = TrainingCheck(
-            applied,
-            mode,
-            schedule,
-            settings,
-            loss,
-            None,
-            None,
-            _empty_tensors(),
-            judged,
-            problems,
-            tolerance,
-            mask_ids(values, applied.world_size),
-        )
+        _judge_reference(check, reference, values)
     else:
-        frame = rank_rows(reference, values)
-        table = parameter_table(frame, reference, values, tolerance)
-        problems += shard_problems(frame) + zero_problems(frame)
-        outside = rank_worst(frame, applied.world_size)
-        bad = [int(rank) for rank, value in outside.items() if not value <= tolerance]
-        if bad and len(bad) < applied.world_size:
-            problems.append(f"ranks outside the tolerance: {bad}")
-        ref_loss = reference["loss"]
-        if loss is None or abs(loss - ref_loss) > tolerance * max(abs(ref_loss), 1e-30):
-            problems.append(f"the loss differs: {loss} on the layout, {ref_loss} in one process")
-        for row in table[~table["ok"]].itertuples():
-            worst = max(row.grad_rel, row.weight_rel) if not math.isnan(row.grad_rel) else row.weight_rel
-            problems.append(
-                f"{row.name}: relative error {worst:.1e} > {tolerance:g} (worst on rank {row.worst_rank})"
-                + (f"; {row.note}" if row.note else "")
-            )
-        check = TrainingCheck(
-            applied, mode, schedule, settings, loss, ref_loss, table, frame, None, problems, tolerance
-        )
-    check.seconds = {
-        "apply": started - begin,
-        "step": ran - started,
-        "reference": referenced - ran,
-        "compare": time.perf_counter() - referenced,
-    }
+        check.dropout = dropout_rows(applied, values, float(dropout), str(getattr(cluster, "device_type", "cpu")))
+        check.problems += [f"{row.check}: {row.detail}" for row in check.dropout.itertuples() if not row.ok]
+        check.mask_sharing = mask_ids(values, applied.world_size)
+    check.seconds = {"apply": started - begin, "step": ran - started, "compare": time.perf_counter() - ran}
     return check
+
+
+def _judge_reference(check: TrainingCheck, reference: dict[str, Any], values: list[dict[str, Any]]) -> None:
+    """Fill ``check``'s tables and problems from every rank's shards against the one-process ``reference``."""
+    tolerance, world = check.tolerance, check.layout.world_size
+    check.reference_loss = reference["loss"]
+    check.tensors = frame = rank_rows(reference, values)
+    check.table = table = parameter_table(frame, reference, values, tolerance)
+    problems = shard_problems(frame) + zero_problems(frame)
+    bad = [int(rank) for rank, value in rank_worst(frame, world).items() if not value <= tolerance]
+    if bad and len(bad) < world:
+        problems.append(f"ranks outside the tolerance: {bad}")
+    loss, ref_loss = check.loss, check.reference_loss
+    if loss is None or abs(loss - ref_loss) > tolerance * max(abs(ref_loss), 1e-30):
+        problems.append(f"the loss differs: {loss} on the layout, {ref_loss} in one process")
+    for row in table[~table["ok"]].itertuples():
+        worst = row.weight_rel if math.isnan(row.grad_rel) else max(row.grad_rel, row.weight_rel)
+        note = f"; {row.note}" if row.note else ""
+        problems.append(
+            f"{row.name}: relative error {worst:.1e} > {tolerance:g} (worst on rank {row.worst_rank}){note}"
+        )
+    check.problems += problems
+
+
+def _ran(results: Any) -> list[Any]:
+    """Every rank's value, or ``ClusterError`` with the results when a rank raised."""
+    if not results.ok:
+        raise ClusterError(f"the training step failed on some ranks:\n{results!r}", results)
+    return list(results.values)
 
 
 def _empty_tensors() -> pd.DataFrame:
