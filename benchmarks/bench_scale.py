@@ -61,8 +61,8 @@ def child_simulated(mode: str, world_size: int, probe: int) -> dict[str, Any]:
     as the cluster does it and as the naive check (every group all-gathered), on the same built groups, ``probe``
     times each (the best is kept)."""
     from fastdist_lab import SimulatedCluster
+    from fastdist_lab.runtime.rank_loop import check_groups
     from fastdist_lab.runtime.verification import THREADS_GATHER_LIMIT
-    from fastdist_lab.runtime.worker import checker
 
     layout = layout_of(world_size)
     begin = time.monotonic()
@@ -81,7 +81,7 @@ def child_simulated(mode: str, world_size: int, probe: int) -> dict[str, Any]:
         for _ in range(probe):  # the best of ``probe`` rounds, alternating, so both see the same machine load
             for name, limit in (("ours_step2_s", THREADS_GATHER_LIMIT), ("naive_step2_s", None)):
                 begin = time.monotonic()
-                results = cluster.run(checker(set(), limit))
+                results = cluster.run(check_groups, set(), limit)
                 out[name] = min(out.get(name, float("inf")), time.monotonic() - begin)
                 out["ok"] = out["ok"] and bool(results.ok)
     finally:

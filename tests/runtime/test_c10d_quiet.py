@@ -1,5 +1,5 @@
 """torch's ``[c10d] The hostname of the client socket cannot be retrieved. err=-3`` never reaches a user:
-``quiet_harmless_c10d`` filters it where the project's ranks connect to the store (``runtime.worker``,
+``quiet_harmless_c10d`` filters it where the project's ranks connect to the store (``runtime.rank_loop``,
 ``runtime.torchrun``), and passes every other line.
 
 The warning comes from a store client whose process resolves a host name for the first time while many of its

@@ -14,7 +14,7 @@ rank). A real gloo group cannot be created that way without a hang: its creation
 members at exactly their group ranks, so a group of a swapped member list or a duplicated group rank waits for
 ranks that never come. In processes mode the corrupted rank therefore joins the true group's rendezvous and the
 pool then hands out (wrong member) that group recorded as created for the swapped list, or (wrong group rank) that
-group behind a stand-in whose ``rank()`` lies. Step 1 of the verification (``runtime.verify.rank_identity``) finds
+group behind a stand-in whose ``rank()`` lies. Step 1 of the verification (``runtime.rank_loop.rank_identity``) finds
 both without communication, and every member skips the group in step 2, so nothing waits.
 """
 
@@ -184,9 +184,8 @@ def test_threads_catch_one_ranks_falsified_all_reduce_terms_by_the_sums(term, de
 
 
 def test_distributed_raises_on_a_group_of_the_wrong_group_rank_unless_told_not_to_be_strict():
-    from fastdist_lab.runtime.inprocess import fake_group, fake_store
+    from fastdist_lab.runtime.inprocess import FakeGroupPool, fake_group, fake_store
     from fastdist_lab.runtime.pool import Distributed
-    from fastdist_lab.runtime.simulated_pool import FakeGroupPool
 
     config_of = Layout(**dict(LAYOUT.fields(), backend="gloo")).config
 

@@ -58,6 +58,19 @@ def test_a_worker_killed_between_calls_shows_as_not_running_and_is_replaced(clus
     assert cluster.running and victim not in cluster.pids
 
 
+def test_a_killed_worker_server_shows_as_not_running_and_is_replaced(cluster):
+    server = cluster.server_pid
+    os.kill(server, signal.SIGKILL)  # its workers go with it (their parent-death signal)
+    deadline = time.monotonic() + 5
+    while cluster.running and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not cluster.running
+    with pytest.warns(RuntimeWarning, match="died since the last call; starting fresh workers"):
+        results = cluster.run(lambda ctx: ctx.distributed.tensor_group.size())
+    assert results.values == [2] * WORLD  # a new server, new workers, the layout applied again
+    assert cluster.running and cluster.server_pid not in (None, server)
+
+
 def _sleep_on_rank_2(ctx, seconds):
     import time
 

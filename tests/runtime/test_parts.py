@@ -17,7 +17,6 @@ from fastdist_lab import Layout
 from fastdist_lab.runtime import Distributed, ProcessGroupPool, RankError, RankResult, RankResults, Verification
 from fastdist_lab.runtime.capture import OutputCapture, quiet_harmless_c10d
 from fastdist_lab.runtime.channel import (
-    Acceptor,
     Channel,
     ExitStatuses,
     Outcome,
@@ -27,13 +26,11 @@ from fastdist_lab.runtime.channel import (
     Statuses,
     WorkerHello,
     WorkersKilled,
-    connect,
-    control_address,
-    listen,
     outcome_to_result,
 )
+from fastdist_lab.runtime.handshake import Acceptor, connect, control_address, listen
 from fastdist_lab.runtime.progress import ProgressBar, resolve_progress
-from fastdist_lab.runtime.verify import expected_groups
+from fastdist_lab.runtime.verification import expected_groups
 
 # ----------------------------------------------------------------------------------------------- channel
 
@@ -180,6 +177,14 @@ def test_a_bar_shows_only_for_slow_work(capsys):
     assert "slow" in err and "4/4" in err and "all ready" in err
 
 
+def test_a_rank_reports_an_unknown_call_kind_as_its_own_error():
+    from fastdist_lab.runtime.rank_loop import RankContext, execute
+
+    outcome = execute(RankContext(0, 1, None), "nope", None)
+    result = outcome_to_result(0, outcome)
+    assert result.status == "error" and str(result.error) == "RuntimeError: unknown call kind 'nope'"
+
+
 # ----------------------------------------------------------------------------------------------- results
 
 
@@ -202,7 +207,7 @@ def test_results_are_indexed_by_rank_and_a_missing_rank_is_reported_as_missing()
     assert [r.rank for r in results] == [0, 1, 2, 3]
     assert results[3].status == "error" and results[2].status == "missing"
     assert results.values[3] is None and results.values[2] is None and results.values[1] is not None
-    assert results.missing_ranks == [2] and sorted(results.errors) == [2, 3]
+    assert results.failed_ranks == [2, 3] and sorted(results.errors) == [2, 3]
     verification = Verification.from_rank_rows(expected_groups(layout), results)
     tensor = [row for row in verification.rows if row["dim"] == "tensor" and row["members"] == [2, 3]][0]
     assert "rank 2: missing" in tensor["detail"] and "rank 3: error" in tensor["detail"]
@@ -251,18 +256,18 @@ def test_groups_come_into_being_in_one_overridable_method_and_reuse_is_public():
     pool.created = []
     config = Layout(world_size=8, local_world_size=8, tensor_parallel=2, pipeline_parallel=2, backend="gloo").config(0)
     first = Distributed(config, use_cpu=True, pool=pool)
-    assert pool.created and all(pool.has_group(members) for members in pool.created)
+    assert pool.created and all(members in pool.groups for members in pool.created)
     assert first.group_created["world"] and isinstance(first.world_group, _Group)
     again = Distributed(Layout.from_config(config).config(0), use_cpu=True, pool=pool)
     assert not any(again.group_created.values())  # every group came from the pool
-    assert not pool.has_group((0, 7))
+    assert (0, 7) not in pool.groups
 
 
 def test_dead_and_upward_names_are_gone():
-    from fastdist_lab.runtime import cluster, pool
-    from fastdist_lab.runtime.cluster import LocalCluster
+    from fastdist_lab.runtime import local_cluster, pool
+    from fastdist_lab.runtime.local_cluster import LocalCluster
 
-    assert not hasattr(cluster, "STATUSES")
+    assert not hasattr(local_cluster, "STATUSES")
     assert not hasattr(pool, "default_pool")
     assert not hasattr(LocalCluster, "device_mesh")  # the DeviceMesh check drives a cluster from above it
 

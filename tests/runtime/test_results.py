@@ -8,7 +8,7 @@ import pytest
 
 from fastdist_lab import Layout, load_report
 from fastdist_lab.runtime import RankError, RankResult, RankResults, Verification
-from fastdist_lab.runtime.verify import expected_groups
+from fastdist_lab.runtime.verification import expected_groups
 
 
 def _rows_of(layout: Layout, rank: int, wrong_gather: bool = False) -> dict:

@@ -1,9 +1,10 @@
 """Real process groups: the pool and ``Distributed`` (gloo / NCCL), a persistent ``LocalCluster``, results;
 simulated worlds of thousands of ranks in one process (``SimulatedCluster``, on torch's threaded and fake groups).
 
-Three parts make the cluster: process supervision (``supervisor``, ``workers``, ``server``, ``procs``), the typed
-control channel (``channel``) and calls (``calls``); ``cluster.LocalCluster`` composes them. Everything here
-imports torch, except ``verification`` and ``results``; names are imported from their modules on first use.
+A call on every rank of any cluster passes through five modules: ``cluster`` (the base ``Cluster`` and the call on
+every rank), ``channel`` (typed messages and the controller's end over worker processes), ``rank_loop`` (a rank's
+loop and what each call runs there), ``verification`` (both halves of a layout verification) and ``pool``. Everything
+here imports torch, except ``verification`` and ``results``; names are imported from their modules on first use.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ _LAZY: dict[str, str] = {
     "ClusterTimeout": ".errors",
     "Distributed": ".pool",
     "InProcessUnavailable": ".inprocess",
-    "LocalCluster": ".cluster",
+    "LocalCluster": ".local_cluster",
     "MODE_PROVES": ".modes",
     "ProcessGroupPool": ".pool",
-    "RankContext": ".worker",
+    "RankContext": ".rank_loop",
     "RankError": ".results",
     "RankResult": ".results",
     "RankResults": ".results",

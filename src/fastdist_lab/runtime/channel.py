@@ -1,46 +1,40 @@
-"""The control channel: typed messages between the controller, the worker server and the workers.
+"""The message channel: the typed messages between the controller, the worker server and the workers, the
+``Channel`` they travel on, and the controller's end over one generation of workers (``Workers``).
 
-One module both ends import. Every message is a frozen dataclass or a named tuple; ``Channel.receive`` names
-the types it accepts and refuses anything else, so a start-up handshake verifies what it got. Requests to the
-server carry a number and ``Channel.ask`` drops replies to other numbers (a reply left over from an interrupted
-request cannot be taken for the next one). A worker's call reply becomes a ``RankResult`` in exactly one place,
-``outcome_to_result``, used by the local cluster and by the torchrun path alike.
+One module every end imports. Every message is a frozen dataclass or a named tuple; ``Channel.receive`` names the
+types it accepts and refuses anything else. Requests to the server carry a number and ``Channel.ask`` drops replies
+to other numbers (a reply left over from an interrupted request cannot be taken for the next one). A worker's call
+reply becomes a ``RankResult`` in exactly one place, ``outcome_to_result``, used by the local cluster and by the
+torchrun path alike. A channel exists only once ``runtime.handshake`` proved both ends know the cluster's key.
 
-The channel is a unix socket with a short address (a path in the cluster's private directory, or an abstract name
-where that path would be too long). Each connection first proves, both ways, that it knows the cluster's random
-key (HMAC-SHA256 over fresh nonces, fixed-size frames with a deadline), so a stranger can neither command workers
-nor stall the controller by connecting and saying nothing.
+``Workers`` is how a call reaches the worker processes (``cluster.perform_call``'s transport): it sends a call to
+every rank, hands back the replies that arrived, tells which ranks' processes are gone, forwards interrupts, collects
+Python stacks (faulthandler dumps triggered with SIGUSR1) and exit statuses, and stops the generation, through the
+two callables the worker server that forked it passes in.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import hmac
 import os
-import socket
-import sys
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, wait
 from typing import Any, NamedTuple
 
 import cloudpickle
 
 from .errors import ClusterError, ClusterTimeout
-from .procs import hold_interrupts, interrupts_held
+from .procs import hold_interrupts, interrupts_held, kill_quietly, pid_alive, process_running
 from .results import RankError, RankResult
 
-HANDSHAKE_TIMEOUT = 5.0
-"""Seconds a new connection gets to prove it knows the key before it is dropped."""
-PENDING_LIMIT = 1024
-"""Connections at most in the middle of their handshake at once (the oldest is dropped beyond)."""
-MAX_PATH = 100
-"""Longest unix socket path used (the system limit is 104 to 108 bytes)."""
-
-_MAGIC = b"fdlab\x01ch"
-_NONCE = 32
-_DIGEST = 32
+STACK_WAIT = 1.5
+"""Seconds to wait for the stack dumps of ranks that did not answer."""
+EXIT_WAIT = 0.5
+"""Seconds workers get to leave on their own when the cluster closes."""
 
 
 class ProtocolError(ClusterError):
@@ -173,7 +167,8 @@ class WorkerFailed:
 
 
 class Call(NamedTuple):
-    """Request to every worker: ``kind`` ``"run"`` (payload: pickled ``(fn, args)``) or ``"apply"`` (layout fields)."""
+    """Request to every rank: ``kind`` ``"run"``, ``"apply"`` or ``"check"`` and its payload (``rank_loop.call_target``
+    says what each runs)."""
 
     call_id: int
     kind: str
@@ -277,164 +272,154 @@ class Channel:
         self.connection.close()
 
 
-# ----------------------------------------------------------------------------------------------- addresses
-def control_address(directory: str) -> str:
-    """A unix socket address for a listener: ``<directory>/ctl`` when short enough, else an abstract name."""
-    path = os.path.join(directory, "ctl")
-    if len(os.fsencode(path)) <= MAX_PATH:
-        return path
-    if not sys.platform.startswith("linux"):
-        raise ClusterError(
-            f"the temporary directory {directory!r} is too long for a unix socket path; set TMPDIR to a shorter one"
-        )
-    return "\0fastdist-lab-" + os.urandom(12).hex()
+# ------------------------------------------------------------------------------------- a generation of workers
+class Workers:
+    """The workers of one generation, as a call sees them: ``pids`` and ``channels`` by rank, stack dumps under
+    ``stack_dir``. The worker server (process ``server_pid``) that forked them passes ``kill(pids)`` (end them and
+    their descendants, and wait until they are gone) and ``statuses(pids)`` (how each ended, in words, by pid)."""
 
+    def __init__(
+        self,
+        pids: dict[int, int],
+        stack_dir: str,
+        server_pid: int,
+        kill: Callable[[list[int]], None],
+        statuses: Callable[[list[int]], dict[int, str]],
+    ):
+        self.pids = dict(pids)
+        self.channels: dict[int, Channel] = {}
+        self.stack_dir = stack_dir
+        self.server_pid = server_pid
+        self.kill = kill
+        self.statuses = statuses
+        self.stopped = False
 
-def listen(address: str, backlog: int) -> socket.socket:
-    """A listening unix socket at ``address`` (path or abstract name)."""
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        listener.bind(address)
-        listener.listen(backlog)
-    except BaseException:
-        listener.close()
-        raise
-    return listener
+    @property
+    def ranks(self) -> list[int]:
+        """Every rank of this generation."""
+        return sorted(self.pids)
 
+    def adopt(self, rank: int, pid: int, channel: Channel) -> None:
+        """Take the channel of a worker that said hello (it must be one of this generation's, not yet seen)."""
+        if self.pids.get(rank) != pid or rank in self.channels:
+            channel.close()
+            raise ProtocolError(f"a worker said it is rank {rank} with pid {pid}, which this generation did not start")
+        channel.peer = f"rank {rank}"
+        self.channels[rank] = channel
 
-# ----------------------------------------------------------------------------------------------- handshake
-def _digest(key: bytes, role: bytes, nonce: bytes) -> bytes:
-    return hmac.new(key, role + nonce, "sha256").digest()
+    def pid(self, rank: int) -> int | None:
+        """The process id of ``rank``."""
+        return self.pids.get(rank)
 
+    @property
+    def alive(self) -> bool:
+        """Whether the server and every worker process still run (and the generation was not stopped).
 
-def _recv_exact(sock: socket.socket, size: int) -> bytes:
-    data = bytearray()
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            raise ConnectionError("the controller closed the connection during the handshake")
-        data += chunk
-    return bytes(data)
+        A worker that died a moment ago may still count until the server reaps it; a call to it then reports it.
+        """
+        if self.stopped or not process_running(self.server_pid):
+            return False
+        return all(pid_alive(pid) for pid in self.pids.values())
 
-
-def connect(address: str, authkey: bytes, peer: str = "controller", timeout: float = HANDSHAKE_TIMEOUT) -> Channel:
-    """Connect to a listener at ``address`` and prove both ways that each side knows ``authkey``.
-
-    A full backlog (the listener is busy) is waited out until ``timeout``.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(timeout)
-        try:
-            sock.connect(address)
-            break
-        except (BlockingIOError, InterruptedError):
-            sock.close()
-            if time.monotonic() >= deadline:
-                raise ClusterError(f"the control socket {address!r} accepted no connection for {timeout:g} s") from None
-            time.sleep(0.01)
-        except BaseException:
-            sock.close()
-            raise
-    try:
-        hello = _recv_exact(sock, len(_MAGIC) + _NONCE)
-        if not hello.startswith(_MAGIC):
-            raise ClusterError(f"{address!r} is not a fastdist-lab control socket")
-        mine = os.urandom(_NONCE)
-        sock.sendall(_digest(authkey, b"client", hello[len(_MAGIC) :]) + mine)
-        if not hmac.compare_digest(_recv_exact(sock, _DIGEST), _digest(authkey, b"server", mine)):
-            raise ClusterError(f"the listener at {address!r} does not know this cluster's key")
-        sock.settimeout(None)
-        return Channel(Connection(sock.detach()), peer)
-    finally:
-        sock.close()
-
-
-class Acceptor:
-    """Accepts connections on ``listener`` and runs their handshakes side by side without ever blocking.
-
-    ``waitables()`` are the objects to wait on; ``advance(ready)`` moves every handshake on and returns the
-    connections that completed one. A connection that stays silent past ``HANDSHAKE_TIMEOUT``, says something
-    else or fails the proof is closed; so is the oldest one when more than ``PENDING_LIMIT`` are pending.
-    """
-
-    def __init__(self, listener: socket.socket, authkey: bytes, timeout: float = HANDSHAKE_TIMEOUT):
-        self.listener = listener
-        self.authkey = authkey
-        self.timeout = timeout
-        self._pending: dict[socket.socket, tuple[float, bytes, bytearray]] = {}
-        listener.setblocking(False)
-
-    def waitables(self) -> list[socket.socket]:
-        """The listener and every connection in the middle of its handshake."""
-        return [self.listener, *self._pending]
-
-    def _accept_all(self) -> None:
-        while True:
+    def send(self, call: Call) -> set[int]:
+        """Send ``call`` to every rank; returns the ranks it could not reach."""
+        unreachable = set()
+        for rank in self.ranks:
             try:
-                sock, _ = self.listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:  # e.g. out of descriptors: the connection stays queued for later
-                return
-            sock.setblocking(False)
-            nonce = os.urandom(_NONCE)
+                self.channels[rank].send(call)
+            except (OSError, KeyError):
+                unreachable.add(rank)
+        return unreachable
+
+    def receive(self, pending: set[int], timeout: float) -> list[tuple[int, Reply | None]]:
+        """Replies of ``pending`` ranks that arrive within ``timeout`` (``None``: that rank's channel closed)."""
+        by_channel = {self.channels[rank]: rank for rank in pending if rank in self.channels}
+        arrived: list[tuple[int, Reply | None]] = []
+        for channel in wait(list(by_channel), timeout=timeout):
+            rank = by_channel[channel]  # type: ignore[index]
             try:
-                sock.send(_MAGIC + nonce)
-            except OSError:
-                sock.close()
+                arrived.append((rank, channel.receive(Reply)))  # type: ignore[union-attr]
+            except (EOFError, OSError):
+                arrived.append((rank, None))
+        return arrived
+
+    def gone(self, ranks: set[int]) -> set[int]:
+        """Those of ``ranks`` whose process has exited."""
+        return {rank for rank in ranks if not process_running(self.pids[rank])}
+
+    def interrupt(self, ranks: set[int]) -> None:
+        """Forward a KeyboardInterrupt (SIGINT) to ``ranks``."""
+        for rank in ranks:
+            kill_quietly(self.pids[rank], signal.SIGINT)
+
+    def stacks(self, ranks: set[int]) -> dict[int, str]:
+        """Python stacks of ``ranks``: SIGUSR1 makes each dump its threads to its stack file."""
+        targets: dict[int, tuple[str, int]] = {}
+        for rank in ranks:
+            path = os.path.join(self.stack_dir, f"stack-{rank}.txt")
+            if not process_running(self.pids[rank]):
                 continue
-            self._pending[sock] = (time.monotonic() + self.timeout, nonce, bytearray())
-            while len(self._pending) > PENDING_LIMIT:
-                self._drop(next(iter(self._pending)))
+            try:
+                targets[rank] = (path, os.path.getsize(path))
+            except OSError:
+                continue
+            kill_quietly(self.pids[rank], signal.SIGUSR1)
+        stacks: dict[int, str] = {}
+        sizes: dict[int, int] = {}
+        deadline = time.monotonic() + STACK_WAIT
+        while targets and time.monotonic() < deadline:
+            time.sleep(0.05)
+            for rank, (path, offset) in list(targets.items()):
+                size = os.path.getsize(path)
+                if size > offset and sizes.get(rank) == size:  # grew and then stopped growing
+                    with open(path, encoding="utf-8", errors="replace") as file:
+                        file.seek(offset)
+                        stacks[rank] = file.read()
+                    del targets[rank]
+                sizes[rank] = size
+        for rank in targets:
+            stacks[rank] = "(no stack: the process did not answer SIGUSR1)"
+        return stacks
 
-    def _drop(self, sock: socket.socket) -> None:
-        self._pending.pop(sock, None)
-        sock.close()
+    def death_errors(self, ranks: set[int]) -> dict[int, RankError]:
+        """A ``WorkerDied`` error for each of ``ranks``: how its process ended, and what faulthandler wrote."""
+        statuses = self.statuses([self.pids[rank] for rank in ranks])
+        errors = {}
+        for rank in ranks:
+            pid = self.pids[rank]
+            how = statuses.get(pid, "connection lost")
+            errors[rank] = RankError("WorkerDied", f"worker process {pid} died ({how})", self._fatal_text(rank))
+        return errors
 
-    def _step(self, sock: socket.socket) -> Channel | None:
-        _, nonce, data = self._pending[sock]
+    def _fatal_text(self, rank: int) -> str:
         try:
-            chunk = sock.recv(_DIGEST + _NONCE - len(data))
-        except (BlockingIOError, InterruptedError):
-            return None
+            with open(os.path.join(self.stack_dir, f"stack-{rank}.txt"), encoding="utf-8", errors="replace") as file:
+                return file.read()[-20000:]
         except OSError:
-            chunk = b""
-        if not chunk:
-            self._drop(sock)
-            return None
-        data += chunk
-        if len(data) < _DIGEST + _NONCE:
-            return None
-        del self._pending[sock]
-        if not hmac.compare_digest(bytes(data[:_DIGEST]), _digest(self.authkey, b"client", nonce)):
-            sock.close()
-            return None
-        try:
-            sock.setblocking(True)
-            sock.sendall(_digest(self.authkey, b"server", bytes(data[_DIGEST:])))
-        except OSError:
-            sock.close()
-            return None
-        return Channel(Connection(sock.detach()), "worker")
+            return ""
 
-    def advance(self, ready: list[Any]) -> list[Channel]:
-        """Accept what ``ready`` says is waiting, move handshakes on, drop expired ones; returns finished channels."""
-        done = []
-        for item in ready:
-            if item is self.listener:
-                self._accept_all()
-            elif item in self._pending:
-                channel = self._step(item)
-                if channel is not None:
-                    done.append(channel)
-        now = time.monotonic()
-        for sock in [sock for sock, (deadline, _, _) in self._pending.items() if deadline < now]:
-            self._drop(sock)
-        return done
+    def stop(self) -> None:
+        """SIGKILL every worker (and whatever they started) and wait until they are gone; idempotent."""
+        with hold_interrupts():
+            if not self.stopped:
+                self.kill(list(self.pids.values()))
+                self.stopped = True
+            for channel in self.channels.values():
+                channel.close()
 
-    def close(self) -> None:
-        """Close every pending connection (the listener stays with its owner)."""
-        for sock in list(self._pending):
-            self._drop(sock)
+    def exit(self) -> None:
+        """Ask every worker to leave, give them ``EXIT_WAIT`` seconds, then stop whatever is left."""
+        with hold_interrupts():
+            if not self.stopped:
+                for channel in self.channels.values():
+                    with contextlib.suppress(OSError):
+                        channel.send(Exit())
+                deadline = time.monotonic() + EXIT_WAIT
+                open_channels = list(self.channels.values())
+                while open_channels and time.monotonic() < deadline:
+                    for channel in wait(open_channels, timeout=max(0.0, deadline - time.monotonic())):
+                        try:
+                            channel.receive()  # type: ignore[union-attr]
+                        except (EOFError, OSError):
+                            open_channels.remove(channel)  # type: ignore[arg-type]
+            self.stop()

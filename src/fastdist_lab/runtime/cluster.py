@@ -1,318 +1,455 @@
-"""``LocalCluster``: persistent worker processes on this machine, driven from a notebook cell or a script.
+"""What every cluster shares, and one call on every rank of any of them.
 
-A facade over three parts: process supervision (``supervisor.WorkerServer``, the server that forks the workers
-and hosts their rendezvous store, and ``workers.Workers``, one generation of them), the typed control channel
-(``channel``), and calls with their deadlines and failure texts (``calls.perform_call``). Nothing is ever forked
-from this process, nothing listens beyond 127.0.0.1, and the control channel is authenticated.
-
-Every call has a deadline, waiting for an earlier call included. A rank that raises is reported with its
-traceback; a rank that hangs or dies makes the call raise ``ClusterTimeout`` / ``ClusterError`` naming it (with
-the Python stacks of the ranks that did not answer), the workers are stopped, and the next call starts fresh ones.
+``Cluster`` is the base of ``LocalCluster`` (worker processes, ``runtime.local_cluster``), ``SimulatedCluster``
+(ranks in this process, ``runtime.simulated``) and ``LaunchedCluster`` (the ranks of a launcher,
+``runtime.torchrun``): their facts (sizes, backend, deadline, applied layout), their life as a context manager,
+and the two calls, ``run`` and ``apply``, written once. A subclass starts and stops its ranks; ``_ranks`` is how a
+call reaches them (a ``CallTransport``), and ``perform_call`` drives any transport the same way: a rank that raises
+is reported in the results; a rank that is gone ends the call within about a second (``ClusterError``); ranks that
+do not answer by the deadline end it with their Python stacks, identical stacks shown once (``ClusterTimeout``); a
+KeyboardInterrupt is forwarded to the ranks, which get a grace period to answer. Whenever not every rank answered,
+the ranks are stopped before the call returns, even if another interrupt arrives meanwhile, and the next call
+starts fresh ones. Every call has a deadline, waiting for an earlier call included.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
+import html
 import threading
 import time
 import warnings
-import weakref
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
 
 import cloudpickle
 
-from ..config import DistributedConfig
+from ..config import DistributedConfig, LayoutError
 from ..layout import Layout
-from .arguments import ClusterFacts, call_limit, check_progress, cluster_sizes, cluster_timeout, held
-from .backends import resolve_backend
-from .capacity import check_capacity
-from .errors import ClusterError
-from .procs import FILES_PER_PROCESS, hold_interrupts, process_running, raise_file_limit
+from .channel import Call, Reply, outcome_to_result
+from .errors import ClusterError, ClusterTimeout
+from .procs import hold_interrupts
 from .progress import ProgressCallback, finish, resolve_progress
-from .replay import SWEEP_SIZES
-from .replay import bandwidth as sweep_bandwidth
-from .replay import replay as replay_step
-from .results import RankResults, ranks_text
-from .supervisor import WorkerServer
-from .verification import Verification
-from .verify import apply_in_two_steps, layout_for_cluster
-from .workers import Workers
+from .results import RankError, RankResult, RankResults, call_failure, ranks_text
+from .verification import Verification, apply_in_two_steps, layout_for_cluster, rank_coordinates
 
-if TYPE_CHECKING:
-    import pandas as pd
-
-_LIVE: weakref.WeakSet[LocalCluster] = weakref.WeakSet()
+DEATH_GRACE = 1.0
+"""Seconds the other ranks still get to answer once one rank died during a call."""
+INTERRUPT_GRACE = 2.0
+"""Seconds ranks get to answer after a KeyboardInterrupt was forwarded to them."""
+LIVENESS_EVERY = 0.25
+"""Seconds between two checks that the ranks still awaited are alive."""
+TICK = 0.5
+"""Seconds between two progress reports while nothing arrives."""
 
 
-def _close_all() -> None:
-    for cluster in list(_LIVE):
-        cluster.close()
+# ----------------------------------------------------------------------------------------------- arguments
+def cluster_sizes(world_size: Any, local_world_size: Any) -> tuple[int, int]:
+    """``(world_size, local_world_size)`` checked (``LayoutError`` naming the value); local defaults to world."""
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise LayoutError(f"world_size={world_size!r} must be an integer > 0")
+    local = world_size if local_world_size is None else local_world_size
+    if isinstance(local, bool) or not isinstance(local, int) or local < 1 or world_size % local:
+        raise LayoutError(f"local_world_size={local_world_size!r} must be an integer > 0 dividing {world_size}")
+    return world_size, local
 
 
-atexit.register(_close_all)
+def cluster_timeout(timeout: Any) -> float:
+    """A cluster's default deadline in seconds (``LayoutError`` unless a number > 0)."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise LayoutError(f"timeout={timeout!r} must be a number of seconds > 0")
+    return float(timeout)
 
 
-class LocalCluster(ClusterFacts):
-    """``world_size`` persistent worker processes on this machine, one per rank (gloo on CPU or NCCL on GPUs).
+def check_progress(progress: Any) -> None:
+    """``TypeError`` unless ``progress`` is ``None``, a bool or a callable(done, total, message)."""
+    if not (progress is None or isinstance(progress, bool) or callable(progress)):
+        raise TypeError(f"progress={progress!r} must be None, True, False or a callable(done, total, message)")
 
-    ``backend``: ``"auto"`` (NCCL when every local rank gets a GPU, else gloo), ``"gloo"`` or ``"nccl"``.
-    ``local_world_size``: ranks per (emulated) node, default ``world_size``. ``timeout``: seconds for start-up
-    and the default deadline of each call. ``progress``: ``None`` (a bar for anything slower than a second when
-    someone watches: a notebook or a terminal), ``True`` (always a bar), ``False`` (silent) or
-    ``progress(done, total, message)``. Starts at once unless ``start=False``.
 
-    Use as a context manager, or call ``close()``; the workers also go away at interpreter exit and when this
-    process dies.
+def call_limit(timeout: Any, default: float) -> float:
+    """One call's deadline: ``timeout`` or the cluster's ``default`` (``ValueError`` unless a number > 0)."""
+    limit = default if timeout is None else timeout
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 0:
+        raise ValueError(f"timeout={timeout!r} must be a number of seconds > 0")
+    return float(limit)
+
+
+@contextlib.contextmanager
+def held(lock: threading.RLock, limit: float, label: str) -> Iterator[float]:
+    """Hold a cluster for one call, waiting at most ``limit`` seconds for an earlier call to end; yields the
+    seconds waited (they count against the call's deadline)."""
+    begin = time.monotonic()
+    if not lock.acquire(timeout=limit):
+        raise ClusterTimeout(
+            f"{label} timed out after {limit:g} s waiting for another call on this cluster (still running)",
+            ranks=[],
+        )
+    try:
+        yield time.monotonic() - begin
+    finally:
+        lock.release()
+
+
+# ----------------------------------------------------------------------------------------------- one call
+class CallTransport(Protocol):
+    """How a call reaches a world of ranks (worker processes: ``channel.Workers``; threads: ``rank_threads``)."""
+
+    stopped: bool
+    """Whether the ranks were stopped (they never answer again)."""
+
+    @property
+    def ranks(self) -> list[int]:
+        """Every rank."""
+        ...
+
+    @property
+    def alive(self) -> bool:
+        """Whether every rank can still answer."""
+        ...
+
+    def send(self, call: Call) -> set[int]:
+        """Send ``call`` to every rank; returns those it could not reach."""
+        ...
+
+    def receive(self, pending: set[int], timeout: float) -> list[tuple[int, Reply | None]]:
+        """Replies of ``pending`` ranks arriving within ``timeout`` (``None``: the rank is gone)."""
+        ...
+
+    def gone(self, ranks: set[int]) -> set[int]:
+        """Those of ``ranks`` that can no longer answer."""
+        ...
+
+    def interrupt(self, ranks: set[int]) -> None:
+        """Deliver a KeyboardInterrupt to ``ranks``."""
+        ...
+
+    def stacks(self, ranks: set[int]) -> dict[int, str]:
+        """The Python stacks of ``ranks``."""
+        ...
+
+    def death_errors(self, ranks: set[int]) -> dict[int, RankError]:
+        """Why each of ``ranks`` is gone."""
+        ...
+
+    def pid(self, rank: int) -> int | None:
+        """A process id to show for ``rank`` (``None`` where there is none)."""
+        ...
+
+    def stop(self) -> None:
+        """Stop every rank (the next call starts fresh ones)."""
+        ...
+
+
+@dataclass
+class CallState:
+    """Where a call stands: replies recorded, ranks still awaited, ranks gone. ``limit`` is the call's deadline in
+    seconds, of which ``waited`` were spent before it was sent (waiting for an earlier call). ``settled`` turns
+    true once every rank answered or the ranks were stopped: only then may the next call use them as they are."""
+
+    call: Call
+    label: str
+    limit: float
+    ranks: list[int]
+    waited: float = 0.0
+    records: dict[int, RankResult] = field(default_factory=dict)
+    pending: set[int] = field(default_factory=set)
+    dead: set[int] = field(default_factory=set)
+    settled: bool = False
+
+
+def _collect(transport: CallTransport, state: CallState, deadline: float, progress: ProgressCallback | None) -> None:
+    """Take replies until every awaited rank answered, or one is gone (the others get ``DEATH_GRACE`` more), or
+    ``deadline`` (monotonic) passes. Replies to other calls (late answers to earlier ones) are dropped."""
+    total = len(state.ranks)
+    death_cutoff: float | None = None
+    next_tick = time.monotonic()
+    next_check = next_tick + LIVENESS_EVERY  # a death closes the channel at once; the check is for the rest
+    with hold_interrupts() as holding:  # an interrupt is taken between two rounds, never in the middle of one
+        while state.pending:
+            holding.deliver()
+            now = time.monotonic()
+            if state.dead and death_cutoff is None:
+                death_cutoff = now + DEATH_GRACE
+            cutoff = deadline if death_cutoff is None else min(deadline, death_cutoff)
+            if now >= cutoff:
+                return
+            for rank, reply in transport.receive(state.pending, min(cutoff - now, LIVENESS_EVERY)):
+                if reply is None:
+                    state.pending.discard(rank)
+                    state.dead.add(rank)
+                elif reply.call_id == state.call.call_id:
+                    outcome = reply.outcome  # a worker's pickled outcome, or the result of a rank in this process
+                    result = outcome if isinstance(outcome, RankResult) else outcome_to_result(rank, outcome)
+                    state.records[rank] = result
+                    state.pending.discard(rank)
+            now = time.monotonic()
+            if now >= next_check:
+                gone = transport.gone(state.pending)
+                state.pending -= gone
+                state.dead |= gone
+                next_check = now + LIVENESS_EVERY
+            if progress is not None and (now >= next_tick or not state.pending):
+                done = len(state.records)
+                progress(done, total, f"{state.label}: {done} of {total} ranks answered")
+                next_tick = now + TICK
+
+
+def perform_call(
+    transport: CallTransport,
+    state: CallState,
+    coordinates: Any = None,
+    progress: ProgressCallback | None = None,
+) -> RankResults:
+    """Send ``state.call`` to every rank and return every rank's result (see the module docstring for failures).
+
+    ``state`` is the caller's: after any exit, ``state.settled`` says whether the ranks are ready for another call.
+    """
+    stop = True
+    try:
+        with hold_interrupts():
+            unreachable = transport.send(state.call)
+        state.dead |= unreachable
+        state.pending = set(state.ranks) - unreachable
+        try:
+            _collect(transport, state, time.monotonic() + state.limit - state.waited, progress)
+        except KeyboardInterrupt:
+            transport.interrupt(state.pending)
+            with contextlib.suppress(KeyboardInterrupt):  # a second interrupt only ends the grace early
+                _collect(transport, state, time.monotonic() + INTERRUPT_GRACE, None)
+            stop = bool(state.pending or state.dead)
+            state.settled = not stop
+            raise
+        if not state.pending and not state.dead:
+            stop = False
+            state.settled = True
+            return RankResults(state.records.values(), coordinates, state.label, world_size=len(state.ranks))
+        stacks = transport.stacks(state.pending) if state.pending else {}
+        deaths = transport.death_errors(state.dead) if state.dead else {}
+        failure = call_failure(state, stacks, deaths, transport.pid, coordinates)
+    finally:
+        finish(progress)
+        if stop:
+            with hold_interrupts():
+                transport.stop()
+                state.settled = True
+    raise failure
+
+
+# ----------------------------------------------------------------------------------------------- the base
+_Cluster = TypeVar("_Cluster", bound="Cluster")
+
+
+class Cluster:
+    """What every kind of cluster answers the same way: its sizes, default deadline and applied layout (set by
+    the subclass as ``_world_size``, ``_local_world_size``, ``_timeout``, ``_layout``), its life as a context
+    manager (``start()`` on entry when closed, ``close()`` on exit and when collected), and its calls.
+
+    The subclass sets ``_ranks`` (the ``CallTransport`` of the ranks now running, or ``None``) in ``start()``;
+    ``_in_process`` says whether the ranks live in this process (payloads then travel as they are, not pickled,
+    and the groups are torch's in-process ones, on CPU tensors).
     """
 
-    def __init__(
-        self,
-        world_size: int,
-        backend: str = "auto",
-        local_world_size: int | None = None,
-        timeout: float = 60,
-        progress: ProgressCallback | bool | None = None,
-        *,
-        start: bool = True,
-    ):
-        world_size, local = cluster_sizes(world_size, local_world_size)
-        check_progress(progress)
-        self._world_size = world_size
-        self._local_world_size = local
-        self._timeout = cluster_timeout(timeout)
-        self._backend = resolve_backend(backend, local)
-        self._progress_option = progress
-        self._server = WorkerServer(world_size, local, self._backend, self.device_type, self._timeout)
-        self._workers: Workers | None = None
-        self._lock = threading.RLock()
-        self._closed = True
-        self._layout: Layout | None = None
-        self._call_id = 0
-        self._in_flight: int | None = None
-        self.startup_seconds: float | None = None
-        """Seconds the last start (or restart) took until every rank was ready."""
-        if start:
-            self.start()
+    _world_size: int
+    _local_world_size: int
+    _timeout: float
+    _layout: Layout | None
+    _closed: bool
+    _backend: str
+    _lock: threading.RLock
+    _call_id: int
+    _in_flight: int | None
+    _progress_option: Any
+    _ranks: Any = None
+    _mode = "processes"
+    _gather_limit: int | None = None
+    _in_process = False
+    _ranks_word = "workers"
 
-    # ------------------------------------------------------------------ properties
+    def start(self: _Cluster) -> _Cluster:
+        """Start the ranks (the subclass's)."""
+        raise NotImplementedError
+
+    def restart(self: _Cluster) -> _Cluster:
+        """Replace every rank by a fresh one and re-apply the layout (the subclass's)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """End the ranks (the subclass's)."""
+        raise NotImplementedError
+
     @property
     def running(self) -> bool:
-        """Whether the worker server and every worker are alive and ready for the next call.
+        """Whether the ranks are ready for the next call.
 
-        ``False`` after a failure or an interrupt that stopped (or may have disturbed) the workers, in which case
-        the next call starts fresh ones, and after ``close()``.
+        ``False`` after a failure or an interrupt that stopped (or may have disturbed) them, in which case the next
+        call starts fresh ones, and after ``close()``.
         """
-        workers = self._workers
-        if self._closed or workers is None or workers.stopped or not self._server.alive:
+        ranks = self._ranks
+        if self._closed or ranks is None or not ranks.alive:
             return False
         if self._in_flight is not None and self._lock.acquire(blocking=False):
             self._lock.release()  # no call is running, yet one did not settle: an interrupt cut it short
             return False
-        return workers.alive
+        return True
 
-    @property
-    def pids(self) -> list[int]:
-        """Worker process ids, indexed by rank (empty when the workers are stopped)."""
-        workers = self._workers
-        if workers is None or workers.stopped:
-            return []
-        return [workers.pids[rank] for rank in workers.ranks]
+    # ------------------------------------------------------------------ the calls
+    def run(self, fn: Any, *args: Any, timeout: float | None = None) -> RankResults:
+        """Run ``fn(ctx, *args)`` on every rank (``ctx``: its ``RankContext``) and return every rank's value or error.
 
-    @property
-    def server_pid(self) -> int | None:
-        """Process id of the worker server (the workers' parent), or ``None``."""
-        return self._server.pid
-
-    # ------------------------------------------------------------------ lifecycle
-    def _reporter(self, progress: ProgressCallback | None) -> Callable[[int, str], None]:
-        total = self._world_size + 2
-
-        def report(done: int, message: str) -> None:
-            if progress is not None:
-                progress(done, total, message)
-
-        return report
-
-    def start(self) -> LocalCluster:
-        """Start the worker server and the workers (no-op when running); returns ``self``."""
-        with self._lock:
-            if self.running:
-                return self
-            check_capacity(self._world_size)  # before anything starts: one line naming the numbers
-            raise_file_limit(FILES_PER_PROCESS + self._world_size)  # this process holds one channel per worker
-            progress = resolve_progress(self._progress_option, "LocalCluster")
-            report = self._reporter(progress)
-            begin = time.monotonic()
-            _LIVE.add(self)
-            try:
-                self._stop_workers()
-                if not self._server.alive:
-                    self._server.stop()
-                    self._server.start(report)
-                self._workers = self._server.spawn(report)
-            except BaseException:
-                with hold_interrupts():
-                    finish(progress)
-                    self._workers = None
-                    self._server.stop()
-                    self._closed = True
-                    _LIVE.discard(self)
-                raise
-            self._closed = False
-            self._in_flight = None
-            self.startup_seconds = time.monotonic() - begin
-            total = self._world_size + 2
-            report(total, f"{self._world_size} ranks ready ({self._backend}) in {self.startup_seconds:.1f} s")
-            return self
-
-    def restart(self) -> LocalCluster:
-        """Replace every worker by a fresh one (keeping the worker server when alive) and re-apply the layout."""
-        with self._lock:
-            layout, self._layout = self._layout, None
-            if self._closed or not self._server.alive:
-                self._stop_workers()
-                self.start()
-            else:
-                self._stop_workers()
-                progress = resolve_progress(self._progress_option, "LocalCluster")
-                begin = time.monotonic()
-                try:
-                    self._workers = self._server.spawn(self._reporter(progress))
-                finally:
-                    finish(progress)
-                self._in_flight = None
-                self.startup_seconds = time.monotonic() - begin
-            if layout is not None:
-                verification = self.apply(layout)
-                if not verification.ok:
-                    raise ClusterError(f"re-applying the layout after a restart failed:\n{verification}")
-            return self
-
-    def close(self) -> None:
-        """Stop every worker and the worker server; nothing of this cluster is left running (idempotent).
-
-        Once it has begun, an interrupt waits until everything is stopped; ``closed`` is marked last, so a
-        ``close()`` cut short before it began is completed by the next one.
-        """
-        with self._lock, hold_interrupts():
-            if self._closed and self._workers is None and self._server.process is None:
-                return
-            try:
-                if self._workers is not None:
-                    self._workers.exit()
-            finally:
-                self._workers = None
-                self._server.stop()
-                self._layout = None
-                self._in_flight = None
-                self._closed = True
-                _LIVE.discard(self)
-
-    def _stop_workers(self) -> None:
-        workers, self._workers = self._workers, None
-        if workers is not None:
-            workers.stop()
-
-    # ------------------------------------------------------------------ public calls
-    def run(self, fn: Callable[..., Any], *args: Any, timeout: float | None = None) -> RankResults:
-        """Run ``fn(ctx, *args)`` on every rank and return every rank's value or error.
-
-        ``fn`` and ``args`` travel by value (cloudpickle), so notebook functions and closures work. Raises
-        ``ClusterTimeout`` when a rank does not answer within ``timeout`` (default: the cluster's; time spent
-        waiting for another call on this cluster counts) and ``ClusterError`` when a worker dies; a rank that
-        raises is reported in the results instead.
+        Across processes ``fn`` and ``args`` travel by value (cloudpickle), so notebook functions and closures work;
+        ranks in this process get them as they are. Raises ``ClusterTimeout`` (with the stacks of the ranks that did
+        not answer) when a rank does not answer within ``timeout`` (default: the cluster's; time spent waiting for
+        another call on this cluster counts) and ``ClusterError`` when a rank dies; a rank that raises is reported in
+        the results instead.
         """
         if not callable(fn):
             raise TypeError(f"fn={fn!r} is not callable")
-        payload = cloudpickle.dumps((fn, args))
+        payload = (fn, args) if self._in_process else cloudpickle.dumps((fn, args))
         label = getattr(fn, "__name__", "run")
-        limit = self._limit(timeout)
-        with self._held(limit, label) as waited:
+        limit = call_limit(timeout, self._timeout)
+        with held(self._lock, limit, label) as waited:
             return self._call("run", payload, limit, waited, label)
 
     def apply(self, layout: Layout | DistributedConfig, timeout: float | None = None) -> Verification:
-        """Build ``Distributed(layout.config(rank))`` on every rank, check each group as its pool holds it, then
-        with real collectives (all-gather and all-reduce; see ``runtime.verify``).
+        """Build ``Distributed(layout.config(rank))`` on every rank from its pool and check every group: as the pool
+        holds it, then with real collectives (all-gather and all-reduce; fake groups stop before any collective).
+        See ``runtime.verification``.
 
-        The layout's backend is replaced by the cluster's. Returns the ``Verification``; raises
-        ``ClusterTimeout`` / ``ClusterError`` when ranks hang or die, ``LayoutError`` when the sizes do not fit.
-        Both steps share the deadline.
+        The layout runs with the cluster's backend (CPU tensors for ranks in this process). Returns the
+        ``Verification``; raises ``ClusterTimeout`` / ``ClusterError`` when ranks hang or die, ``LayoutError`` when
+        the sizes do not fit. Both steps share the deadline.
         """
-        layout, applied = layout_for_cluster(layout, self._world_size, self._local_world_size, self._backend)
-        limit = self._limit(timeout)
-        with self._held(limit, "apply") as waited:
+        backend = "gloo" if self._in_process else self._backend
+        layout, applied = layout_for_cluster(layout, self._world_size, self._local_world_size, backend)
+        limit = call_limit(timeout, self._timeout)
+        with held(self._lock, limit, "apply") as waited:
             self._layout = None
             begin = time.monotonic()
 
             def call(kind: str, payload: Any) -> RankResults:
-                spent = waited + time.monotonic() - begin
-                return self._call(kind, payload, limit, spent, "apply", applied)
+                return self._call(kind, payload, limit, waited + time.monotonic() - begin, "apply", applied)
 
-            verification = apply_in_two_steps(call, applied, applied.fields())
+            with self._applying(applied):
+                payload = applied if self._in_process else applied.fields()
+                verification = apply_in_two_steps(call, applied, payload, self._mode, self._gather_limit, self._backend)
             if verification.results.ok:
                 self._layout = layout
             else:  # ranks disagree about their groups now: start over on the next call
-                self._stop_workers()
+                self._stop_ranks()
             return verification
 
-    # ------------------------------------------------------------------ calls
-    def _limit(self, timeout: float | None) -> float:
-        return call_limit(timeout, self._timeout)
+    def _applying(self, applied: Layout) -> contextlib.AbstractContextManager[Any]:
+        """Around the two steps of an apply (ranks in this process prepare what they share)."""
+        return contextlib.nullcontext()
 
-    def _held(self, limit: float, label: str) -> contextlib.AbstractContextManager[float]:
-        return held(self._lock, limit, label)
+    def _call(
+        self, kind: str, payload: Any, limit: float, waited: float, label: str, layout: Layout | None = None
+    ) -> RankResults:
+        """One call on every rank (the caller holds the cluster); ``waited`` seconds of ``limit`` are already gone.
+        The call stays in flight until it is settled."""
+        self._ensure_running()
+        ranks = self._ranks
+        self._call_id += 1
+        state = CallState(Call(self._call_id, kind, payload), label, limit, ranks.ranks, waited=waited)
+        layout = layout or self._layout
+        coordinates = None if layout is None else rank_coordinates(layout)
+        self._in_flight = state.call.call_id
+        try:
+            progress = resolve_progress(self._progress_option, label, leave=False)
+            return perform_call(ranks, state, coordinates, progress)
+        finally:
+            if state.settled:
+                self._in_flight = None
 
     def _ensure_running(self) -> None:
+        """Before a call: fresh ranks (with a warning) when an interrupted call left the last ones in an unknown
+        state or some died since; ``ClusterError`` when the cluster is closed."""
         if self._closed:
-            raise ClusterError("the cluster is closed; call start() or use a new LocalCluster")
-        workers = self._workers
+            raise ClusterError(f"the cluster is closed; call start() or use a new {type(self).__name__}")
+        word = self._ranks_word
         if self._in_flight is not None:
             self._in_flight = None
-            if workers is not None and not workers.stopped:
+            if self._ranks is not None and not self._ranks.stopped:
                 warnings.warn(
-                    "an interrupted call left the workers in an unknown state; starting fresh workers "
+                    f"an interrupted call left the {word} in an unknown state; starting fresh {word} "
                     "(per-rank state is lost)",
                     RuntimeWarning,
                     stacklevel=4,
                 )
-                self._stop_workers()
+                self._stop_ranks()
         if not self.running:
-            workers = self._workers
-            if workers is not None and not workers.stopped:
-                gone = [rank for rank, pid in workers.pids.items() if not process_running(pid)]
-                what = f"{ranks_text(gone)} died" if gone else "the worker server died"
+            ranks = self._ranks
+            if ranks is not None and not ranks.stopped:
+                gone = ranks.gone(set(ranks.ranks))
+                what = f"{ranks_text(gone)} died" if gone else "the worker server died"  # only processes have one
                 warnings.warn(
-                    f"{what} since the last call; starting fresh workers (per-rank state is lost)",
+                    f"{what} since the last call; starting fresh {word} (per-rank state is lost)",
                     RuntimeWarning,
                     stacklevel=4,
                 )
             self.restart()
 
-    def _call(
-        self, kind: str, payload: Any, limit: float, waited: float, label: str, layout: Layout | None = None
-    ) -> RankResults:
-        """One call on every rank (the caller holds the cluster); ``waited`` seconds of ``limit`` are already gone."""
-        self._ensure_running()
-        assert self._workers is not None
-        return self._perform(self._workers, kind, payload, label, limit, waited, layout)
+    def _stop_ranks(self) -> None:
+        ranks, self._ranks = self._ranks, None
+        if ranks is not None:
+            ranks.stop()
 
-    # ------------------------------------------------------------------ display
-    def __repr__(self) -> str:
-        layout = "no layout" if self._layout is None else repr(self._layout)
-        return (
-            f"LocalCluster(world_size={self._world_size}, backend={self._backend!r}, "
-            f"local_world_size={self._local_world_size}, {self._state()}; {layout})"
-        )
+    # ------------------------------------------------------------------ facts and display
+    def _state(self) -> str:
+        if self._closed:
+            return "closed"
+        if not self.running:
+            return "stopped (restarts on the next call)"
+        return "running"
 
-    # ------------------------------------------------------------------ cost replay (runtime/replay.py)
-    def replay(
-        self, layout: Layout | None, model: Any, training: Any = None, scale: float | None = None, **options: Any
-    ) -> pd.DataFrame:
-        """Replay one training step's collectives on this cluster's real groups; see ``runtime.replay.replay``."""
-        return replay_step(self, layout, model, training, scale, **options)
+    def _repr_html_(self) -> str:
+        name = type(self).__name__
+        text = html.escape(repr(self)[len(name) :])
+        return f"<div class='fastdist-cluster'><b>{name}</b> {text}</div>"
 
-    def bandwidth(self, dim: str, sizes: Any = None, **options: Any) -> pd.DataFrame:
-        """Sweep all-reduce / all-gather / reduce-scatter on ``dim``'s groups; see ``runtime.replay.bandwidth``."""
-        return sweep_bandwidth(self, dim, SWEEP_SIZES if sizes is None else sizes, **options)
+    def __enter__(self: _Cluster) -> _Cluster:
+        if self._closed:
+            self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: S110 - interpreter teardown
+            pass
+
+    @property
+    def world_size(self) -> int:
+        """Number of ranks."""
+        return self._world_size
+
+    @property
+    def local_world_size(self) -> int:
+        """Ranks per (emulated) node."""
+        return self._local_world_size
+
+    @property
+    def timeout(self) -> float:
+        """Default deadline of a call, in seconds."""
+        return self._timeout
+
+    @property
+    def backend(self) -> str:
+        """The groups' backend: ``"gloo"`` or ``"nccl"`` (processes, launched jobs), ``"threaded"`` or ``"fake"``
+        (simulated worlds)."""
+        return self._backend
+
+    @property
+    def device_type(self) -> str:
+        """Where the ranks' tensors live: ``"cuda"`` for NCCL, else ``"cpu"``."""
+        return "cuda" if self._backend == "nccl" else "cpu"
+
+    @property
+    def layout(self) -> Layout | None:
+        """The layout applied last, as it was given (the ranks run it with the cluster's backend), or ``None``."""
+        return self._layout

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..config import CLUSTER_MODES
 from .capacity import fits
-from .cluster import LocalCluster
+from .local_cluster import LocalCluster
 from .simulated import SimulatedCluster
 
 __all__ = ["CLUSTER_MODES", "MODE_PROVES", "check_mode", "open_cluster", "suggested_mode"]

@@ -217,10 +217,6 @@ class ProcessGroupPool:
         entry = self._records.get(id(group))
         return entry[1] if entry is not None and entry[0] is group else None
 
-    def has_group(self, members: Sequence[int]) -> bool:
-        """Whether the group of these members (in this order) exists in the pool now."""
-        return member_tuple(members) in self._process_groups
-
     def create_group(self, members: tuple[int, ...], group_rank: int, name: str) -> ProcessGroup:
         """Create the group of ``members`` (this rank being ``group_rank`` in it), its store keys under ``name``.
 
@@ -431,12 +427,6 @@ class Distributed:
         else:
             distributed_dim.setup(group)
         return group
-
-    def check_config(self, config: DistributedConfig) -> None:
-        """Raise unless ``config`` is this instance's config or a copy referring to it."""
-        reference = config if config.reference_config is None else config.reference_config
-        if reference is not self._config:
-            raise ClusterError("config does not belong to this Distributed")
 
     def set_step(self, step: int, phase: PhaseType | str) -> None:
         """Reseed the pipeline and tensor generators for ``step`` of ``phase``."""

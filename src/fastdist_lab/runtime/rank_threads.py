@@ -1,8 +1,9 @@
 """Ranks that live in this process: one thread per rank (threaded groups) or one thread for all (fake groups).
 
-Both are a ``calls.CallTransport``, so a simulated world's calls go through ``calls.perform_call`` like a
+Both are a ``cluster.CallTransport``, so a simulated world's calls go through ``cluster.perform_call`` like a
 ``LocalCluster``'s: the same deadline, results, ``ClusterTimeout`` with the stacks of the ranks that did not answer,
-and "the workers were stopped; the next call starts fresh ones". What a rank function prints is captured per rank
+and "the workers were stopped; the next call starts fresh ones". A rank thread runs each call as a worker process
+does (``rank_loop.call_target``), without pickling anything. What a rank function prints is captured per rank
 (``routed_output``: the process's ``sys.stdout`` / ``sys.stderr`` send each thread's writes to its own capture).
 
 A thread cannot be killed. Stopping a generation of rank threads wakes those stuck in a threaded collective
@@ -27,8 +28,8 @@ from typing import Any
 from . import turns
 from .capture import OutputCapture
 from .channel import Call, Reply
+from .rank_loop import RankContext, call_target, error_of
 from .results import STATUS_ERROR, STATUS_INTERRUPTED, STATUS_OK, RankError, RankResult
-from .worker import RankContext, error_of
 
 THREAD_STACK_BYTES = 512 * 1024
 """Stack reserved for each rank thread (4,096 ranks reserve 2 GiB of address space, touched only as used)."""
@@ -92,13 +93,15 @@ def routed_output() -> Iterator[None]:
                 _saved_streams = None
 
 
-def execute_here(ctx: RankContext, fn: Any, args: tuple) -> RankResult:
-    """Call ``fn(ctx, *args)`` in this thread, capturing what it prints, its time and its value or error."""
+def execute_here(ctx: RankContext, call: Call) -> RankResult:
+    """Run ``call`` on ``ctx``'s rank in this thread (``call_target``), capturing what it prints, its time and its
+    value or error."""
     captures = (OutputCapture(), OutputCapture())
     _local.captures = captures
     begin = time.perf_counter()
     status, value, error = STATUS_OK, None, None
     try:
+        fn, args = call_target(call.kind, call.payload)
         value = fn(ctx, *args)
     except KeyboardInterrupt as caught:
         status, error = STATUS_INTERRUPTED, error_of(caught, skip=1)
@@ -228,8 +231,7 @@ class ThreadPerRank(_Runner):
             call, holding = item
             turns.enter(self.turns, holding)
             try:
-                fn, args = call.payload
-                result = execute_here(ctx, fn, args)
+                result = execute_here(ctx, call)
             finally:
                 turns.give()
             self._reply(call, ctx.rank, result)
@@ -294,12 +296,11 @@ class OneThread(_Runner):
             call = self.inbox.get()
             if call is _STOP or self.stopped:
                 return
-            fn, args = call.payload
             for ctx in self.contexts:
                 if self.stopped:
                     return
                 self.current = ctx.rank
-                self._reply(call, ctx.rank, execute_here(ctx, fn, args))
+                self._reply(call, ctx.rank, execute_here(ctx, call))
             self.current = None
 
     def send(self, call: Call) -> set[int]:

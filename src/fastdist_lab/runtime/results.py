@@ -1,4 +1,5 @@
-"""What a cluster call returns: ``RankResult`` (one rank) and ``RankResults`` (every rank, indexed by rank).
+"""What a cluster call returns: ``RankResult`` (one rank) and ``RankResults`` (every rank, indexed by rank), or,
+when not every rank answered, the error naming them (``call_failure``).
 
 Plain data (no torch): renders as text and HTML, converts to pandas, and round-trips through JSON. A rank that
 sent nothing is kept in its place as a ``"missing"`` record, so position and rank never part.
@@ -8,11 +9,12 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Iterable, Iterator
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .errors import ClusterError
+from .errors import ClusterError, ClusterTimeout
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -26,6 +28,8 @@ STATUS_MISSING = "missing"
 
 REPR_CHARS = 80
 """Characters of a value's ``repr`` shown in ``repr(RankResult)``."""
+STACKS_SHOWN = 8
+"""Distinct stacks written out in a timeout message (all of them stay in ``ClusterTimeout.stacks``)."""
 
 
 def ranks_text(ranks: Iterable[int]) -> str:
@@ -162,7 +166,7 @@ class RankResults:
     def __init__(
         self,
         records: Iterable[RankResult],
-        coordinates: list[dict[str, int]] | None = None,
+        coordinates: Sequence[dict[str, int]] | None = None,
         label: str = "run",
         world_size: int | None = None,
     ):
@@ -179,7 +183,7 @@ class RankResults:
         if outside:
             raise ValueError(f"{ranks_text(outside)} outside world_size={world_size}")
         self.records = [by_rank.get(rank) or RankResult.missing(rank) for rank in range(world_size)]
-        self.coordinates = coordinates
+        self.coordinates = None if coordinates is None else list(coordinates)
         self.label = label
 
     # ------------------------------------------------------------- access
@@ -218,11 +222,6 @@ class RankResults:
     def failed_ranks(self) -> list[int]:
         """Ranks that did not return normally (missing ones included)."""
         return [record.rank for record in self.records if not record.ok]
-
-    @property
-    def missing_ranks(self) -> list[int]:
-        """Ranks that sent no result."""
-        return [record.rank for record in self.records if record.status == STATUS_MISSING]
 
     def error_groups(self) -> list[tuple[list[int], RankError]]:
         """Errors with identical type, message and traceback, each once with the ranks that raised it."""
@@ -319,3 +318,73 @@ class RankResults:
             label=data.get("label", "run"),
             world_size=data.get("world_size"),
         )
+
+
+# ----------------------------------------------------------------------------------------------- a failed call
+def group_stacks(stacks: dict[int, str]) -> list[tuple[list[int], str]]:
+    """Identical stacks (thread addresses aside) once each, with the ranks that share them, by lowest rank."""
+    groups: dict[str, tuple[list[int], str]] = {}
+    for rank in sorted(stacks):
+        key = re.sub(r"0x[0-9a-fA-F]+", "0x?", stacks[rank]).strip()
+        groups.setdefault(key, ([], stacks[rank]))[0].append(rank)
+    return list(groups.values())
+
+
+def stacks_text(stacks: dict[int, str], pid_of: Callable[[int], int | None]) -> list[str]:
+    """Lines showing each distinct stack once under the ranks that share it (at most ``STACKS_SHOWN``)."""
+    groups = group_stacks(stacks)
+    lines = []
+    for ranks, text in groups[:STACKS_SHOWN]:
+        if len(ranks) == 1:
+            pid = pid_of(ranks[0])
+            lines.append(f"--- stack of rank {ranks[0]}{'' if pid is None else f' (pid {pid})'} ---")
+        else:
+            lines.append(f"--- {ranks_text(ranks)} share this stack ---")
+        lines.append(text.rstrip())
+    if len(groups) > STACKS_SHOWN:
+        rest = [rank for ranks, _ in groups[STACKS_SHOWN:] for rank in ranks]
+        lines.append(f"--- {len(groups) - STACKS_SHOWN} more distinct stacks, of {ranks_text(rest)}: see .stacks ---")
+    return lines
+
+
+def call_failure(
+    state: Any,
+    stacks: dict[int, str],
+    deaths: dict[int, RankError],
+    pid_of: Callable[[int], int | None],
+    coordinates: Any = None,
+) -> ClusterError:
+    """The error of a call that not every rank answered: ``ClusterError`` when ranks died, else ``ClusterTimeout``
+    with the ``stacks`` of those that did not answer. ``state`` is the call's ``cluster.CallState`` (its label,
+    limit, ranks, ``records`` of the answers, ``pending`` and ``dead`` ranks); ``deaths`` says why each dead rank is
+    gone; every rank's record is in the error's ``results``."""
+    label, limit, pending, dead = state.label, state.limit, set(state.pending), set(state.dead)
+    records = dict(state.records)
+    for rank in dead:
+        records[rank] = RankResult(rank, STATUS_DIED, error=deaths.get(rank, RankError("WorkerDied", "gone")))
+    for rank in pending:
+        error = RankError("Timeout", f"no answer within {limit:g} s", stacks.get(rank, ""))
+        records[rank] = RankResult(rank, STATUS_TIMEOUT, error=error)
+    results = RankResults(records.values(), coordinates, label, world_size=len(state.ranks))
+    answered = sorted(rank for rank in state.records)
+    if dead:
+        parts = [f"{ranks_text(dead)} died during {label}"]
+        by_reason: dict[str, list[int]] = {}
+        for rank in sorted(dead):
+            reason = re.sub(r"worker process \d+", "worker process", str(records[rank].error))
+            by_reason.setdefault(reason, []).append(rank)
+        if len(dead) == 1:
+            parts.append(f"  rank {min(dead)}: {records[min(dead)].error}")
+        else:
+            parts += [f"  {ranks_text(ranks)}: {reason}" for reason, ranks in by_reason.items()]
+        if pending:
+            parts.append(f"{ranks_text(pending)} did not answer afterwards")
+        parts.append("the workers were stopped; the next call starts fresh ones")
+        return ClusterError("\n".join(parts), results=results, ranks=sorted(dead | pending))
+    lines = [
+        f"{label} timed out after {limit:g} s: {ranks_text(pending)} did not answer"
+        + (f" ({ranks_text(answered)} did)" if answered else ""),
+        "the workers were stopped; the next call starts fresh ones",
+        *stacks_text(stacks, pid_of),
+    ]
+    return ClusterTimeout("\n".join(lines), results=results, ranks=sorted(pending), stacks=stacks)

@@ -35,8 +35,8 @@ from .channel import (
     Statuses,
     WorkersKilled,
     WorkerSpec,
-    connect,
 )
+from .handshake import connect
 from .procs import become_subreaper, describe_status, die_with_parent, end_subtree, raise_file_limit, reap
 
 STORE_MEMORY_CAP = 256 << 20
@@ -118,7 +118,7 @@ def _start_store(spec: WorkerSpec, channel: Channel) -> tuple[int, int]:
 
 
 def _fork_workers(spec: WorkerSpec, channel: Channel, authkey: bytes) -> dict[int, int]:
-    from .worker import worker_main
+    from .rank_loop import worker_main
 
     sys.path[:] = list(spec.sys_path)
     try:
@@ -191,7 +191,7 @@ def main() -> int:
         channel.send(ServerStarted(os.getpid()))
         import torch  # noqa: F401 - preloaded so that forked workers start with torch imported
 
-        from . import worker  # noqa: F401
+        from . import rank_loop  # noqa: F401
 
         stderr_fd = config.get("stderr_fd")
         if stderr_fd is not None:  # ready: from now on write where the controller writes

@@ -1,8 +1,9 @@
 """``SimulatedCluster``: a world of thousands of ranks in this process, through the same code path as processes.
 
 Each simulated rank has its own ``ProcessGroupPool`` (``ThreadedGroupPool`` or ``FakeGroupPool``: the seed's pool,
-another kind of group) and builds its own ``Distributed`` exactly as a worker process does; calls go through
-``calls.perform_call`` with the same deadlines, results and errors as a ``LocalCluster``. Two modes:
+another kind of group) and builds its own ``Distributed`` exactly as a worker process does; calls are every
+cluster's (``cluster.Cluster``: the same deadlines, results and errors as a ``LocalCluster``), carried to the rank
+threads by ``rank_threads``. Two modes:
 
 - ``"threads"``: one thread per rank, torch's threaded process groups. Real tensors, real reductions: ``apply``
   checks every group of every dim with collectives, ``run(fn)`` gets the same ``ctx``, ``streams.draw`` draws real
@@ -13,8 +14,8 @@ another kind of group) and builds its own ``Distributed`` exactly as a worker pr
   values by design). Generators are real, so ``streams.draw`` works too.
 
 Why a sibling class rather than a mode of ``LocalCluster``: nothing of a ``LocalCluster``'s machinery (worker
-server, sockets, file limits, process supervision) applies here, while the calls, results and errors are shared
-modules; the two classes have the same methods, and ``mode`` / ``backend`` say which world answered.
+server, sockets, file limits, process supervision) applies here, while the calls, results and errors are their
+shared base; the two classes have the same methods, and ``mode`` / ``backend`` say which world answered.
 """
 
 from __future__ import annotations
@@ -24,23 +25,20 @@ import gc
 import itertools
 import threading
 import time
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
-from ..config import CLUSTER_MODES, DistributedConfig, LayoutError
+from ..config import CLUSTER_MODES, LayoutError
 from ..layout import Layout
-from .arguments import ClusterFacts, call_limit, check_progress, cluster_sizes, cluster_timeout, held
 from .capacity import check_capacity
+from .cluster import Cluster, check_progress, cluster_sizes, cluster_timeout
 from .errors import ClusterError
-from .inprocess import fake_store, release_collectives, require_inprocess
+from .inprocess import FakeGroupPool, ThreadedGroupPool, fake_store, release_collectives, require_inprocess
 from .progress import ProgressCallback
+from .rank_loop import RankContext
 from .rank_threads import OneThread, ThreadPerRank, routed_output
 from .results import RankResults
-from .simulated_pool import FakeGroupPool, ThreadedGroupPool
-from .verification import THREADS_GATHER_LIMIT, Verification
-from .verify import apply_in_two_steps, layout_for_cluster, layout_groups
-from .worker import RankContext, builder, checker
+from .verification import THREADS_GATHER_LIMIT, layout_groups
 
 SIMULATED_MODES = CLUSTER_MODES[1:]
 """The modes of a ``SimulatedCluster``."""
@@ -67,14 +65,18 @@ def default_timeout(world_size: int) -> float:
     return 60.0 + 0.02 * world_size
 
 
-class SimulatedCluster(ClusterFacts):
+class SimulatedCluster(Cluster):
     """``world_size`` simulated ranks in this process (``mode``: ``"threads"`` or ``"fake"``, see the module).
 
     Same constructor arguments, methods, results and errors as ``LocalCluster`` (no ``backend``: the groups are
-    torch's threaded or fake ones, on CPU tensors). ``timeout`` defaults to ``default_timeout(world_size)``.
+    torch's threaded or fake ones, on CPU tensors; ``run`` hands ``fn`` and ``args`` to the ranks as they are, not
+    copies). ``timeout`` defaults to ``default_timeout(world_size)``.
     Refuses (``CapacityError``) a world whose threads or memory this machine cannot hold, and
     (``InProcessUnavailable``) a torch without the in-process groups.
     """
+
+    _in_process = True
+    _ranks_word = "ranks"
 
     def __init__(
         self,
@@ -93,11 +95,12 @@ class SimulatedCluster(ClusterFacts):
         self._world_size = world_size
         self._local_world_size = local
         self._mode = mode
+        self._gather_limit = THREADS_GATHER_LIMIT
         self._backend = BACKEND_OF_MODE[mode]
         self._timeout = cluster_timeout(default_timeout(world_size) if timeout is None else timeout)
         self._progress_option = progress
         self._lock = threading.RLock()
-        self._runner: ThreadPerRank | OneThread | None = None
+        self._ranks: ThreadPerRank | OneThread | None = None
         self._closed = True
         self._layout: Layout | None = None
         self._shared: dict[Any, Any] = {}
@@ -117,17 +120,6 @@ class SimulatedCluster(ClusterFacts):
     def mode(self) -> str:
         """``"threads"`` or ``"fake"``."""
         return self._mode
-
-    @property
-    def running(self) -> bool:
-        """Whether the ranks are ready for the next call (``False`` after a failure, an interrupt or ``close()``)."""
-        runner = self._runner
-        if self._closed or runner is None or not runner.alive:
-            return False
-        if self._in_flight is not None and self._lock.acquire(blocking=False):
-            self._lock.release()
-            return False
-        return True
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> SimulatedCluster:
@@ -149,9 +141,9 @@ class SimulatedCluster(ClusterFacts):
             contexts = [RankContext(rank, self._world_size, self._pool(rank, label, store)) for rank in
                         range(self._world_size)]  # fmt: skip
             if self._mode == "threads":
-                self._runner = ThreadPerRank(contexts, label, lambda wait: release_collectives(label + "/", wait))
+                self._ranks = ThreadPerRank(contexts, label, lambda wait: release_collectives(label + "/", wait))
             else:
-                self._runner = OneThread(contexts, label)
+                self._ranks = OneThread(contexts, label)
             self._closed = False
             self._in_flight = None
             self.startup_seconds = time.monotonic() - begin
@@ -196,65 +188,22 @@ class SimulatedCluster(ClusterFacts):
 
                 torch.autograd.set_multithreading_enabled(self._autograd_threads)
 
-    def _stop_ranks(self) -> None:
-        runner, self._runner = self._runner, None
-        if runner is not None:
-            runner.stop()
-
-    # ------------------------------------------------------------------ public calls
-    def run(self, fn: Callable[..., Any], *args: Any, timeout: float | None = None) -> RankResults:
-        """Run ``fn(ctx, *args)`` on every rank and return every rank's value or error (values as they are, not
-        copies). ``ClusterTimeout`` (with the stacks of the ranks that did not answer) past the deadline."""
-        if not callable(fn):
-            raise TypeError(f"fn={fn!r} is not callable")
-        label = getattr(fn, "__name__", "run")
-        limit = call_limit(timeout, self._timeout)
-        with held(self._lock, limit, label) as waited:
-            return self._call((fn, args), limit, waited, label)
-
-    def apply(self, layout: Layout | DistributedConfig, timeout: float | None = None) -> Verification:
-        """Build ``Distributed(layout.config(rank))`` on every rank from its own pool and check every group: as the
-        pool holds it, then (threads) with real collectives; fake mode stops before any collective. The layout
-        runs on CPU tensors (backend gloo) whatever its backend. Returns the ``Verification``."""
-        layout, applied = layout_for_cluster(layout, self._world_size, self._local_world_size, "gloo")
-        limit = call_limit(timeout, self._timeout)
-        with held(self._lock, limit, "apply") as waited, gc_paused():
-            self._layout = None
-            begin = time.monotonic()
+    # ------------------------------------------------------------------ calls
+    @contextlib.contextmanager
+    def _applying(self, applied: Layout) -> Iterator[None]:
+        """Garbage collection paused throughout; every rank's pool shares one tuple per group of ``applied``."""
+        with gc_paused():
             self._ensure_running()
-            groups = layout_groups(applied)  # one tuple per group, shared by every rank's pool
+            groups = layout_groups(applied)
             self._shared.clear()
             self._shared.update((members, members) for rows, _, _ in groups.values() for members in rows)
+            yield
 
-            def call(kind: str, payload: Any) -> RankResults:
-                work = builder(applied, True) if kind == "apply" else checker(*payload)
-                return self._call((work, ()), limit, waited + time.monotonic() - begin, "apply", applied)
-
-            verification = apply_in_two_steps(
-                call, applied, None, self._mode, THREADS_GATHER_LIMIT, backend=self.backend
-            )
-            if verification.results.ok:
-                self._layout = layout
-            else:
-                self._stop_ranks()
-            return verification
-
-    # ------------------------------------------------------------------ calls
-    def _ensure_running(self) -> None:
-        if self._closed:
-            raise ClusterError("the cluster is closed; call start() or use a new SimulatedCluster")
-        if self.running:
-            return
-        if self._runner is not None and not self._runner.stopped:
-            warnings.warn("an interrupted call left the ranks in an unknown state; starting fresh ranks "
-                          "(per-rank state is lost)", RuntimeWarning, stacklevel=4)  # fmt: skip
-        self.restart()
-
-    def _call(self, work: Any, limit: float, waited: float, label: str, layout: Layout | None = None) -> RankResults:
-        self._ensure_running()
-        assert self._runner is not None
+    def _call(
+        self, kind: str, payload: Any, limit: float, waited: float, label: str, layout: Layout | None = None
+    ) -> RankResults:
         with routed_output(), gc_paused():
-            return self._perform(self._runner, "run", work, label, limit, waited, layout)
+            return super()._call(kind, payload, limit, waited, label, layout)
 
     # ------------------------------------------------------------------ display
     def __repr__(self) -> str:

@@ -22,7 +22,6 @@ from collections.abc import Callable
 from multiprocessing.connection import wait
 
 from .channel import (
-    Acceptor,
     Channel,
     Exit,
     ExitStatuses,
@@ -35,15 +34,14 @@ from .channel import (
     WorkerFailed,
     WorkerHello,
     WorkerReady,
+    Workers,
     WorkersKilled,
     WorkerSpec,
-    control_address,
-    listen,
 )
 from .errors import ClusterError, ClusterTimeout
+from .handshake import Acceptor, control_address, listen
 from .procs import files_needed, hold_interrupts, kill_quietly, process_running, wait_gone
 from .results import RankError, ranks_text
-from .workers import Workers
 
 Report = Callable[[int, str], None]
 """``report(done, message)``: start-up progress (``done`` out of world size + 2)."""
@@ -205,7 +203,7 @@ class WorkerServer:
     # ------------------------------------------------------------------ workers
     def spawn(self, report: Report = _quiet) -> Workers:
         """Start one worker per rank (and their store); returns them once every rank is ready."""
-        if self.channel is None or self._acceptor is None:
+        if self.channel is None or self._acceptor is None or self.process is None:
             raise ClusterError("the worker server is not running")
         deadline = time.monotonic() + self.timeout
         self.generation += 1
@@ -237,7 +235,7 @@ class WorkerServer:
         if reply.error:
             raise ClusterError(reply.error)
         pids = {int(rank): int(pid) for rank, pid in reply.pids.items()}
-        workers = Workers(self, pids, stack_dir)
+        workers = Workers(pids, stack_dir, self.process.pid, self.kill_workers, self.exit_statuses)
         try:
             self._await_ready(workers, deadline, steps)
         except BaseException:

@@ -1,8 +1,8 @@
 """The ranks of a job started by a launcher (torchrun, any number of nodes), driven from rank 0 like a cluster.
 
 ``LaunchedCluster`` builds this rank's pool from ``env://`` (the launcher's rendezvous). On rank 0 it has the
-calls of a ``LocalCluster`` (``run``, ``apply``, ``layout``, ``world_size``, ``timeout``), so the ``checks``
-package drives a launched job unchanged (``check_layout``: groups, then real generator streams against the
+calls of every cluster (``cluster.Cluster``: ``run``, ``apply``, ``layout``, ``world_size``, ``timeout``), so the
+``checks`` package drives a launched job unchanged (``check_layout``: groups, then real generator streams against the
 prediction); every other rank calls ``serve()``, which executes rank 0's calls until rank 0 closes. Calls and
 results travel through the launcher's store, under ``CALL_PREFIX``; a rank that does not answer in time makes the
 call raise ``ClusterTimeout`` naming it. When the store itself is gone (its host's launcher ended), every store
@@ -13,23 +13,22 @@ operation raises ``ClusterError`` at once: a serving rank stops instead of retry
 from __future__ import annotations
 
 import datetime
+import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
 
-from ..config import DistributedConfig, LayoutError
+from ..config import DistributedConfig
 from ..layout import Layout
-from .arguments import ClusterFacts, call_limit
 from .capture import quiet_harmless_c10d
 from .channel import outcome_to_result
+from .cluster import Cluster
 from .errors import ClusterError, ClusterTimeout, first_line
 from .pool import ProcessGroupPool
+from .rank_loop import RankContext, execute
 from .results import RankResults, ranks_text
-from .verification import Verification
-from .verify import apply_in_two_steps, layout_for_cluster, rank_coordinates
-from .worker import RankContext, builder, checker, execute
+from .verification import rank_coordinates
 
 CALL_PREFIX = "fastdist_lab/calls"
 """Store keys under which rank 0 posts calls and every rank leaves its results."""
@@ -45,7 +44,7 @@ def store_lost(error: BaseException, rank: int) -> ClusterError:
     return ClusterError(f"rank {rank}: the launcher's store is gone (did rank 0's node stop?): {first_line(error)}")
 
 
-class LaunchedCluster(ClusterFacts):
+class LaunchedCluster(Cluster):
     """This rank of a launched job (rank, world and rendezvous from the environment) for ``layout``'s sizes.
 
     ``layout.backend`` must already be resolved (``resolve_backend``). Rank 0 makes the calls; the other ranks
@@ -63,7 +62,7 @@ class LaunchedCluster(ClusterFacts):
                 self.rank, layout.world_size, layout.local_world_size, timeout, use_cpu, backend=layout.backend
             )
         self._ctx = RankContext(self.rank, layout.world_size, self.pool)
-        self._use_cpu = use_cpu
+        self._lock = threading.RLock()
         self._calls = 0
         self._layout: Layout | None = None
         self._closed = False
@@ -77,30 +76,6 @@ class LaunchedCluster(ClusterFacts):
     def start(self) -> LaunchedCluster:
         """Nothing to start: the launcher started the ranks (``self``)."""
         return self
-
-    # ------------------------------------------------------------------ rank 0: calls
-    def run(self, fn: Callable[..., Any], *args: Any, timeout: float | None = None) -> RankResults:
-        """Run ``fn(ctx, *args)`` on every rank (rank 0 only); a rank that raises is reported in the results."""
-        if not callable(fn):
-            raise TypeError(f"fn={fn!r} is not callable")
-        payload = cloudpickle.dumps((fn, args))  # before the call is numbered: a failure here desyncs no rank
-        return self._call("run", payload, getattr(fn, "__name__", "run"), timeout)
-
-    def apply(self, layout: Layout | DistributedConfig, timeout: float | None = None) -> Verification:
-        """Build ``Distributed`` for ``layout`` on every rank and check every group (rank 0 only; see
-        ``LocalCluster.apply``). The layout's backend is replaced by the job's."""
-        layout, applied = layout_for_cluster(layout, self.world_size, self.local_world_size, self._backend)
-        self._layout = None
-        limit = self._limit(timeout)
-        begin = time.monotonic()
-
-        def call(kind: str, payload: Any) -> RankResults:
-            return self._call(kind, payload, "apply", max(1e-3, limit - (time.monotonic() - begin)), applied)
-
-        verification = apply_in_two_steps(call, applied, applied.fields())
-        if verification.results.ok:
-            self._layout = layout
-        return verification
 
     def close(self) -> None:
         """On rank 0, release the serving ranks; on every rank, shut the pool down (idempotent)."""
@@ -118,16 +93,16 @@ class LaunchedCluster(ClusterFacts):
             self._ctx.distributed = None
             self.pool.shutdown()
 
-    def _limit(self, timeout: float | None) -> float:
-        return call_limit(timeout, self._timeout)
-
-    def _call(self, kind: str, payload: Any, label: str, timeout: float | None, layout: Layout | None = None):
+    # ------------------------------------------------------------------ rank 0: calls
+    def _call(
+        self, kind: str, payload: Any, limit: float, waited: float, label: str, layout: Layout | None = None
+    ) -> RankResults:
+        """One call through the launcher's store: rank 0 posts it, runs its own part, then collects the others'."""
         if self.rank != 0:
             raise ClusterError(f"rank {self.rank} serves rank 0's calls; only rank 0 makes them")
         if self._closed:
             raise ClusterError("this launched cluster is closed")
-        limit = self._limit(timeout)
-        deadline = time.monotonic() + limit  # for the whole call, rank 0's own part included
+        deadline = time.monotonic() + max(1e-3, limit - waited)  # for the whole call, rank 0's own part included
         message = cloudpickle.dumps((kind, payload))
         self._calls += 1
         number = self._calls
@@ -137,7 +112,7 @@ class LaunchedCluster(ClusterFacts):
                 store.set(f"{CALL_PREFIX}/{number}", message)
             except Exception as error:
                 raise store_lost(error, self.rank) from None
-        records = [outcome_to_result(0, self._execute(kind, payload))]
+        records = [outcome_to_result(0, execute(self._ctx, kind, payload))]
         if store is not None:
             records += self._collect(store, number, label, limit, deadline)
         layout = layout or self._layout
@@ -166,15 +141,6 @@ class LaunchedCluster(ClusterFacts):
             raise store_lost(error, self.rank) from None
         return [outcome_to_result(rank, cloudpickle.loads(answer)) for rank, answer in enumerate(answers, start=1)]
 
-    def _execute(self, kind: str, payload: Any) -> Any:
-        if kind == "run":  # unpickled by ``execute``: a function this rank cannot load is this rank's error
-            return execute(self._ctx, payload=payload)
-        if kind == "apply":
-            return execute(self._ctx, builder(payload, self._use_cpu), ())
-        if kind == "check":
-            return execute(self._ctx, checker(*payload), ())
-        raise LayoutError(f"unknown call kind {kind!r}")
-
     # ------------------------------------------------------------------ the other ranks
     def serve(self) -> None:
         """Execute rank 0's calls until it closes (ranks other than 0). Raises ``ClusterTimeout`` after
@@ -198,7 +164,7 @@ class LaunchedCluster(ClusterFacts):
             if kind == "exit":
                 self.close()
                 return
-            outcome = self._execute(kind, payload)
+            outcome = execute(self._ctx, kind, payload)
             try:
                 store.set(f"{key}/{self.rank}", cloudpickle.dumps(outcome))
             except Exception as error:

@@ -1,16 +1,38 @@
-"""``Verification``: real-collective checks of a layout, one row per (dim, group), and the JSON report.
+"""A layout verification, both halves: what every rank checks and how the controller puts it together.
 
-Plain data (no torch): renders as text and HTML, converts to pandas, and round-trips through the JSON report that
-``python -m fastdist_lab.worker --report`` writes (``load_report``).
+A verification is two calls on every rank, whatever runs the ranks (processes, threads, fake groups, a launcher);
+``apply_in_two_steps`` makes them through a cluster's call on every rank:
+
+1. **build** (``"apply"``; on each rank ``rank_loop.build_layout``): the rank builds ``Distributed`` for the layout
+   from its pool, then checks, without any communication, each dim's group as its pool holds it against
+   ``layout_groups``: its config's members, the group object's size and group rank, and that the pool created that
+   very object for those members. Its generators' seeds are compared with ``generator_seeds``.
+2. **check** (``"check"``; ``rank_loop.check_groups``): every group whose members all passed step 1 is checked
+   with real collectives; a group where some member failed is skipped by all its members (``groups_to_skip``), so
+   one bad pool cannot leave its partners waiting. Fake groups stop after step 1: their collectives compute nothing.
+
+The collective check of a group of ``k`` members ``G`` (group-rank order): each member all-reduces (sum) the vector
+of ``reduction_terms`` and all-gathers its global rank when ``k <= gather_limit``; ``REDUCTION_TERMS`` says why the
+sums prove the membership and order exactly in O(1) values per rank. ``Verification`` judges every group from the
+rows the ranks sent back. It is plain data (no torch): renders as text and HTML, converts to pandas, and round-trips
+through the JSON report that ``python -m fastdist_lab.worker --report`` writes (``load_report``).
 """
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import os
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from ..config import DIM_NAMES, DistributedConfig, LayoutError
+from ..layout import Layout
+from .members import member_tuple
 from .results import RankResults, ranks_text
 
 if TYPE_CHECKING:
@@ -76,6 +98,102 @@ def expected_reduction(dim_index: int, members: list[int]) -> list[int]:
     return [size, sum(members), size, *(size * v for v in (dim_index, dim_index**2, high, high**2, low, low**2))]
 
 
+SKIP_KEY = tuple[str, int]
+"""A group to skip: (dim, its first member in the layout)."""
+
+
+@functools.lru_cache(maxsize=4)
+def layout_groups(layout: Layout) -> dict[str, tuple[list[tuple[int, ...]], list[int], list[int]]]:
+    """Per dim: every group as a tuple of ints, each rank's row among them and its position in its group (cached
+    for a few layouts: the ranks of a simulated world share them). A group that is a progression is the tuple
+    ``member_tuple`` gives for its ``range``, so the pools' keys and these are the same objects."""
+    out = {}
+    for name in DIM_NAMES:
+        groups = layout.groups(name)
+        steps = np.diff(groups, axis=1) if groups.shape[1] > 1 else np.ones((groups.shape[0], 1), dtype=np.int64)
+        progression = (steps == steps[:, :1]).all(axis=1) & (steps[:, 0] > 0)
+        rows = [
+            member_tuple(range(row[0], row[-1] + int(step[0]), int(step[0]))) if regular else tuple(row)
+            for row, step, regular in zip(groups.tolist(), steps, progression.tolist())
+        ]
+        out[name] = (rows, layout.group_index(name).tolist(), layout.dim_rank(name).tolist())
+    return out
+
+
+@functools.lru_cache(maxsize=4)
+def rank_coordinates(layout: Layout) -> tuple[dict[str, int], ...]:
+    """Each rank's ``rank`` and ``Layout.coordinates``, one dict per rank in rank order, for ``RankResults.to_frame``
+    (cached: the results of every call on a layout share them, and only read them)."""
+    names = ["rank", *layout.coordinates]
+    table = np.column_stack([np.arange(layout.world_size), *layout.coordinates.values()]).tolist()
+    return tuple(dict(zip(names, row)) for row in table)
+
+
+def expected_groups(layout: Layout) -> dict[str, list[list[int]]]:
+    """Every dim's groups, as lists of member lists (what the checks must find)."""
+    return {name: layout.groups(name).tolist() for name in DIM_NAMES}
+
+
+def layout_for_cluster(
+    layout: Layout | DistributedConfig, world_size: int, local_world_size: int, backend: str
+) -> tuple[Layout, Layout]:
+    """Check that ``layout`` fits a cluster of these sizes; returns it (as a ``Layout``) and the layout the ranks
+    run: the same with the cluster's backend. ``LayoutError`` when the sizes do not fit."""
+    if isinstance(layout, DistributedConfig):
+        layout = Layout.from_config(layout)
+    if not isinstance(layout, Layout):
+        raise TypeError(f"apply() needs a Layout, got {type(layout).__name__}")
+    if layout.world_size != world_size:
+        raise LayoutError(f"layout world_size={layout.world_size} does not match the cluster's {world_size} ranks")
+    if layout.local_world_size > local_world_size:
+        raise LayoutError(
+            f"layout local_world_size={layout.local_world_size} is larger than the cluster's "
+            f"local_world_size={local_world_size}"
+        )
+    return layout, Layout(**dict(layout.fields(), backend=backend))
+
+
+def apply_in_two_steps(
+    call: Callable[[str, Any], RankResults],
+    applied: Layout,
+    build_payload: Any,
+    mode: str = "processes",
+    gather_limit: int | None = None,
+    backend: str = "",
+) -> Verification:
+    """A whole verification through ``call(kind, payload)`` (a cluster's call on every rank): ``"apply"`` with
+    ``build_payload`` (the layout, or its fields), then, unless ``mode`` is ``"fake"``, ``"check"`` with the groups
+    to skip and ``gather_limit``. Returns the ``Verification`` of every rank's final rows (step 2's, or step 1's
+    where step 1 failed)."""
+    begin = time.monotonic()
+    built = call("apply", build_payload)
+    if mode == "fake":
+        results = built
+    else:
+        checked = call("check", (groups_to_skip(built, applied), gather_limit))
+        records = [step1 if not step1.ok else step2 for step1, step2 in zip(built, checked)]
+        results = RankResults(records, built.coordinates, checked.label, world_size=len(built))
+    fields = {key: getattr(value, "value", value) for key, value in applied.fields().items()}
+    return Verification.from_rank_rows(
+        expected_groups(applied), results, fields, backend or fields["backend"], time.monotonic() - begin, mode=mode
+    )
+
+
+def groups_to_skip(built: RankResults, layout: Layout) -> set[SKIP_KEY]:
+    """The groups step 2 must skip: those with a member that failed step 1 or found its group wrong."""
+    skip: set[SKIP_KEY] = set()
+    groups = layout_groups(layout)
+    for record in built:
+        if record.ok and isinstance(record.value, dict):
+            bad = [row["dim"] for row in record.value.get("dims", []) if row.get("identity")]
+        else:
+            bad = list(DIM_NAMES)
+        for name in bad:
+            rows, index, _ = groups[name]
+            skip.add((name, rows[index[record.rank]][0]))
+    return skip
+
+
 def _reduction_problem(got: list[int], expected: list[int]) -> str:
     """Which part of an all-reduce differs, in words."""
     wrong = [name for name, a, b in zip(REDUCTION_TERMS, got, expected) if a != b]
@@ -114,7 +232,7 @@ class Verification:
     """Checks of a layout on every rank: one row per (dim, group), plus per-rank generator-seed checks.
 
     A group passes when every member reported, each member's pool holds the group it should (members, size, group
-    rank, created for those members: see ``runtime.verify``) and, unless ``mode`` is ``"fake"``, the collectives
+    rank, created for those members: see the module) and, unless ``mode`` is ``"fake"``, the collectives
     agree: the all-reduce of ``REDUCTION_TERMS`` (or, in reports of earlier versions, the sum of the global ranks)
     and, where the group was all-gathered, the member list in group-rank order. ``results`` is the
     ``RankResults`` of the check; ``mode`` says what ran the ranks (``MODES``).

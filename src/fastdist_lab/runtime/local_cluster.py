@@ -1,0 +1,208 @@
+"""``LocalCluster``: persistent worker processes on this machine, driven from a notebook cell or a script.
+
+Its calls are every cluster's (``cluster.Cluster``: ``run``, ``apply``, deadlines, failures); what is its own is
+the processes' life. A worker server (``supervisor.WorkerServer``: a fresh interpreter that imports torch once)
+forks one generation of workers after another (``channel.Workers``) and hosts their rendezvous store. Nothing is
+ever forked from this process, nothing listens beyond 127.0.0.1, and the control channel is authenticated
+(``runtime.handshake``).
+
+A rank that raises is reported with its traceback; a rank that hangs or dies makes the call raise
+``ClusterTimeout`` / ``ClusterError`` naming it (with the Python stacks of the ranks that did not answer), the
+workers are stopped, and the next call starts fresh ones.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..layout import Layout
+from .backends import resolve_backend
+from .capacity import check_capacity
+from .channel import Workers
+from .cluster import Cluster, check_progress, cluster_sizes, cluster_timeout
+from .errors import ClusterError
+from .procs import FILES_PER_PROCESS, hold_interrupts, raise_file_limit
+from .progress import ProgressCallback, finish, resolve_progress
+from .replay import SWEEP_SIZES
+from .replay import bandwidth as sweep_bandwidth
+from .replay import replay as replay_step
+from .supervisor import WorkerServer
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+_LIVE: weakref.WeakSet[LocalCluster] = weakref.WeakSet()
+
+
+def _close_all() -> None:
+    for cluster in list(_LIVE):
+        cluster.close()
+
+
+atexit.register(_close_all)
+
+
+class LocalCluster(Cluster):
+    """``world_size`` persistent worker processes on this machine, one per rank (gloo on CPU or NCCL on GPUs).
+
+    ``backend``: ``"auto"`` (NCCL when every local rank gets a GPU, else gloo), ``"gloo"`` or ``"nccl"``.
+    ``local_world_size``: ranks per (emulated) node, default ``world_size``. ``timeout``: seconds for start-up
+    and the default deadline of each call. ``progress``: ``None`` (a bar for anything slower than a second when
+    someone watches: a notebook or a terminal), ``True`` (always a bar), ``False`` (silent) or
+    ``progress(done, total, message)``. Starts at once unless ``start=False``.
+
+    Use as a context manager, or call ``close()``; the workers also go away at interpreter exit and when this
+    process dies.
+    """
+
+    def __init__(
+        self,
+        world_size: int,
+        backend: str = "auto",
+        local_world_size: int | None = None,
+        timeout: float = 60,
+        progress: ProgressCallback | bool | None = None,
+        *,
+        start: bool = True,
+    ):
+        world_size, local = cluster_sizes(world_size, local_world_size)
+        check_progress(progress)
+        self._world_size = world_size
+        self._local_world_size = local
+        self._timeout = cluster_timeout(timeout)
+        self._backend = resolve_backend(backend, local)
+        self._progress_option = progress
+        self._server = WorkerServer(world_size, local, self._backend, self.device_type, self._timeout)
+        self._ranks: Workers | None = None
+        self._lock = threading.RLock()
+        self._closed = True
+        self._layout: Layout | None = None
+        self._call_id = 0
+        self._in_flight: int | None = None
+        self.startup_seconds: float | None = None
+        """Seconds the last start (or restart) took until every rank was ready."""
+        if start:
+            self.start()
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def pids(self) -> list[int]:
+        """Worker process ids, indexed by rank (empty when the workers are stopped)."""
+        workers = self._ranks
+        if workers is None or workers.stopped:
+            return []
+        return [workers.pids[rank] for rank in workers.ranks]
+
+    @property
+    def server_pid(self) -> int | None:
+        """Process id of the worker server (the workers' parent), or ``None``."""
+        return self._server.pid
+
+    # ------------------------------------------------------------------ lifecycle
+    def _reporter(self, progress: ProgressCallback | None) -> Callable[[int, str], None]:
+        total = self._world_size + 2
+
+        def report(done: int, message: str) -> None:
+            if progress is not None:
+                progress(done, total, message)
+
+        return report
+
+    def start(self) -> LocalCluster:
+        """Start the worker server and the workers (no-op when running); returns ``self``."""
+        with self._lock:
+            if self.running:
+                return self
+            check_capacity(self._world_size)  # before anything starts: one line naming the numbers
+            raise_file_limit(FILES_PER_PROCESS + self._world_size)  # this process holds one channel per worker
+            progress = resolve_progress(self._progress_option, "LocalCluster")
+            report = self._reporter(progress)
+            begin = time.monotonic()
+            _LIVE.add(self)
+            try:
+                self._stop_ranks()
+                if not self._server.alive:
+                    self._server.stop()
+                    self._server.start(report)
+                self._ranks = self._server.spawn(report)
+            except BaseException:
+                with hold_interrupts():
+                    finish(progress)
+                    self._ranks = None
+                    self._server.stop()
+                    self._closed = True
+                    _LIVE.discard(self)
+                raise
+            self._closed = False
+            self._in_flight = None
+            self.startup_seconds = time.monotonic() - begin
+            total = self._world_size + 2
+            report(total, f"{self._world_size} ranks ready ({self._backend}) in {self.startup_seconds:.1f} s")
+            return self
+
+    def restart(self) -> LocalCluster:
+        """Replace every worker by a fresh one (keeping the worker server when alive) and re-apply the layout."""
+        with self._lock:
+            layout, self._layout = self._layout, None
+            if self._closed or not self._server.alive:
+                self._stop_ranks()
+                self.start()
+            else:
+                self._stop_ranks()
+                progress = resolve_progress(self._progress_option, "LocalCluster")
+                begin = time.monotonic()
+                try:
+                    self._ranks = self._server.spawn(self._reporter(progress))
+                finally:
+                    finish(progress)
+                self._in_flight = None
+                self.startup_seconds = time.monotonic() - begin
+            if layout is not None:
+                verification = self.apply(layout)
+                if not verification.ok:
+                    raise ClusterError(f"re-applying the layout after a restart failed:\n{verification}")
+            return self
+
+    def close(self) -> None:
+        """Stop every worker and the worker server; nothing of this cluster is left running (idempotent).
+
+        Once it has begun, an interrupt waits until everything is stopped; ``closed`` is marked last, so a
+        ``close()`` cut short before it began is completed by the next one.
+        """
+        with self._lock, hold_interrupts():
+            if self._closed and self._ranks is None and self._server.process is None:
+                return
+            try:
+                if self._ranks is not None:
+                    self._ranks.exit()
+            finally:
+                self._ranks = None
+                self._server.stop()
+                self._layout = None
+                self._in_flight = None
+                self._closed = True
+                _LIVE.discard(self)
+
+    # ------------------------------------------------------------------ display
+    def __repr__(self) -> str:
+        layout = "no layout" if self._layout is None else repr(self._layout)
+        return (
+            f"LocalCluster(world_size={self._world_size}, backend={self._backend!r}, "
+            f"local_world_size={self._local_world_size}, {self._state()}; {layout})"
+        )
+
+    # ------------------------------------------------------------------ cost replay (runtime/replay.py)
+    def replay(
+        self, layout: Layout | None, model: Any, training: Any = None, scale: float | None = None, **options: Any
+    ) -> pd.DataFrame:
+        """Replay one training step's collectives on this cluster's real groups; see ``runtime.replay.replay``."""
+        return replay_step(self, layout, model, training, scale, **options)
+
+    def bandwidth(self, dim: str, sizes: Any = None, **options: Any) -> pd.DataFrame:
+        """Sweep all-reduce / all-gather / reduce-scatter on ``dim``'s groups; see ``runtime.replay.bandwidth``."""
+        return sweep_bandwidth(self, dim, SWEEP_SIZES if sizes is None else sizes, **options)
