@@ -63,7 +63,7 @@ class TrainStepView:
         self.dropout.add_class("fdl-train-dropout")
         self.status = widgets.HTML()
         self.status.add_class("fdl-train-status")
-        self.view = GridView(self._select, self._zoom_to, self._hover_text)
+        self.view = GridView(self.select, self._zoom_to, self._hover_text)
         self.view.widget.layout.display = "none"
         self.table = widgets.HTML()
         self.table.add_class("fdl-train-table")
@@ -113,10 +113,7 @@ class TrainStepView:
         self.view.widget.layout.display = "flex"
 
     def select(self, rank: int | None) -> None:
-        """Outline ``rank`` and list its tensors beside the grid (None: nothing selected)."""
-        self._select(rank)
-
-    def _select(self, rank: int | None) -> None:
+        """Outline ``rank`` and list its tensors beside the grid (None: nothing selected); a click on the grid."""
         self._highlight = rank
         self.draw()
 
