@@ -129,58 +129,61 @@ def _generators(ctx: Any, fault: TrainingFault) -> dict[str, torch.Generator]:
     return {"pp": distributed.pp_generator, "tp": distributed.tp_generator}
 
 
+def _flat(tensors: list[torch.Tensor], parts: int) -> torch.Tensor:
+    """The tensors flattened one after another, padded with zeros to a multiple of ``parts`` elements."""
+    flat = torch.cat([tensor.detach().reshape(-1) for tensor in tensors])
+    return torch.nn.functional.pad(flat, (0, -flat.numel() % parts))
+
+
+def _unflatten(flat: torch.Tensor, targets: list[torch.Tensor]) -> None:
+    """Copy consecutive slices of ``flat`` into ``targets`` (each its own shape)."""
+    offset = 0
+    with torch.no_grad():
+        for target in targets:
+            target.copy_(flat[offset : offset + target.numel()].view_as(target))
+            offset += target.numel()
+
+
 def _reduce(params: list[torch.nn.Parameter], group: Any, group_rank: int, plan: TrainingPlan, keep_own: bool) -> list:
-    """Sum the gradients over the data group and take one SGD step; returns, per parameter, the slice of its
-    flattened shard whose reduced gradient this rank holds and that gradient (all of it without ZeRO)."""
-    grads = [param.grad.reshape(-1) for param in params]
-    flat = torch.cat(grads) if grads else torch.zeros(0)
+    """Sum the gradients over the data group and take one SGD step: all-reduce then every rank updates every
+    weight (``zero_stage=0``), or reduce-scatter, each rank updating its slice of the flattened weights, then
+    all-gather of the updated slices (ZeRO-1). ``keep_own``: this rank's own gradient stands in for the sum.
+    Returns, per parameter, the part of its flattened shard whose reduced gradient this rank holds
+    (``(first, last, gradient)``, or ``None``)."""
     size = 1 if group is None else group.size()
-    length = flat.numel()
-    chunk = -(-length // size)
-    flat = torch.nn.functional.pad(flat, (0, chunk * size - length))
-    own = flat.clone()
-    if group is not None and plan.zero_stage == 0:
-        options = torch.distributed.AllreduceOptions()
-        options.reduceOp = torch.distributed.ReduceOp.SUM
-        group.allreduce([flat], options).wait()
+    own = _flat([param.grad for param in params], size)
+    reduced = own.clone()
     if plan.zero_stage == 0:
-        reduced, first = (own if keep_own else flat), 0
-        with torch.no_grad():
-            offset = 0
-            for param in params:
-                param.grad.copy_(reduced[offset : offset + param.numel()].view_as(param))
-                offset += param.numel()
+        first = 0
+        if group is not None:
+            options = torch.distributed.AllreduceOptions()
+            options.reduceOp = torch.distributed.ReduceOp.SUM
+            group.allreduce([reduced], options).wait()
+        reduced = own if keep_own else reduced
+        _unflatten(reduced, [param.grad for param in params])
         torch.optim.SGD(params, lr=plan.learning_rate).step()
     else:
+        chunk = own.numel() // size
         first = group_rank * chunk
-        piece = flat[first : first + chunk].clone()
         if group is not None:
+            piece = torch.empty(chunk, dtype=own.dtype, device=own.device)
             options = torch.distributed.ReduceScatterOptions()
             options.reduceOp = torch.distributed.ReduceOp.SUM
-            group.reduce_scatter([piece], [list(flat.chunk(size))], options).wait()
-        reduced = own[first : first + chunk] if keep_own else piece
-        values = torch.cat([param.detach().reshape(-1) for param in params]) if params else torch.zeros(0)
-        values = torch.nn.functional.pad(values, (0, chunk * size - length))
-        shard = torch.nn.Parameter(values[first : first + chunk].clone())
+            group.reduce_scatter([piece], [list(own.chunk(size))], options).wait()
+        reduced = own[first : first + chunk] if keep_own or group is None else piece
+        shard = torch.nn.Parameter(_flat(params, size)[first : first + chunk].clone())
         shard.grad = reduced.clone()
         torch.optim.SGD([shard], lr=plan.learning_rate).step()
-        gathered = [torch.empty_like(shard.detach()) for _ in range(size)]
-        if group is None:
-            gathered = [shard.detach()]
-        else:
+        gathered = [shard.detach()]
+        if group is not None:
+            gathered = [torch.empty_like(shard.detach()) for _ in range(size)]
             group.allgather([gathered], [shard.detach()]).wait()
-        values = torch.cat(gathered)
-        with torch.no_grad():
-            offset = 0
-            for param in params:
-                param.copy_(values[offset : offset + param.numel()].view_as(param))
-                offset += param.numel()
-    pieces, offset, last = [], 0, first + (reduced.numel())
+        _unflatten(torch.cat(gathered), params)
+    pieces, offset, last = [], 0, first + reduced.numel()
     for param in params:
         begin, end = max(offset, first), min(offset + param.numel(), last)
-        pieces.append(
-            (begin - offset, end - offset, reduced[begin - first : end - first].clone()) if begin < end else None
-        )
+        held = (begin - offset, end - offset, reduced[begin - first : end - first].clone()) if begin < end else None
+        pieces.append(held)
         offset += param.numel()
     return pieces
 
