@@ -46,6 +46,13 @@ def _store_ports(controller: int, workers: list[int]) -> set[int]:
     return _listening_ports([p for p in _tree(controller) if p.pid not in workers])
 
 
+def _cluster_store_ports(cluster: LocalCluster) -> set[int]:
+    """The same for a cluster of this process: this process's own listeners and its worker server's tree, never the
+    whole tree of the test runner, which may hold other clusters (session fixtures) whose ports are no store of this
+    one: a store client writing to such a port waits forever."""
+    return _listening_ports([psutil.Process()]) | _store_ports(cluster.server_pid, cluster.pids)
+
+
 def _old_group_prefix(members: tuple[int, ...]) -> str:
     """The store prefix an attacker can predict from the member list alone (the scheme before the fix)."""
     if len(members) > 2:
@@ -143,7 +150,7 @@ def test_store_keys_written_in_advance_do_not_disturb_an_apply():
     layout = Layout(world_size=4, local_world_size=4, tensor_parallel=2, pipeline_parallel=2)
     with LocalCluster(4, backend="gloo", local_world_size=4, progress=False, timeout=60) as cluster:
         written = 0
-        for port in _store_ports(os.getpid(), cluster.pids) | _store_ports(cluster.server_pid, cluster.pids):
+        for port in _cluster_store_ports(cluster):
             try:
                 client = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=3))
             except Exception:  # noqa: S112 - not a store
@@ -185,7 +192,7 @@ _BIG_VALUES = textwrap.dedent(
 def test_huge_store_values_do_not_grow_the_controller():
     me = psutil.Process()
     with LocalCluster(2, backend="gloo", local_world_size=2, progress=False, timeout=60) as cluster:
-        ports = _store_ports(os.getpid(), cluster.pids) | _store_ports(cluster.server_pid, cluster.pids)
+        ports = _cluster_store_ports(cluster)
         before = me.memory_info().rss
         subprocess.run(
             [sys.executable, "-c", _BIG_VALUES, *map(str, ports)], capture_output=True, text=True, timeout=240
