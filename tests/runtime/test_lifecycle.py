@@ -30,13 +30,17 @@ def _temporary_dirs() -> set[str]:
     return set(glob.glob(os.path.join(tempfile.gettempdir(), "fastdist-lab-*")))
 
 
-def test_every_listening_socket_of_a_cluster_is_on_loopback(cluster):
+def test_only_the_workers_gloo_devices_listen_and_only_on_loopback(cluster):
     me = psutil.Process()
     processes = [me, *me.children(recursive=True)]
-    assert len(processes) >= cluster.world_size + 2  # controller, fork server, workers
+    assert len(processes) >= cluster.world_size + 3  # controller, guard, server, workers
+    workers = set(cluster.pids)
     sockets = [c for p in processes for c in _listening(p)]
-    assert len(sockets) >= cluster.world_size + 1  # the store and one gloo device per rank
+    assert len(sockets) == cluster.world_size  # one gloo device per rank; the store is a file, the channels pairs
     assert {address.ip for address in sockets} == {"127.0.0.1"}
+    others = [p for p in processes if p.pid not in workers]
+    assert not [c for p in others for c in _listening(p)]
+    assert not [c for p in others for c in p.net_connections(kind="unix") if c.status == psutil.CONN_LISTEN]
 
 
 def test_start_close_cycles_leave_nothing_behind():

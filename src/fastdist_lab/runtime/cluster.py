@@ -5,11 +5,19 @@
 ``runtime.torchrun``): their facts (sizes, backend, deadline, applied layout), their life as a context manager,
 and the two calls, ``run`` and ``apply``, written once. A subclass starts and stops its ranks; ``_ranks`` is how a
 call reaches them (a ``CallTransport``), and ``perform_call`` drives any transport the same way: a rank that raises
-is reported in the results; a rank that is gone ends the call within about a second (``ClusterError``); ranks that
-do not answer by the deadline end it with their Python stacks, identical stacks shown once (``ClusterTimeout``); a
-KeyboardInterrupt is forwarded to the ranks, which get a grace period to answer. Whenever not every rank answered,
-the ranks are stopped before the call returns, even if another interrupt arrives meanwhile, and the next call
-starts fresh ones. Every call has a deadline, waiting for an earlier call included.
+is reported in the results; a rank that is gone ends the call within about a second (``ClusterError``), and so does
+a rank that fails to build its groups during an apply (its partners would wait for it in the rendezvous); ranks
+that do not answer by the deadline end it with their Python stacks, identical stacks shown once
+(``ClusterTimeout``); a KeyboardInterrupt is forwarded to the ranks, which get a grace period to answer. Whenever
+not every rank answered, the ranks are stopped before the call returns, even if another interrupt arrives
+meanwhile, and the next call starts fresh ones. Every call has a deadline, waiting for an earlier call included.
+
+**An interrupted generation is discarded.** An interrupt that cuts an ``apply`` short (either of its steps) always
+stops the ranks: at that moment some may have created a group that others have not, or begun a collective check
+the others did not, and no later call could agree on their groups again. The next call starts fresh ranks (with no
+layout: the interrupted apply did not apply one). An interrupted ``run`` keeps the ranks, and their ``ctx.state``,
+only when every rank answered within the grace and none was creating or releasing groups
+(``results.GROUPS_INTERRUPTED``); otherwise it is discarded too.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ from .channel import Call, Reply, outcome_to_result
 from .errors import ClusterError, ClusterTimeout
 from .procs import hold_interrupts
 from .progress import ProgressCallback, finish, resolve_progress
-from .results import RankError, RankResult, RankResults, call_failure, ranks_text
+from .results import GROUPS_INTERRUPTED, STATUS_OK, RankError, RankResult, RankResults, call_failure, ranks_text
 from .verification import Verification, apply_in_two_steps, layout_for_cluster, rank_coordinates
 
 DEATH_GRACE = 1.0
@@ -42,6 +50,9 @@ LIVENESS_EVERY = 0.25
 """Seconds between two checks that the ranks still awaited are alive."""
 TICK = 0.5
 """Seconds between two progress reports while nothing arrives."""
+CALL_MODULES = ("pandas", "tqdm.auto")
+"""What a call's results and progress import lazily (their tables, the bar): a cluster imports them in the
+background when it starts (``procs.preload``), so that no interrupt can cut those imports in half in a call."""
 
 
 # ----------------------------------------------------------------------------------------------- arguments
@@ -157,6 +168,10 @@ class CallState:
     pending: set[int] = field(default_factory=set)
     dead: set[int] = field(default_factory=set)
     settled: bool = False
+    abort_on_error: bool = False
+    """Whether a rank that answers with an error leaves the others ``DEATH_GRACE`` to answer, as a death does (a
+    rank that failed to build its groups leaves its partners waiting for it)."""
+    failed: set[int] = field(default_factory=set)
 
 
 def _collect(transport: CallTransport, state: CallState, deadline: float, progress: ProgressCallback | None) -> None:
@@ -170,7 +185,7 @@ def _collect(transport: CallTransport, state: CallState, deadline: float, progre
         while state.pending:
             holding.deliver()
             now = time.monotonic()
-            if state.dead and death_cutoff is None:
+            if (state.dead or state.failed) and death_cutoff is None:
                 death_cutoff = now + DEATH_GRACE
             cutoff = deadline if death_cutoff is None else min(deadline, death_cutoff)
             if now >= cutoff:
@@ -184,6 +199,8 @@ def _collect(transport: CallTransport, state: CallState, deadline: float, progre
                     result = outcome if isinstance(outcome, RankResult) else outcome_to_result(rank, outcome)
                     state.records[rank] = result
                     state.pending.discard(rank)
+                    if state.abort_on_error and result.status != STATUS_OK:
+                        state.failed.add(rank)
             now = time.monotonic()
             if now >= next_check:
                 gone = transport.gone(state.pending)
@@ -194,6 +211,11 @@ def _collect(transport: CallTransport, state: CallState, deadline: float, progre
                 done = len(state.records)
                 progress(done, total, f"{state.label}: {done} of {total} ranks answered")
                 next_tick = now + TICK
+
+
+def _groups_interrupted(state: CallState) -> bool:
+    """Whether a rank reported that the interrupt caught its pool creating or releasing groups."""
+    return any(r.error is not None and r.error.type == GROUPS_INTERRUPTED for r in state.records.values())
 
 
 def perform_call(
@@ -218,7 +240,7 @@ def perform_call(
             transport.interrupt(state.pending)
             with contextlib.suppress(KeyboardInterrupt):  # a second interrupt only ends the grace early
                 _collect(transport, state, time.monotonic() + INTERRUPT_GRACE, None)
-            stop = bool(state.pending or state.dead)
+            stop = bool(state.pending or state.dead) or state.call.kind != "run" or _groups_interrupted(state)
             state.settled = not stop
             raise
         if not state.pending and not state.dead:
@@ -262,6 +284,7 @@ class Cluster:
     _in_flight: int | None
     _progress_option: Any
     _ranks: Any = None
+    _discarded = False
     _mode = "processes"
     _gather_limit: int | None = None
     _in_process = False
@@ -352,13 +375,17 @@ class Cluster:
         self._ensure_running()
         ranks = self._ranks
         self._call_id += 1
-        state = CallState(Call(self._call_id, kind, payload), label, limit, ranks.ranks, waited=waited)
+        call = Call(self._call_id, kind, payload)
+        state = CallState(call, label, limit, ranks.ranks, waited=waited, abort_on_error=kind == "apply")
         layout = layout or self._layout
         coordinates = None if layout is None else rank_coordinates(layout)
         self._in_flight = state.call.call_id
         try:
             progress = resolve_progress(self._progress_option, label, leave=False)
             return perform_call(ranks, state, coordinates, progress)
+        except KeyboardInterrupt:
+            self._discarded = ranks.stopped
+            raise
         finally:
             if state.settled:
                 self._in_flight = None
@@ -379,6 +406,14 @@ class Cluster:
                     stacklevel=4,
                 )
                 self._stop_ranks()
+        if self._discarded:
+            self._discarded = False
+            warnings.warn(
+                f"the interrupted call discarded the {word} (their groups may have disagreed); starting fresh "
+                f"{word} (per-rank state is lost)",
+                RuntimeWarning,
+                stacklevel=4,
+            )
         if not self.running:
             ranks = self._ranks
             if ranks is not None and not ranks.stopped:

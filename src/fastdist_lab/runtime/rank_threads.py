@@ -28,7 +28,7 @@ from typing import Any
 from . import turns
 from .capture import OutputCapture
 from .channel import Call, Reply
-from .rank_loop import RankContext, call_target, error_of
+from .rank_loop import RankContext, call_target, error_of, interrupted
 from .results import STATUS_ERROR, STATUS_INTERRUPTED, STATUS_OK, RankError, RankResult
 
 THREAD_STACK_BYTES = 512 * 1024
@@ -100,11 +100,12 @@ def execute_here(ctx: RankContext, call: Call) -> RankResult:
     _local.captures = captures
     begin = time.perf_counter()
     status, value, error = STATUS_OK, None, None
+    changes = 0 if ctx.pool is None else ctx.pool.changes
     try:
         fn, args = call_target(call.kind, call.payload)
         value = fn(ctx, *args)
     except KeyboardInterrupt as caught:
-        status, error = STATUS_INTERRUPTED, error_of(caught, skip=1)
+        status, error = STATUS_INTERRUPTED, interrupted(caught, ctx, changes)
         error.exception = caught
     except SystemExit as caught:  # torch's threaded collectives leave this way when released
         status, error = STATUS_ERROR, error_of(caught, skip=1)

@@ -31,9 +31,10 @@ from typing import Any
 from ..config import CLUSTER_MODES, LayoutError
 from ..layout import Layout
 from .capacity import check_capacity
-from .cluster import Cluster, check_progress, cluster_sizes, cluster_timeout
+from .cluster import CALL_MODULES, Cluster, check_progress, cluster_sizes, cluster_timeout
 from .errors import ClusterError
 from .inprocess import FakeGroupPool, ThreadedGroupPool, fake_store, release_collectives, require_inprocess
+from .procs import preload
 from .progress import ProgressCallback
 from .rank_loop import RankContext
 from .rank_threads import OneThread, ThreadPerRank, routed_output
@@ -128,6 +129,7 @@ class SimulatedCluster(Cluster):
             if self.running:
                 return self
             check_capacity(self._world_size, self._mode)
+            preload(*CALL_MODULES)
             begin = time.monotonic()
             self._stop_ranks()
             if self._autograd_threads is None:
