@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import os
 import shutil
 import signal
@@ -254,7 +255,9 @@ class Channel:
                     fds += got
                     if not data:
                         raise EOFError(f"the {self.peer} closed the channel while passing descriptors")
-                    if flags & getattr(socket, "MSG_CTRUNC", 0) or len(got) != data[0]:
+                    if flags & getattr(socket, "MSG_CTRUNC", 0):  # the kernel could not install them all here
+                        raise OSError(errno.EMFILE, f"{data[0]} descriptors passed, {len(got)} taken")
+                    if len(got) != data[0]:
                         raise ProtocolError(f"the {self.peer} passed {len(got)} descriptors where {data[0]} were sent")
             for fd in fds:
                 os.set_inheritable(fd, False)
