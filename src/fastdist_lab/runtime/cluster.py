@@ -6,7 +6,8 @@
 and the two calls, ``run`` and ``apply``, written once. A subclass starts and stops its ranks; ``_ranks`` is how a
 call reaches them (a ``CallTransport``), and ``perform_call`` drives any transport the same way: a rank that raises
 is reported in the results; a rank that is gone ends the call within about a second (``ClusterError``), and so does
-a rank that fails to build its groups during an apply (its partners would wait for it in the rendezvous); ranks
+a rank that fails to build its groups during an apply (one error naming the group: its partners would wait for it
+in the rendezvous); ranks
 that do not answer by the deadline end it with their Python stacks, identical stacks shown once
 (``ClusterTimeout``); a KeyboardInterrupt is forwarded to the ranks, which get a grace period to answer. Whenever
 not every rank answered, the ranks are stopped before the call returns, even if another interrupt arrives
@@ -169,8 +170,8 @@ class CallState:
     dead: set[int] = field(default_factory=set)
     settled: bool = False
     abort_on_error: bool = False
-    """Whether a rank that answers with an error leaves the others ``DEATH_GRACE`` to answer, as a death does (a
-    rank that failed to build its groups leaves its partners waiting for it)."""
+    """Whether a rank that answers with an error fails the whole call, and leaves the others ``DEATH_GRACE`` to
+    answer, as a death does (a rank that failed to build its groups leaves its partners waiting for it)."""
     failed: set[int] = field(default_factory=set)
 
 
@@ -243,7 +244,7 @@ def perform_call(
             stop = bool(state.pending or state.dead) or state.call.kind != "run" or _groups_interrupted(state)
             state.settled = not stop
             raise
-        if not state.pending and not state.dead:
+        if not state.pending and not state.dead and not state.failed:
             stop = False
             state.settled = True
             return RankResults(state.records.values(), coordinates, state.label, world_size=len(state.ranks))
@@ -409,8 +410,8 @@ class Cluster:
         if self._discarded:
             self._discarded = False
             warnings.warn(
-                f"the interrupted call discarded the {word} (their groups may have disagreed); starting fresh "
-                f"{word} (per-rank state is lost)",
+                f"the interrupted call stopped the {word} (they could no longer agree); starting fresh {word} "
+                "(per-rank state is lost)",
                 RuntimeWarning,
                 stacklevel=4,
             )

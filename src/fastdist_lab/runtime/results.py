@@ -374,11 +374,10 @@ def call_failure(
     failed = sorted(state.failed)
     if failed and not dead:
         first = records[failed[0]].error
-        parts = [
-            f"{ranks_text(failed)} failed during {label}: {first}",
-            f"{ranks_text(pending)} did not answer afterwards (waiting for {'it' if len(failed) == 1 else 'them'})",
-            "the workers were stopped; the next call starts fresh ones",
-        ]
+        parts = [f"{ranks_text(failed)} failed during {label}: {first}"]
+        if pending:
+            parts.append(f"{ranks_text(pending)} did not answer afterwards (waiting for the failed ranks)")
+        parts.append("the workers were stopped; the next call starts fresh ones")
         return ClusterError("\n".join(parts), results=results, ranks=sorted(set(failed) | pending))
     if dead:
         parts = [f"{ranks_text(dead)} died during {label}"]

@@ -102,8 +102,9 @@ def lab(
     mode: str = "processes",
 ) -> Lab:
     """The lab: a ``LayoutPanel`` (default world 8 = tensor 2 x pipeline 2 x sequence-data 2 on one node), a
-    ``ClusterPanel``, a ``StreamsPanel`` and a ``CostPanel``, linked, in one widget. No cluster is started until
-    Start is clicked.
+    ``ClusterPanel``, a ``StreamsPanel`` and a ``CostPanel``, linked, in one widget. No rank is started until Start
+    is clicked; in ``"processes"`` mode a worker server is started ahead (``LocalCluster.prewarm()``: torch imported,
+    ready to fork ranks), so that Start only forks them.
 
     ``lab(layout)`` opens the lab on an existing ``Layout`` (its sizes, order and seed). ``mode`` is what the
     cluster panel starts (``"processes"``, ``"threads"`` or ``"fake"``; a world too big for processes gets
@@ -120,6 +121,10 @@ def lab(
             sequence_data_parallel=sequence_data_parallel,
             pipeline_first=pipeline_first,
         )
+    if mode == "processes":
+        from ..runtime import prewarm  # no torch here: the server imports it, this process in the background
+
+        prewarm()
     cluster_panel = ClusterPanel(layout_panel.layout, backend=backend, timeout=timeout, mode=mode)
     streams_panel = StreamsPanel(layout_panel.layout)
     return Lab(layout_panel, cluster_panel, streams_panel, CostPanel(layout_panel.layout))
