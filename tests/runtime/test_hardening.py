@@ -90,6 +90,7 @@ def _descendants() -> set[int]:
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.filterwarnings("ignore:the interrupted call stopped:RuntimeWarning")
 def test_a_barrage_of_interrupts_never_leaves_the_cluster_out_of_step(cluster, layout_of):
     with _interrupts_inside_the_package():
         for every in (0.5, 0.05, 0.004):  # coarse to fine: every moment of a call, its grace and its cleanup

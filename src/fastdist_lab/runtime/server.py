@@ -1,10 +1,10 @@
 """The worker server of a ``LocalCluster``: one fresh interpreter that imports torch once and forks the workers,
 under a guard that outlives it.
 
-Started by the controller as ``python -m fastdist_lab.runtime.server`` in a new session (never a fork of the
-notebook kernel), with its channel handed over as one end of a socket pair: nothing listens, so no other process
-can reach it. The process started is the **guard**, a small child subreaper that forks the **server** and then only
-reaps. The server preloads torch and the worker code and serves requests: start a generation of workers (each with
+Started by the controller as ``python -c BOOTSTRAP`` in a new session (never a fork of the notebook kernel), with
+its channel handed over as one end of a socket pair: nothing listens, so no other process can reach it. The process
+started is the **guard**, a small child subreaper that forks the **server** at once and then only reaps. The server
+imports torch and the worker code and serves requests: start a generation of workers (each with
 its own end of a fresh socket pair, whose other end travels to the controller beside the reply, and a rendezvous
 store file in the generation's private directory), end them, say how they ended.
 
@@ -17,7 +17,6 @@ removes the cluster's temporary directory once the server is gone, and when the 
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -130,20 +129,20 @@ def serve(channel: Channel, parent: int, statuses: dict[int, int]) -> None:
             return
 
 
-def _server(config: dict[str, Any], guard: int) -> int:
-    """The server's life (in the guard's child): preload torch, say so, serve; end the subtree on the way out."""
+def server_main(config: dict[str, Any], guard: int) -> None:
+    """The server's life, in the guard's child (torch already imported by ``BOOTSTRAP``): say it is ready, serve,
+    end the subtree on the way out; never returns."""
     die_with_parent(signal.SIGKILL)
-    if os.getppid() != guard:  # the guard died before prctl took effect
-        return 1
-    become_subreaper()
-    channel = Channel(Connection(int(config["channel_fd"])), "controller")
-    channel.holds_interrupts = False  # SIGINT is ignored here
     statuses: dict[int, int] = {}
+    code = 0
     try:
-        channel.send(ServerStarted(os.getpid()))
-        import torch  # noqa: F401 - preloaded so that forked workers start with torch imported
-
-        from . import rank_loop  # noqa: F401
+        if os.getppid() != guard:  # the guard died before prctl took effect
+            return
+        become_subreaper()
+        signal.signal(signal.SIGTERM, _leave)
+        channel = Channel(Connection(int(config["channel_fd"])), "controller")
+        channel.holds_interrupts = False  # SIGINT is ignored here
+        from . import rank_loop  # noqa: F401 - preloaded so that forked workers start with it imported
 
         stderr_fd = config.get("stderr_fd")
         if stderr_fd is not None:  # ready: from now on write where the controller writes
@@ -156,14 +155,17 @@ def _server(config: dict[str, Any], guard: int) -> int:
         pass
     except BaseException:
         traceback.print_exc()
+        code = 1
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         end_subtree(statuses)
-    return 0
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)  # skip interpreter teardown (torch's is slow); the subtree is already gone
 
 
 # ----------------------------------------------------------------------------------------------- the guard
-def _guard(parent: int, server: int, statuses: dict[int, int]) -> None:
+def _reap_until_gone(parent: int, server: int, statuses: dict[int, int]) -> None:
     """Reap whatever comes back to the guard until the server is gone or the controller (``parent``) is."""
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
     while True:
@@ -173,45 +175,48 @@ def _guard(parent: int, server: int, statuses: dict[int, int]) -> None:
         signal.sigtimedwait({signal.SIGCHLD}, GUARD_TICK)
 
 
-def main() -> int:
-    """The guard: fork the server, then reap until it is gone; end everything below and clean up."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    config = json.loads(sys.stdin.readline())
-    sys.stdin.close()
-    parent = os.getppid()
-    become_subreaper()
-    if config.get("die_with_parent"):
-        die_with_parent(signal.SIGTERM)
-    signal.signal(signal.SIGTERM, _leave)
+def guard_main(config: dict[str, Any], parent: int, server: int) -> None:
+    """The guard's life, once it forked the ``server``: tell the controller the server's pid, then reap until the
+    server or the controller (``parent``) is gone; end everything below and remove the cluster's directory."""
     statuses: dict[int, int] = {}
     try:
-        if os.getppid() != parent:  # the controller died before prctl took effect
-            return 0
-        guard = os.getpid()
-        server = os.fork()
-        if server == 0:
-            code = 1
+        become_subreaper()
+        if config.get("die_with_parent"):
+            die_with_parent(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, _leave)
+        if os.getppid() == parent:  # else the controller died before prctl took effect
+            channel = Channel(Connection(int(config["channel_fd"])), "controller")
+            channel.holds_interrupts = False
             try:
-                code = _server(config, guard)
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
-        for fd in (config["channel_fd"], config.get("stderr_fd")):
-            if fd is not None:
-                os.close(fd)
-        _guard(parent, server, statuses)
+                channel.send(ServerStarted(server))
+            except OSError:
+                pass
+            channel.close()
+            if config.get("stderr_fd") is not None:
+                os.close(config["stderr_fd"])
+            _reap_until_gone(parent, server, statuses)
     except _Leave:
         pass
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         end_subtree(statuses)
         shutil.rmtree(config["tmpdir"], ignore_errors=True)
-    return 0
+        os._exit(0)
 
 
-if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)  # skip interpreter teardown; the subtree is already gone
+BOOTSTRAP = """\
+import json, os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+config = json.loads(sys.stdin.readline())
+sys.stdin.close()
+controller, guard = os.getppid(), os.getpid()
+server = os.fork()
+if server == 0:
+    import torch  # at once: the longest step of a cold start, beside the guard's own start
+    from fastdist_lab.runtime.server import server_main
+    server_main(config, guard)
+from fastdist_lab.runtime.server import guard_main
+guard_main(config, controller, server)
+"""
+"""What ``python -c`` runs in the process the controller launches: read the configuration, fork the server (which
+imports torch first thing) and become its guard. Nothing of the package is imported before the fork."""

@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
+from typing import Any
 
 from .channel import (
     Channel,
@@ -48,6 +49,7 @@ from .channel import (
 from .errors import ClusterError, ClusterTimeout
 from .procs import files_needed, hold_interrupts, kill_quietly, preload, process_running, wait_gone
 from .results import RankError, ranks_text
+from .server import BOOTSTRAP
 
 Report = Callable[[int, str], None]
 """``report(done, message)``: start-up progress (``done`` out of world size + 2)."""
@@ -169,7 +171,7 @@ class WorkerServer:
         try:
             with open(self._log_path(), "wb") as log:
                 process = subprocess.Popen(
-                    [sys.executable, "-m", "fastdist_lab.runtime.server"],
+                    [sys.executable, "-c", BOOTSTRAP],
                     stdin=subprocess.PIPE,
                     stderr=log,
                     env=env,
@@ -200,11 +202,16 @@ class WorkerServer:
             raise ClusterError("the worker server was not launched")
         deadline = time.monotonic() + timeout
         steps = _Steps(report)
-        steps(0, "starting the worker server")
-        hello = self._receive(ServerStarted, deadline, timeout, "the worker server did not say hello", steps)
-        self.server_pid = hello.pid
-        steps(0, "importing torch in the worker server")
-        self._receive(ServerReady, deadline, timeout, "the worker server did not import torch", steps)
+        steps(0, "starting the worker server (it imports torch)")
+        what = "the worker server did not import torch"
+        seen: dict[type, Any] = {}
+        while len(seen) < 2:  # from the guard, and from the server once torch is imported: in either order
+            message = self._receive((ServerStarted, ServerReady), deadline, timeout, what, steps)
+            seen[type(message)] = message
+            if isinstance(message, ServerStarted):
+                self.server_pid = message.pid
+        if seen[ServerReady].pid != self.server_pid:
+            raise ClusterError(f"process {seen[ServerReady].pid} answered instead of the server {self.server_pid}")
         self.ready = True
         steps(1, "torch imported")
 
@@ -213,7 +220,7 @@ class WorkerServer:
         self.launch()
         self.wait_ready(timeout, report)
 
-    def _receive(self, kind: type, deadline: float, timeout: float, what: str, steps: _Steps) -> object:
+    def _receive(self, kinds: tuple[type, ...], deadline: float, timeout: float, what: str, steps: _Steps) -> Any:
         assert self.channel is not None
         while True:
             self.check()
@@ -223,7 +230,7 @@ class WorkerServer:
                 raise ClusterTimeout(f"start-up timed out after {timeout:g} s: {what}")
             if self.channel.poll(min(left, 0.2)):
                 try:
-                    return self.channel.receive(kind)
+                    return self.channel.receive(*kinds)
                 except (EOFError, OSError):
                     self.check()
                     raise ClusterError(f"{what}: the channel closed") from None
