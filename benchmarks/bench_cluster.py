@@ -122,6 +122,16 @@ def panel_start(world_size: int) -> tuple[float, float]:
     return started, applied
 
 
+def torch_import() -> float:
+    """Seconds a fresh interpreter takes to import torch: the floor under any cold start of a worker server."""
+    import subprocess
+    import sys
+
+    begin = time.monotonic()
+    subprocess.run([sys.executable, "-c", "import torch"], check=True)
+    return time.monotonic() - begin
+
+
 def _median(values: list[float]) -> str:
     return f"{statistics.median(values):6.2f} s  ({', '.join(f'{v:.2f}' for v in values)})"
 
@@ -130,18 +140,21 @@ def cold_figures(sizes: list[int], repeat: int) -> None:
     """Cold start to a first all-reduce at each size: spawn, the cold cluster, the prewarmed one (interleaved)."""
     print("cold start to a first gloo all-reduce (controller with torch imported), interleaved:")
     for size in sizes:
-        spawn, cold, warm = [], [], []
+        spawn, cold, warm, floor = [], [], [], []
         for _ in range(repeat):
             spawn.append(baseline_start(size))
+            floor.append(torch_import())
             cold.append(cluster_cold(size, prewarmed=False))
             warm.append(cluster_cold(size, prewarmed=True))
         base, mine, ready = (statistics.median(x) for x in (spawn, cold, warm))
         print(f"  {size:>3} ranks  spawn + gloo group {_median(spawn)}   issue: {ISSUE_SPAWN.get(size, '-')}")
+        print(f"             import torch alone {_median(floor)}   (the floor of a cold start)")
         print(f"             LocalCluster, cold {_median(cold)}   issue: {ISSUE_COLD.get(size, '-')} "
               f"(a round earlier {EARLIER_COLD.get(size, '-')}); target < 1 s")  # fmt: skip
         print(f"             after prewarm()    {_median(warm)}")
         print(f"             ratios: cold / spawn = {mine / base:.2f}, prewarmed / cold = {ready / mine:.2f}, "
-              f"cold / issue = {mine / ISSUE_COLD.get(size, mine):.2f}")  # fmt: skip
+              f"cold / issue = {mine / ISSUE_COLD.get(size, mine):.2f}; cold - import torch = "
+              f"{mine - statistics.median(floor):.2f} s")  # fmt: skip
 
 
 def reapply_figures(world: int) -> None:
