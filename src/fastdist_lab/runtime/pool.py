@@ -41,6 +41,9 @@ ProcessGroup = Any
 """A torch.distributed backend object (``ProcessGroupGloo`` / ``ProcessGroupNCCL``) or ``None`` for size 1."""
 
 LOOPBACK = "127.0.0.1"
+GLOO_KEY = "0/{}"
+"""The key (under the group's prefix) where torch's ``ProcessGroupGloo`` leaves a member's rendezvous value: its
+device index, then its group rank (torch 2.13; pinned by ``tests/runtime/test_pool.py``)."""
 
 
 _default_pool: ProcessGroupPool | None = None
@@ -251,12 +254,24 @@ class ProcessGroupPool:
             group = self._process_groups.pop(members)
             if id(group) in in_use:  # the same object is still held under a kept member list
                 continue
-            self._records.pop(id(group), None)
+            entry = self._records.pop(id(group), None)
             try:
                 group.shutdown()
             except Exception as error:  # peers may already have closed their side
                 logger.debug("group shutdown failed: %s", error)
+            if entry is not None:
+                self._forget_rendezvous(entry[1])
         return len(released)
+
+    def _forget_rendezvous(self, record: GroupRecord) -> None:
+        """Delete this rank's rendezvous value of a released gloo group from the store: every member read it before
+        the group existed anywhere, and a store file would otherwise keep it (in every rank's memory) for good."""
+        if self._backend != DistributedBackend.gloo or self.store is None:
+            return
+        try:
+            torch.distributed.PrefixStore(record.name + "/", self.store).delete_key(GLOO_KEY.format(record.group_rank))
+        except Exception as error:  # a store without deletions (a fake one), or one that is gone
+            logger.debug("rendezvous key not deleted: %s", error)
 
     def __enter__(self) -> ProcessGroupPool:
         global _default_pool

@@ -22,6 +22,7 @@ import shutil
 import signal
 import socket
 import sys
+import time
 import traceback
 from multiprocessing.connection import Connection
 from typing import Any
@@ -167,12 +168,17 @@ def server_main(config: dict[str, Any], guard: int) -> None:
 # ----------------------------------------------------------------------------------------------- the guard
 def _reap_until_gone(parent: int, server: int, statuses: dict[int, int]) -> None:
     """Reap whatever comes back to the guard until the server is gone or the controller (``parent``) is."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+    waits = hasattr(signal, "sigtimedwait")  # Linux: woken by each child's end; elsewhere: a look every tick
+    if waits:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
     while True:
         reap(statuses)
         if server in statuses or os.getppid() != parent:
             return
-        signal.sigtimedwait({signal.SIGCHLD}, GUARD_TICK)
+        if waits:
+            signal.sigtimedwait({signal.SIGCHLD}, GUARD_TICK)
+        else:
+            time.sleep(GUARD_TICK)
 
 
 def guard_main(config: dict[str, Any], parent: int, server: int) -> None:
