@@ -62,7 +62,7 @@ def with_tables(fields: list[dict]) -> float:
     start = time.perf_counter()
     for f in fields:
         report = estimate(Layout(**f), MODEL, TRAINING)
-        _ = report.most_loaded, report.communication, report.time("dgx-h100")
+        _ = report.most_loaded, report.communication, report.communication_time("dgx-h100")
     return time.perf_counter() - start
 
 
@@ -140,7 +140,7 @@ def panel_figure(repeat: int) -> None:
     fresh = []
     for layout in layouts:
         start = time.perf_counter()
-        panel.set_layout(layout)
+        panel.layout = layout
         panel.flush()
         fresh.append(time.perf_counter() - start)
     base_panel = LayoutPanel(**fields)

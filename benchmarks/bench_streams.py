@@ -18,8 +18,8 @@ import time
 
 import torch
 
-from fastdist_lab import Layout, generator_seeds
-from fastdist_lab.seeds import GENERATORS
+from fastdist_lab import Layout
+from fastdist_lab.seeds import GENERATORS, generator_seeds
 from fastdist_lab.streams import predict
 
 LAYOUTS = {

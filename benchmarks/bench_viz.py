@@ -32,7 +32,14 @@ from fastdist_lab import Layout
 from fastdist_lab.viz import grid_picture, plot_layout, to_png
 from fastdist_lab.viz.colors import fade, group_colors
 from fastdist_lab.viz.grid import cell_grid, cell_labels, draw_grid
-from fastdist_lab.viz.layout_picture import clear_caches
+from fastdist_lab.viz.layout_picture import LayerCache, dim_colouring
+
+
+def clear_caches() -> None:
+    """Forget every cached colouring and layer: the next picture is drawn cold."""
+    dim_colouring.cache_clear()
+    for cache in LayerCache.caches:
+        cache.clear()
 
 
 def median_seconds(fn: Callable[[], object], repeat: int, before: Callable[[], object] | None = None) -> float:

@@ -8,15 +8,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fastdist_lab import (
+from fastdist_lab import DistributedConfig, LayoutError, PhaseType
+from fastdist_lab.config import (
+    DEFAULT_SEED_SHIFTS,
+    DIM_NAMES,
+    INPUT_FIELDS,
     MAX_SEED,
     DistributedBackend,
-    DistributedConfig,
     DistributedDimNames,
-    LayoutError,
-    PhaseType,
 )
-from fastdist_lab.config import DEFAULT_SEED_SHIFTS, DIM_NAMES, INPUT_FIELDS
 
 EXAMPLE = dict(
     world_size=16, local_world_size=8, tensor_parallel=2, pipeline_parallel=2, sequence_data_parallel=2, rank=5

@@ -77,7 +77,7 @@ def test_reads_a_file_and_names_it(tmp_path):
         ("model: [1]\n", r"model \(line 1\) must be a mapping"),
         ("training:\n  train_iters: 3\n", r"no 'model: distributed:' section.*training"),
         ("- 1\n- 2\n", r"expected a mapping"),
-        ("distributed:\n  rank: -1\n", r"rank=-1 must be an integer >= 0"),
+        ("distributed:\n  rank: -1\n", r"rank=-1 must be >= 0"),
     ],
 )
 def test_malformed_configs_name_the_key_and_line(text, message):

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+import pickle
+
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fastdist_lab import Layout, LayoutError
+from fastdist_lab import DistributedConfig, Layout, LayoutError
 from fastdist_lab.config import DIM_NAMES
 from fastdist_lab.layout import RANK_COLUMNS
 
@@ -134,3 +138,36 @@ def test_repr_and_html():
     html = layout._repr_html_()
     assert "<table" in html and "model_and_sequence_data" in html
     assert Layout.from_config(layout.config(3)) == layout
+
+
+def test_layout_and_config_are_frozen_dataclasses_on_one_field_list():
+    from fastdist_lab.config import LAYOUT_FIELDS, LayoutFields
+
+    layout = Layout(world_size=16, local_world_size=8, tensor_parallel=2, pipeline_parallel=2)
+    config = layout.config(5)
+    assert dataclasses.is_dataclass(layout) and dataclasses.is_dataclass(config)
+    assert [f.name for f in dataclasses.fields(Layout)] == [f.name for f in dataclasses.fields(LayoutFields)]
+    assert [f.name for f in dataclasses.fields(config)] == [*LAYOUT_FIELDS, "rank"]
+    assert "__getattr__" not in vars(Layout) and "__getattr__" not in vars(DistributedConfig)
+    assert list(inspect.signature(Layout).parameters) == list(LAYOUT_FIELDS)  # help() and notebook tooltips
+    for value, name in ((layout, "world_size"), (config, "rank"), (config, "data_rank")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(value, name, 4)
+    changed = dataclasses.replace(layout, tensor_parallel=4)
+    assert changed == layout.replace(tensor_parallel=4) != layout and changed.data_parallel == 2
+    assert {layout, Layout(**layout.fields())} == {layout}
+    with pytest.raises(LayoutError, match=r"tensor_paralel \(did you mean tensor_parallel\?\)"):
+        DistributedConfig(world_size=2, tensor_paralel=2)
+    with pytest.raises(LayoutError, match="tensor_parallel=3 must divide"):
+        dataclasses.replace(layout, tensor_parallel=3)
+
+
+def test_a_layout_travels_by_pickle_as_its_fields():
+    layout = Layout(world_size=4096, local_world_size=8, tensor_parallel=8)
+    cold = len(pickle.dumps(layout))
+    assert layout.ranks.shape == (4096, 7)  # cached tables ...
+    assert len(pickle.dumps(layout)) == cold < 2000  # ... stay behind
+    for value in (layout, layout.config(4095)):
+        copy = pickle.loads(pickle.dumps(value))
+        assert copy == value and hash(copy) == hash(value) and copy.fields() == value.fields()
+    assert pickle.loads(pickle.dumps(layout.config(4095))).distributed_dims == layout.config(4095).distributed_dims

@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fastdist_lab import MAX_SEED, DistributedConfig, Layout, LayoutError, PhaseType, generator_seeds
-from fastdist_lab.seeds import GENERATORS
+from fastdist_lab import DistributedConfig, Layout, LayoutError, PhaseType
+from fastdist_lab.config import MAX_SEED
+from fastdist_lab.seeds import GENERATORS, generator_seeds
 
 EXAMPLE = dict(world_size=16, local_world_size=8, tensor_parallel=2, pipeline_parallel=2, sequence_data_parallel=2)
 

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from fastdist_lab import Layout, generator_seeds
+from fastdist_lab import Layout
 from fastdist_lab.cli import main
 from fastdist_lab.config import PhaseType
-from fastdist_lab.seeds import GENERATORS
+from fastdist_lab.seeds import GENERATORS, generator_seeds
 from fastdist_lab.streams import StreamReport, predict
 
 DEFAULT = {"world_size": 8, "local_world_size": 8, "tensor_parallel": 2, "pipeline_parallel": 2,
@@ -267,7 +267,7 @@ def test_init_check_fails_when_init_streams_disagree_with_the_flag() -> None:
 
 
 def test_draws_check_catches_distinct_streams_with_equal_draws() -> None:
-    from fastdist_lab.streams.checks import _equal_rows
+    from fastdist_lab.streams.invariants import _equal_rows
 
     rows = np.array([[0.5, 0.1], [0.2, 0.3], [0.5, 0.2], [0.9, 0.0], [0.5, 0.1]])
     assert _equal_rows(rows) == (0, 4)

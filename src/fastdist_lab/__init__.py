@@ -1,120 +1,125 @@
 """fastdist_lab: see, check and compare the parallel layouts of large-model training.
 
 The numbering and seeds are those of ServiceNow's Fast-LLM (``fast_llm/engine/distributed``, commit 91b28fab).
-Layout math (``config``, ``layout``, ``seeds``, ``numbering``) is imported eagerly and never touches torch;
-everything heavier (the process-group runtime, pictures, widgets) is imported on first use of its name.
+The top level holds what a notebook needs; the rest lives in subpackages: ``fastdist_lab.errors`` (every exception),
+``viz`` (pictures as free functions), ``conventions``, ``streams``, ``cost``, ``runtime``, ``checks``, ``widgets``.
+Layout math is imported eagerly and never touches torch; the runtime, pictures and widgets are imported on first use.
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
+from collections.abc import Callable
 from typing import Any
 
-from .config import (
-    MAX_SEED,
-    DistributedBackend,
-    DistributedConfig,
-    DistributedDim,
-    DistributedDimNames,
-    LayoutError,
-    PhaseType,
-)
+from .config import DistributedConfig, PhaseType
+from .errors import ClusterError, LayoutError
 from .layout import Layout
+from .lazy import lazy_attributes
 from .numbering import RankGrid
-from .seeds import generator_seeds
+from .painters import PAINTERS
 
 __version__ = "0.1.0"
 
-# Public names served lazily: name -> module that defines it.
 _LAZY: dict[str, str] = {
-    # process-group runtime (imports torch)
     "LocalCluster": ".runtime",
     "SimulatedCluster": ".runtime",
     "open_cluster": ".runtime",
-    "CLUSTER_MODES": ".runtime",
-    "CapacityError": ".runtime",
-    "InProcessUnavailable": ".runtime",
-    "ClusterError": ".runtime",
-    "ClusterTimeout": ".runtime",
-    "BackendUnavailable": ".runtime",
-    "RankResults": ".runtime",
-    "Verification": ".runtime",
-    "load_report": ".runtime",
-    # generator streams
-    "StreamReport": ".streams",
-    # checks that drive a running cluster
     "check_layout": ".checks",
-    "LayoutCheck": ".checks",
-    "device_mesh_check": ".checks",
-    # pictures (matplotlib)
-    "plot_layout": ".viz",
-    "grid_picture": ".viz",
-    "plot_dims": ".viz",
-    "plot_streams": ".viz",
-    "plot_sharing": ".viz",
-    "plot_conventions": ".viz",
-    "plot_seed_sharing": ".viz",
-    "plot_cost": ".viz",
-    "plot_cost_comparison": ".viz",
-    # widgets (ipywidgets)
-    "LayoutPanel": ".widgets",
-    "ClusterPanel": ".widgets",
-    "StreamsPanel": ".widgets",
-    "CostPanel": ".widgets",
+    "check_training": ".checks",
+    "load_config": ".conventions",
     "lab": ".widgets",
-    "ConfigLoad": ".widgets",
-    # other frameworks' rank conventions
-    "Megatron": ".conventions",
-    "DeviceMesh": ".conventions",
-    "equivalent": ".conventions",
-    # what a layout costs (memory per stage, bytes per group per step)
+    "estimate": ".cost",
+    "compare": ".cost",
     "Transformer": ".cost",
     "Training": ".cost",
     "Hardware": ".cost",
-    "estimate": ".cost",
-    "compare": ".cost",
-    "CostReport": ".cost",
-    "CostError": ".cost",
-    "MegatronParallelState": ".conventions",
-    "torchtitan": ".conventions",
-    "load_config": ".conventions",
-    "LoadedConfig": ".conventions",
-    "WorldSizeNeeded": ".fastllm",
+    "search": ".cost",
 }
+"""Public names imported on first use (they import torch, matplotlib or ipywidgets), and their modules."""
 
 __all__ = [
-    "MAX_SEED",
-    "DistributedBackend",
+    "ClusterError",
     "DistributedConfig",
-    "DistributedDim",
-    "DistributedDimNames",
     "Layout",
     "LayoutError",
     "PhaseType",
     "RankGrid",
-    "generator_seeds",
+    "__version__",
     *_LAZY,
 ]
 
+_MOVED: dict[str, tuple[str, ...]] = {
+    ".config": ("MAX_SEED", "DistributedBackend", "DistributedDim", "DistributedDimNames"),
+    ".seeds": ("generator_seeds",),
+    ".errors": (
+        "CapacityError",
+        "InProcessUnavailable",
+        "ClusterTimeout",
+        "BackendUnavailable",
+        "CostError",
+        "WorldSizeNeeded",
+    ),  # fmt: skip
+    ".runtime": ("CLUSTER_MODES", "RankResults", "Verification", "load_report"),
+    ".streams": ("StreamReport",),
+    ".checks": ("LayoutCheck", "device_mesh_check"),
+    ".viz": (
+        "plot_layout",
+        "grid_picture",
+        "plot_dims",
+        "plot_streams",
+        "plot_sharing",
+        "plot_conventions",
+        "plot_seed_sharing",
+        "plot_cost",
+        "plot_cost_comparison",
+    ),  # fmt: skip
+    ".widgets": ("LayoutPanel", "ClusterPanel", "StreamsPanel", "CostPanel", "ConfigLoad"),
+    ".conventions": ("Megatron", "DeviceMesh", "equivalent", "MegatronParallelState", "torchtitan", "LoadedConfig"),
+    ".cost": ("CostReport",),
+}
+"""Names the top level held before it kept to what a notebook needs, by the module that holds them now: they still
+work, with a ``DeprecationWarning`` naming the new spelling, for one release."""
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fastdist_lab' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+_METHODS = {
+    "plot_layout": "layout.plot(...)",
+    "plot_dims": "layout.plot_dims()",
+    "plot_streams": "report.plot()",
+    "plot_sharing": "report.plot(generator)",
+    "plot_cost": "report.plot()",
+}
+
+__getattr__, __dir__ = lazy_attributes(
+    __name__,
+    _LAZY,
+    __all__,
+    submodules=("errors", "viz", "conventions", "streams", "cost", "runtime", "checks", "widgets"),
+    deprecated={
+        name: (module, f"fastdist_lab{module}.{name}" + (f" or {_METHODS[name]}" if name in _METHODS else ""))
+        for module, names in _MOVED.items()
+        for name in names
+    },
+)
 
 
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+def _painter(name: str) -> Callable[..., Any]:
+    """A painter that imports ``fastdist_lab.viz`` (and matplotlib) only when it draws."""
+
+    def draw(*args: Any, **kwargs: Any) -> Any:
+        from . import viz
+
+        return getattr(viz, name)(*args, **kwargs)
+
+    return draw
 
 
-def _layout_html(layout: Layout) -> str:
-    from .viz import layout_html  # matplotlib is imported on the first display, not with the package
-
-    return layout_html(layout)
+PAINTERS.update(
+    layout=_painter("plot_layout"),
+    dims=_painter("plot_dims"),
+    streams=_painter("plot_streams"),
+    sharing=_painter("plot_sharing"),
+    cost=_painter("plot_cost"),
+)
 
 
 def _register_notebook_display() -> None:
@@ -123,7 +128,7 @@ def _register_notebook_display() -> None:
     shell = getattr(ipython, "get_ipython", lambda: None)() if ipython is not None else None
     formatters = getattr(getattr(shell, "display_formatter", None), "formatters", None)
     if formatters and "text/html" in formatters:
-        formatters["text/html"].for_type(Layout, _layout_html)
+        formatters["text/html"].for_type(Layout, _painter("layout_html"))
 
 
 _register_notebook_display()

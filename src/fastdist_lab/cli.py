@@ -1,4 +1,4 @@
-"""The fastdist-lab command line: layout, check, streams and cost.
+"""The fastdist-lab command line: layout, check, streams, cost and train-step.
 
 Bad input prints one line on stderr naming the problem and exits with code 2, never a traceback.
 """
@@ -10,14 +10,15 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-from .commands import check, cost, layout, streams
-from .config import LayoutError
+from .commands import check, cost, layout, streams, train_step
+from .errors import LayoutError
 
 COMMANDS: dict[str, ModuleType] = {
     "layout": layout,
     "check": check,
     "streams": streams,
     "cost": cost,
+    "train-step": train_step,
 }
 """Sub-command name -> module (each has ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``)."""
 

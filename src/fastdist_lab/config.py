@@ -1,5 +1,6 @@
 """One rank's view of a parallel layout: sizes, coordinates, named process-group dims and seed fields.
 
+``LayoutFields`` is the one list of a layout's input fields (``Layout`` and ``DistributedConfig`` share it).
 Pure Python (no torch, no numpy), so that a layout question is answered in microseconds. The fields, defaults
 and formulas are those of ServiceNow's Fast-LLM (``fast_llm/engine/distributed/config.py`` at commit 91b28fab),
 bit for bit, without two bugs of that era: a non-contiguous group is a hashable tuple (not a list), and a
@@ -8,27 +9,22 @@ bit for bit, without two bugs of that era: a non-contiguous group is a hashable 
 
 from __future__ import annotations
 
+import dataclasses
 import enum
-import logging
-import math
-import numbers
-import operator
-import os
-from typing import Any
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
-from .dims import (
-    DIM_NAMES,
-    MAX_LISTED_MEMBERS,
-    DistributedDim,
-    DistributedDimNames,
-    LayoutError,
-    check_ranks_in_range,
-)
+from .dims import DIM_NAMES, MAX_LISTED_MEMBERS, DistributedDim, DistributedDimNames, check_ranks_in_range
+from .errors import LayoutError
+from .validation import check_flag, check_int, check_number, env_int
 
 __all__ = [
     "DEFAULT_SEED_SHIFTS",
     "DIM_NAMES",
     "INPUT_FIELDS",
+    "LAYOUT_FIELDS",
     "MAX_LISTED_MEMBERS",
     "MAX_SEED",
     "SEED_SHIFT_FIELDS",
@@ -36,34 +32,14 @@ __all__ = [
     "DistributedConfig",
     "DistributedDim",
     "DistributedDimNames",
-    "LayoutError",
+    "LayoutFields",
     "PhaseType",
     "check_ranks_in_range",
-    "validate_fields",
 ]
 
-logger = logging.getLogger(__name__)
 
 MAX_SEED = 2**64
 """Generators are seeded modulo this value (torch seeds are unsigned 64-bit)."""
-
-DEFAULT_SEED_SHIFTS: dict[str, int] = {
-    "dp_seed_shift": 317767863445754100075399033823,
-    "pp_seed_shift": 811026271858507938190098775099,
-    "pp_gen_seed_shift": 500460795349110443334056239993,
-    "pp_gen_init_seed_shift": 631112027069964424381239824623,
-    "tp_seed_shift": 705275193289568515128435800471,
-    "tp_gen_seed_shift": 278779420836085904093221202933,
-    "tp_gen_init_seed_shift": 894750739684993243926471979237,
-    "sample_seed_shift": 751127116949963770353413160199,
-    "train_seed_shift": 938219878163699459065752841447,
-    "valid_seed_shift": 683552447587140661489672773353,
-    "test_seed_shift": 220111337975202516901860145957,
-}
-"""The big primes the original framework shifts its seeds by, keyed by field name."""
-
-SEED_SHIFT_FIELDS: tuple[str, ...] = tuple(DEFAULT_SEED_SHIFTS)
-"""Names of the seed-shift fields, in the spec's order."""
 
 
 class PhaseType(str, enum.Enum):
@@ -109,139 +85,226 @@ class DistributedBackend(str, enum.Enum):
         raise LayoutError(f"backend={value!r} is not a backend; use 'nccl' or 'gloo'")
 
 
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise LayoutError(f"environment variable {name}={raw!r} is not an integer") from None
+class FieldSignature:
+    """``cls(**fields)`` as ``help()`` and a notebook's tooltip show it (``inspect.signature`` reads it): every field,
+    keyword-only, with its default (``None`` where the environment gives one). Built when first asked for, so that
+    importing the package does not import ``inspect``."""
+
+    def __get__(self, instance: Any, owner: type) -> Any:
+        import inspect
+
+        keyword = inspect.Parameter.KEYWORD_ONLY
+        return inspect.Signature(
+            [
+                inspect.Parameter(name, keyword, default=None if default is dataclasses.MISSING else default)
+                for name, default in field_defaults(owner).items()
+            ]
+        )
 
 
-def _as_int(name: str, value: Any, errors: list[str]) -> int | None:
-    if isinstance(value, bool):
-        errors.append(f"{name}={value!r} must be an integer, not a bool")
-        return None
-    try:
-        return operator.index(value)
-    except TypeError:
-        errors.append(f"{name}={value!r} must be an integer")
-        return None
+@dataclass(frozen=True, init=False, repr=False)
+class LayoutFields:
+    """The input fields of a layout, one source for ``Layout`` (the whole world) and ``DistributedConfig`` (one
+    rank, which adds ``rank``): Fast-LLM's ``DistributedConfig`` fields and defaults (commit 91b28fab), among them
+    the big primes the seeds are shifted by.
 
-
-def _as_bool(name: str, value: Any, errors: list[str]) -> bool:
-    if isinstance(value, bool):
-        return value
-    if type(value).__name__ == "bool_":  # numpy.bool_ without importing numpy
-        return bool(value)
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    errors.append(f"{name}={value!r} must be True or False")
-    return False
-
-
-class DistributedConfig:
-    """One rank's distributed configuration: validated at construction, every derived value computed.
-
-    Field names, defaults and formulas are those of the original framework (see the spec). Invalid input
-    raises ``LayoutError`` naming the field(s) and the numbers. ``distributed_dims`` maps each of the nine
-    dim names to its ``DistributedDim``.
+    Frozen: a field never changes (``replace`` gives a new value). Both classes validate in their constructor and
+    raise one ``LayoutError`` naming every broken rule, and an unknown field with the closest name.
     """
 
-    reference_config: DistributedConfig | None = None
+    world_size: int
+    local_world_size: int
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
+    sequence_data_parallel: int = 1
+    sequence_tensor_parallel: bool = False
+    pipeline_first: bool = False
+    backend: DistributedBackend = DistributedBackend.nccl
+    timeout: float = 60.0
+    seed: int = 1234
+    reproducible_init: bool = False
+    dp_seed_shift: int = 317767863445754100075399033823
+    pp_seed_shift: int = 811026271858507938190098775099
+    pp_gen_seed_shift: int = 500460795349110443334056239993
+    pp_gen_init_seed_shift: int = 631112027069964424381239824623
+    tp_seed_shift: int = 705275193289568515128435800471
+    tp_gen_seed_shift: int = 278779420836085904093221202933
+    tp_gen_init_seed_shift: int = 894750739684993243926471979237
+    sample_seed_shift: int = 751127116949963770353413160199
+    train_seed_shift: int = 938219878163699459065752841447
+    valid_seed_shift: int = 683552447587140661489672773353
+    test_seed_shift: int = 220111337975202516901860145957
 
-    def __init__(
-        self,
-        *,
-        world_size: int | None = None,
-        rank: int | None = None,
-        local_world_size: int | None = None,
-        tensor_parallel: int = 1,
-        pipeline_parallel: int = 1,
-        sequence_data_parallel: int = 1,
-        sequence_tensor_parallel: bool = False,
-        pipeline_first: bool = False,
-        backend: DistributedBackend | str = DistributedBackend.nccl,
-        timeout: float = 60,
-        seed: int = 1234,
-        reproducible_init: bool = False,
-        dp_seed_shift: int = DEFAULT_SEED_SHIFTS["dp_seed_shift"],
-        pp_seed_shift: int = DEFAULT_SEED_SHIFTS["pp_seed_shift"],
-        pp_gen_seed_shift: int = DEFAULT_SEED_SHIFTS["pp_gen_seed_shift"],
-        pp_gen_init_seed_shift: int = DEFAULT_SEED_SHIFTS["pp_gen_init_seed_shift"],
-        tp_seed_shift: int = DEFAULT_SEED_SHIFTS["tp_seed_shift"],
-        tp_gen_seed_shift: int = DEFAULT_SEED_SHIFTS["tp_gen_seed_shift"],
-        tp_gen_init_seed_shift: int = DEFAULT_SEED_SHIFTS["tp_gen_init_seed_shift"],
-        sample_seed_shift: int = DEFAULT_SEED_SHIFTS["sample_seed_shift"],
-        train_seed_shift: int = DEFAULT_SEED_SHIFTS["train_seed_shift"],
-        valid_seed_shift: int = DEFAULT_SEED_SHIFTS["valid_seed_shift"],
-        test_seed_shift: int = DEFAULT_SEED_SHIFTS["test_seed_shift"],
-    ):
-        fields: dict[str, Any] = {
-            "world_size": self.default_world_size() if world_size is None else world_size,
-            "rank": self.default_rank() if rank is None else rank,
-            "local_world_size": self.default_local_world_size() if local_world_size is None else local_world_size,
-            "tensor_parallel": tensor_parallel,
-            "pipeline_parallel": pipeline_parallel,
-            "sequence_data_parallel": sequence_data_parallel,
-            "sequence_tensor_parallel": sequence_tensor_parallel,
-            "pipeline_first": pipeline_first,
-            "backend": backend,
-            "timeout": timeout,
-            "seed": seed,
-            "reproducible_init": reproducible_init,
-            "dp_seed_shift": dp_seed_shift,
-            "pp_seed_shift": pp_seed_shift,
-            "pp_gen_seed_shift": pp_gen_seed_shift,
-            "pp_gen_init_seed_shift": pp_gen_init_seed_shift,
-            "tp_seed_shift": tp_seed_shift,
-            "tp_gen_seed_shift": tp_gen_seed_shift,
-            "tp_gen_init_seed_shift": tp_gen_init_seed_shift,
-            "sample_seed_shift": sample_seed_shift,
-            "train_seed_shift": train_seed_shift,
-            "valid_seed_shift": valid_seed_shift,
-            "test_seed_shift": test_seed_shift,
-        }
-        for name, value in validate_fields(fields, with_rank=True).items():
-            object.__setattr__(self, name, value)
+    __signature__ = FieldSignature()  # not a field: no annotation
+
+    def _assign(self, values: dict[str, Any]) -> None:
+        """Check ``values`` (any field left out takes its default) and set them, or raise one ``LayoutError``
+        naming every broken rule with its field(s) and numbers."""
+        fields = field_defaults(type(self))
+        unknown = [name for name in values if name not in fields]
+        if unknown:
+            raise _unknown_fields(type(self).__name__, unknown, tuple(fields))
+        values = {**fields, **values}
+        errors: list[str] = []
+        out: dict[str, Any] = {}
+        for name, checker, options in FIELD_CHECKS if "rank" in fields else FIELD_CHECKS[:-1]:
+            try:
+                out[name] = checker(name, values[name], **options)
+            except LayoutError as error:
+                errors.append(str(error))
+                out[name] = None
+        try:
+            out["backend"] = DistributedBackend.parse(values["backend"])
+        except LayoutError as error:
+            errors.append(str(error))
+        world, local = out["world_size"], out["local_world_size"]
+        tp, pp, sdp = out["tensor_parallel"], out["pipeline_parallel"], out["sequence_data_parallel"]
+        rank = out.get("rank")
+        # Without a valid world size every rule below is meaningless: say only what is wrong with it.
+        if world is not None and rank is not None and not 0 <= rank < world:
+            errors.append(f"rank={rank} must be in [0, world_size={world})")
+        if world is not None and local is not None and world % local:
+            errors.append(f"local_world_size={local} must divide world_size={world}")
+        if world is not None and local is not None and tp is not None and local % tp:
+            errors.append(f"tensor_parallel={tp} must divide local_world_size={local}")
+        if world is not None and tp is not None and pp is not None:
+            if world % (tp * pp):
+                errors.append(
+                    f"tensor_parallel={tp} * pipeline_parallel={pp} = {tp * pp} must divide world_size={world}"
+                )
+            elif sdp is not None and (world // (tp * pp)) % sdp:
+                errors.append(
+                    f"sequence_data_parallel={sdp} must divide data_parallel={world // (tp * pp)} "
+                    f"(world_size={world} / (tensor_parallel={tp} * pipeline_parallel={pp}))"
+                )
+        if errors:
+            raise LayoutError("; ".join(errors))
+        if tp == 1:
+            out["sequence_tensor_parallel"] = False
+        self.__dict__.update(out)  # frozen: the one place the fields are set
+
+    def fields(self) -> dict[str, Any]:
+        """The input fields (as given or defaulted), suitable for ``type(self)(**fields)``."""
+        return {name: getattr(self, name) for name in field_defaults(type(self))}
+
+    def replace(self, **changes: Any) -> Any:
+        """A new value of the same class with ``changes`` applied to these fields (validated like the constructor)."""
+        return type(self)(**{**self.fields(), **changes})
+
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        """Pickle the fields only (derived values and cached tables are rebuilt): layouts travel to workers."""
+        return functools.partial(type(self), **self.fields()), ()
+
+
+@functools.cache
+def field_defaults(cls: type) -> dict[str, Any]:
+    """Each field of a ``LayoutFields`` class with its default (``dataclasses.MISSING`` where the constructor picks
+    one), in declaration order: read once per class."""
+    return {field.name: field.default for field in dataclasses.fields(cls)}
+
+
+def _unknown_fields(owner: str, names: list[str], valid: tuple[str, ...]) -> LayoutError:
+    from difflib import get_close_matches  # only on an error: the core stays fast to import
+
+    parts = []
+    for name in sorted(map(str, names)):
+        if name == "rank":
+            parts.append("rank (a Layout holds every rank; use layout.config(rank) for one)")
+            continue
+        close = get_close_matches(name, valid, n=1, cutoff=0.5)
+        parts.append(f"{name} (did you mean {close[0]}?)" if close else name)
+    return LayoutError(f"{owner} got unexpected field(s): {', '.join(parts)}")
+
+
+DEFAULT_SEED_SHIFTS: dict[str, int] = {
+    field.name: field.default for field in dataclasses.fields(LayoutFields) if field.name.endswith("_seed_shift")
+}
+"""The big primes the original framework shifts its seeds by, keyed by field name."""
+
+SEED_SHIFT_FIELDS: tuple[str, ...] = tuple(DEFAULT_SEED_SHIFTS)
+"""Names of the seed-shift fields, in the spec's order."""
+
+POSITIVE_INT_FIELDS = (
+    "world_size",
+    "local_world_size",
+    "tensor_parallel",
+    "pipeline_parallel",
+    "sequence_data_parallel",
+)
+"""The sizes: integers > 0."""
+
+FIELD_CHECKS: tuple[tuple[str, Callable[..., Any], dict[str, Any]], ...] = (
+    *((name, check_int, {"minimum": 1}) for name in POSITIVE_INT_FIELDS),
+    *((name, check_int, {}) for name in ("seed", *SEED_SHIFT_FIELDS)),
+    *((name, check_flag, {}) for name in ("sequence_tensor_parallel", "pipeline_first", "reproducible_init")),
+    ("timeout", check_number, {"unit": "seconds"}),
+    ("rank", check_int, {}),  # last: a Layout has no rank
+)
+"""How each field is checked (``backend`` is parsed by ``DistributedBackend.parse``)."""
+
+
+@dataclass(frozen=True, init=False)
+class DistributedConfig(LayoutFields):
+    """One rank's distributed configuration: validated at construction, every derived value computed.
+
+    Field names, defaults and formulas are those of the original framework (see the spec): every ``LayoutFields``
+    field and ``rank``; ``world_size``, ``rank`` and ``local_world_size`` default to torchrun's ``WORLD_SIZE``,
+    ``RANK`` and ``LOCAL_WORLD_SIZE`` (else 1, 0, 1). Invalid input raises ``LayoutError`` naming the field(s) and
+    the numbers. ``distributed_dims`` maps each of the nine dim names to its ``DistributedDim``.
+    """
+
+    rank: int
+    reference_config: ClassVar[DistributedConfig | None] = None
+
+    def __init__(self, **fields: Any):
+        for name, default in (("world_size", self.default_world_size), ("rank", self.default_rank)):
+            if fields.get(name) is None:
+                fields[name] = default()
+        if fields.get("local_world_size") is None:
+            fields["local_world_size"] = self.default_local_world_size()
+        self._assign(fields)
         self._derive()
 
     # Defaults read from the environment (torchrun's variables), at construction time.
     @staticmethod
     def default_world_size() -> int:
         """``WORLD_SIZE`` from the environment, else 1."""
-        return _env_int("WORLD_SIZE", 1)
+        return env_int("WORLD_SIZE", 1)
 
     @staticmethod
     def default_rank() -> int:
         """``RANK`` from the environment, else 0."""
-        return _env_int("RANK", 0)
+        return env_int("RANK", 0)
 
     @staticmethod
     def default_local_world_size() -> int:
         """``LOCAL_WORLD_SIZE`` from the environment, else 1."""
-        return _env_int("LOCAL_WORLD_SIZE", 1)
+        return env_int("LOCAL_WORLD_SIZE", 1)
 
     def _derive(self) -> None:
-        tp, pp, sdp = self.tensor_parallel, self.pipeline_parallel, self.sequence_data_parallel
-        rank = self.rank
-        self.model_parallel = tp * pp
-        self.data_parallel = self.world_size // self.model_parallel
-        self.batch_data_parallel = self.data_parallel // sdp
-        self.num_nodes = self.world_size // self.local_world_size
-        self.local_rank = rank % self.local_world_size
-        self.tensor_rank = rank % tp
+        """Set the derived values (read-only like the fields): sizes, this rank's coordinates, its nine dims."""
+        tp, pp, sdp, rank = self.tensor_parallel, self.pipeline_parallel, self.sequence_data_parallel, self.rank
+        data_parallel = self.world_size // (tp * pp)
         if self.pipeline_first:
-            self.data_rank = (rank // tp) // pp
-            self.pipeline_rank = (rank // tp) % pp
+            data_rank, pipeline_rank = (rank // tp) // pp, (rank // tp) % pp
         else:
-            self.data_rank = (rank // tp) % self.data_parallel
-            self.pipeline_rank = (rank // tp) // self.data_parallel
-        self.sequence_data_rank = self.data_rank % sdp
-        self.batch_data_rank = self.data_rank // sdp
-        self.distributed_dims = {
-            name: DistributedDim.from_sizes_and_strides(name, rank, pairs) for name, pairs in self.dim_pairs().items()
+            data_rank, pipeline_rank = (rank // tp) % data_parallel, (rank // tp) // data_parallel
+        derived = {
+            "model_parallel": tp * pp,
+            "data_parallel": data_parallel,
+            "batch_data_parallel": data_parallel // sdp,
+            "num_nodes": self.world_size // self.local_world_size,
+            "local_rank": rank % self.local_world_size,
+            "tensor_rank": rank % tp,
+            "data_rank": data_rank,
+            "pipeline_rank": pipeline_rank,
+            "sequence_data_rank": data_rank % sdp,
+            "batch_data_rank": data_rank // sdp,
+        }
+        self.__dict__.update(derived)  # read-only like the fields
+        pairs = self.dim_pairs()
+        self.__dict__["distributed_dims"] = {
+            name: DistributedDim.from_sizes_and_strides(name, rank, dim_pairs) for name, dim_pairs in pairs.items()
         }
 
     @property
@@ -284,10 +347,6 @@ class DistributedConfig:
             DistributedDimNames.model_and_sequence_data: model_and_sequence_data,
         }
 
-    def fields(self) -> dict[str, Any]:
-        """The input fields (as given or defaulted), suitable for ``DistributedConfig(**fields)``."""
-        return {name: getattr(self, name) for name in INPUT_FIELDS}
-
     def coordinates(self) -> dict[str, int]:
         """This rank's node, local rank and parallel coordinates."""
         return {
@@ -301,23 +360,12 @@ class DistributedConfig:
             "batch_data_rank": self.batch_data_rank,
         }
 
-    def log_first_rank(self, message: str, level: int = logging.INFO) -> None:
-        """Log ``message`` on global rank 0 only."""
+    def log_first_rank(self, message: str, level: int = 20) -> None:
+        """Log ``message`` on global rank 0 only (``level`` 20 is ``logging.INFO``), with this module's logger."""
         if self.rank == 0:
-            logger.log(level, message)
+            import logging  # only where ranks run: the core stays fast to import
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in INPUT_FIELDS:
-            raise AttributeError(f"DistributedConfig.{name} is read-only; build a new config")
-        object.__setattr__(self, name, value)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, DistributedConfig):
-            return NotImplemented
-        return self.fields() == other.fields()
-
-    def __hash__(self) -> int:
-        return hash(tuple(self.fields().items()))
+            logging.getLogger(__name__).log(level, message)
 
     def __repr__(self) -> str:
         return (
@@ -328,83 +376,8 @@ class DistributedConfig:
         )
 
 
-INPUT_FIELDS: tuple[str, ...] = (
-    "world_size",
-    "rank",
-    "local_world_size",
-    "tensor_parallel",
-    "pipeline_parallel",
-    "sequence_data_parallel",
-    "sequence_tensor_parallel",
-    "pipeline_first",
-    "backend",
-    "timeout",
-    "seed",
-    "reproducible_init",
-    *SEED_SHIFT_FIELDS,
-)
-"""Every input field of ``DistributedConfig``, in declaration order."""
+INPUT_FIELDS: tuple[str, ...] = tuple(field.name for field in dataclasses.fields(DistributedConfig))
+"""Every input field of ``DistributedConfig``, in declaration order (``rank`` last)."""
 
-_POSITIVE_INT_FIELDS = (
-    "world_size",
-    "local_world_size",
-    "tensor_parallel",
-    "pipeline_parallel",
-    "sequence_data_parallel",
-)
-
-
-def validate_fields(fields: dict[str, Any], *, with_rank: bool) -> dict[str, Any]:
-    """Check and normalise the input fields of a config (``rank`` only when ``with_rank``).
-
-    Returns the normalised values; raises ``LayoutError`` listing every violated rule, each naming its
-    field(s) and numbers. Shared by ``DistributedConfig`` and ``Layout`` so both say the same thing.
-    """
-    errors: list[str] = []
-    out: dict[str, Any] = {}
-    for name in _POSITIVE_INT_FIELDS:
-        value = _as_int(name, fields[name], errors)
-        if value is not None and value <= 0:
-            errors.append(f"{name}={value} must be > 0")
-            value = None
-        out[name] = value
-    for name in ("seed", *SEED_SHIFT_FIELDS):
-        out[name] = _as_int(name, fields[name], errors)
-    for name in ("sequence_tensor_parallel", "pipeline_first", "reproducible_init"):
-        out[name] = _as_bool(name, fields[name], errors)
-    try:
-        out["backend"] = DistributedBackend.parse(fields["backend"])
-    except LayoutError as error:
-        errors.append(str(error))
-    timeout = fields["timeout"]
-    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
-        errors.append(f"timeout={timeout!r} must be a number of seconds")
-    elif not (timeout > 0 and math.isfinite(timeout)):
-        errors.append(f"timeout={timeout!r} must be a finite number of seconds > 0")
-    else:
-        out["timeout"] = float(timeout)
-    if with_rank:
-        out["rank"] = _as_int("rank", fields["rank"], errors)
-
-    world, local = out["world_size"], out["local_world_size"]
-    tp, pp, sdp = out["tensor_parallel"], out["pipeline_parallel"], out["sequence_data_parallel"]
-    # Without a valid world size every rule below is meaningless: say only what is wrong with it.
-    if world is not None and with_rank and out["rank"] is not None and not 0 <= out["rank"] < world:
-        errors.append(f"rank={out['rank']} must be in [0, world_size={world})")
-    if world is not None and local is not None and world % local:
-        errors.append(f"local_world_size={local} must divide world_size={world}")
-    if world is not None and local is not None and tp is not None and local % tp:
-        errors.append(f"tensor_parallel={tp} must divide local_world_size={local}")
-    if world is not None and tp is not None and pp is not None:
-        if world % (tp * pp):
-            errors.append(f"tensor_parallel={tp} * pipeline_parallel={pp} = {tp * pp} must divide world_size={world}")
-        elif sdp is not None and (world // (tp * pp)) % sdp:
-            errors.append(
-                f"sequence_data_parallel={sdp} must divide data_parallel={world // (tp * pp)} "
-                f"(world_size={world} / (tensor_parallel={tp} * pipeline_parallel={pp}))"
-            )
-    if errors:
-        raise LayoutError("; ".join(errors))
-    if tp == 1:
-        out["sequence_tensor_parallel"] = False
-    return out
+LAYOUT_FIELDS: tuple[str, ...] = tuple(field.name for field in dataclasses.fields(LayoutFields))
+"""Every input field of a ``Layout``: those of ``DistributedConfig`` except ``rank``."""

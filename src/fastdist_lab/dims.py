@@ -11,10 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-
-class LayoutError(ValueError):
-    """An invalid layout or config; the message names the field(s) and the numbers."""
-
+from .errors import LayoutError
 
 MAX_LISTED_MEMBERS = 2**24
 """A group that is not a ``range`` is listed as a tuple; beyond this many members that is refused."""

@@ -18,13 +18,14 @@ Pure Python; PyYAML is imported only when text has to be parsed.
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config import SEED_SHIFT_FIELDS, LayoutError
+from .config import SEED_SHIFT_FIELDS
+from .errors import LayoutError, WorldSizeNeeded
+from .validation import check_int
 
 FASTLLM_COMMIT = "91b28fab"
 """The Fast-LLM commit whose ``DistributedConfig`` this project reproduces."""
@@ -92,12 +93,6 @@ VINTAGE_KEYS: dict[str, str] = {
 _OPTIONAL_NULL = ("world_size", "local_world_size", "rank")
 
 
-class WorldSizeNeeded(LayoutError):
-    """A config or command line that gives no world size, read without one: pass ``world_size=...``
-    (``--world-size``). Every config reader raises it (``conventions`` raises a subclass that is also a
-    ``ConventionError``), so a caller that has a world to offer (the lab's layout panel) can catch it and retry."""
-
-
 @dataclass(frozen=True)
 class FastLLMSettings:
     """What ``read_fastllm`` found: the ``Layout`` keyword arguments and where each came from.
@@ -156,8 +151,8 @@ def read_fastllm(
                 continue
             raise LayoutError(f"{at}: null is not a value for {key}")
         if kind == "ignored":
-            if key == "rank" and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise LayoutError(f"{at}: rank={value!r} must be an integer >= 0")
+            if key == "rank":
+                check_int(f"{at}: rank", value, minimum=0)
             ignored.append(key)
             continue
         assert target is not None
@@ -290,5 +285,7 @@ def _line(line: int | None) -> str:
 
 
 def _suggest(key: Any) -> str:
-    close = difflib.get_close_matches(str(key), list(FASTLLM_FIELDS), n=1)
+    from difflib import get_close_matches  # only on an error
+
+    close = get_close_matches(str(key), list(FASTLLM_FIELDS), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""

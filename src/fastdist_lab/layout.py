@@ -8,27 +8,19 @@ mixed-radix number along some axes: no per-rank loop, no sort.
 
 from __future__ import annotations
 
-import difflib
-import html
-import os
+from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .config import (
-    DEFAULT_SEED_SHIFTS,
-    DIM_NAMES,
-    INPUT_FIELDS,
-    DistributedConfig,
-    DistributedDimNames,
-    LayoutError,
-    PhaseType,
-    validate_fields,
-)
+from .config import DIM_NAMES, DistributedConfig, DistributedDimNames, LayoutFields, PhaseType
+from .errors import LayoutError
 from .fastllm import read_fastllm
 from .numbering import RankGrid
+from .painters import paint
 from .seeds import GENERATORS, seed_arrays
+from .validation import env_int, is_bool
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -76,9 +68,6 @@ _COORDINATE_AXES: dict[str, tuple[str, ...]] = {
 }
 """Each parallel coordinate is a rank's position in its group of the matching dim."""
 
-LAYOUT_FIELDS: tuple[str, ...] = tuple(name for name in INPUT_FIELDS if name != "rank")
-"""Every input field of a ``Layout``: those of ``DistributedConfig`` except ``rank``."""
-
 
 def nodes_spanned(groups: np.ndarray, local_world_size: int) -> int:
     """The most nodes one group (a row of ``groups``) has members on, with ``local_world_size`` ranks per node.
@@ -94,28 +83,8 @@ def nodes_spanned(groups: np.ndarray, local_world_size: int) -> int:
     return int(((nodes[:, 1:] != nodes[:, :-1]).sum(axis=1) + 1).max())
 
 
-def _env_int(name: str) -> int | None:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise LayoutError(f"environment variable {name}={raw!r} is not an integer") from None
-
-
-def _unknown_fields(names: list[str]) -> LayoutError:
-    parts = []
-    for name in sorted(names):
-        if name == "rank":
-            parts.append("rank (a Layout holds every rank; use layout.config(rank) for one)")
-            continue
-        close = difflib.get_close_matches(name, LAYOUT_FIELDS, n=1, cutoff=0.5)
-        parts.append(f"{name} (did you mean {close[0]}?)" if close else name)
-    return LayoutError(f"Layout got unexpected field(s): {', '.join(parts)}")
-
-
-class Layout:
+@dataclass(frozen=True, init=False, eq=False)  # equality and hash: LayoutFields', on the same fields
+class Layout(LayoutFields):
     """Every rank of a layout at once: coordinates, the groups of each named dim, topology and seeds.
 
     Takes every ``DistributedConfig`` field except ``rank`` and validates like it (``LayoutError`` naming the
@@ -132,54 +101,19 @@ class Layout:
         2
     """
 
-    def __init__(
-        self,
-        *,
-        world_size: int | None = None,
-        local_world_size: int | None = None,
-        tensor_parallel: int = 1,
-        pipeline_parallel: int = 1,
-        sequence_data_parallel: int = 1,
-        sequence_tensor_parallel: bool = False,
-        pipeline_first: bool = False,
-        backend: str = "nccl",
-        timeout: float = 60,
-        seed: int = 1234,
-        reproducible_init: bool = False,
-        **seed_shifts: int,
-    ):
-        unknown = [name for name in seed_shifts if name not in DEFAULT_SEED_SHIFTS]
-        if unknown:
-            raise _unknown_fields(unknown)
-        if world_size is None:
-            env_world = _env_int("WORLD_SIZE")
-            world_size = 1 if env_world is None else env_world
-        if local_world_size is None:
-            env_local = _env_int("LOCAL_WORLD_SIZE")
-            if env_local is not None:
-                local_world_size = env_local
-            elif isinstance(world_size, int) and not isinstance(world_size, bool) and world_size > 0:
-                local_world_size = world_size  # one node unless told
-            else:
-                local_world_size = 1  # the world size is wrong: let the error say only that
-        fields: dict[str, Any] = {
-            "world_size": world_size,
-            "local_world_size": local_world_size,
-            "tensor_parallel": tensor_parallel,
-            "pipeline_parallel": pipeline_parallel,
-            "sequence_data_parallel": sequence_data_parallel,
-            "sequence_tensor_parallel": sequence_tensor_parallel,
-            "pipeline_first": pipeline_first,
-            "backend": backend,
-            "timeout": timeout,
-            "seed": seed,
-            "reproducible_init": reproducible_init,
-            **{name: seed_shifts.get(name, value) for name, value in DEFAULT_SEED_SHIFTS.items()},
-        }
-        self._fields = validate_fields(fields, with_rank=False)
-        if self._fields["world_size"] > MAX_LAYOUT_WORLD_SIZE:
+    def __init__(self, **fields: Any):
+        if fields.get("world_size") is None:
+            fields["world_size"] = env_int("WORLD_SIZE", 1)
+        if fields.get("local_world_size") is None:
+            world = fields["world_size"]
+            one_node = (
+                world if isinstance(world, int) and not is_bool(world) and world > 0 else 1
+            )  # else: say only that
+            fields["local_world_size"] = env_int("LOCAL_WORLD_SIZE", one_node)
+        self._assign(fields)
+        if self.world_size > MAX_LAYOUT_WORLD_SIZE:
             raise LayoutError(
-                f"world_size={self._fields['world_size']} is more than a whole-world Layout holds (at most "
+                f"world_size={self.world_size} is more than a whole-world Layout holds (at most "
                 f"{MAX_LAYOUT_WORLD_SIZE:,} ranks); one rank's view (DistributedConfig, or "
                 "`fastdist-lab layout --rank R`) has no limit"
             )
@@ -191,21 +125,7 @@ class Layout:
         fields.pop("rank")
         return cls(**fields)
 
-    def replace(self, **changes: Any) -> Layout:
-        """A new layout with ``changes`` applied to this one's fields (validated like the constructor)."""
-        return type(self)(**{**self._fields, **changes})
-
     # ----------------------------------------------------------------- sizes
-    def fields(self) -> dict[str, Any]:
-        """The input fields (every ``DistributedConfig`` field except ``rank``)."""
-        return dict(self._fields)
-
-    def __getattr__(self, name: str) -> Any:
-        fields = self.__dict__.get("_fields")
-        if fields is not None and name in fields:
-            return fields[name]
-        raise AttributeError(f"'Layout' object has no attribute {name!r}")
-
     @property
     def model_parallel(self) -> int:
         """tensor_parallel * pipeline_parallel."""
@@ -313,7 +233,7 @@ class Layout:
 
     def config(self, rank: int) -> DistributedConfig:
         """The ``DistributedConfig`` of global rank ``rank``."""
-        return DistributedConfig(rank=self.rank_grid.check_rank(rank), **self._fields)
+        return DistributedConfig(rank=self.rank_grid.check_rank(rank), **self.fields())
 
     # ----------------------------------------------------------------- summaries
     def topology(self) -> pd.DataFrame:
@@ -341,7 +261,7 @@ class Layout:
         import pandas as pd
 
         c = self.coordinates
-        seeds = seed_arrays(self._fields, c["tensor_rank"], c["data_rank"], c["pipeline_rank"], step, phase)
+        seeds = seed_arrays(self.fields(), c["tensor_rank"], c["data_rank"], c["pipeline_rank"], step, phase)
         frame = pd.DataFrame({name: seeds[name] for name in GENERATORS})
         frame.index.name = "rank"
         return frame
@@ -355,6 +275,15 @@ class Layout:
         """
         grid = self.grid
         return tuple(int(s) for s in grid.shape), self.grid_axes, np.array(grid)
+
+    def plot(self, dim: str = "tensor", highlight: int | None = None, **options: Any) -> Any:
+        """The rank grid (nodes as rows, GPUs as columns) coloured by the groups of ``dim``, ``highlight`` and its group
+        outlined: a matplotlib ``Figure`` drawn by ``fastdist_lab.viz.plot_layout`` (``ranks=``, ``marks=`` too)."""
+        return paint("layout", self, dim, highlight, **options)
+
+    def plot_dims(self, highlight: int | None = None) -> Any:
+        """One small rank grid per named dim (``fastdist_lab.viz.plot_dims``), ``highlight`` outlined in each."""
+        return paint("dims", self, highlight)
 
     def summary(self) -> dict[str, Any]:
         """The sizes of this layout as a flat dict."""
@@ -370,14 +299,6 @@ class Layout:
             "order": "pipeline-first" if self.pipeline_first else "data-first",
         }
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Layout):
-            return NotImplemented
-        return self._fields == other._fields
-
-    def __hash__(self) -> int:
-        return hash(tuple(sorted((k, str(v)) for k, v in self._fields.items())))
-
     def __repr__(self) -> str:
         s = self.summary()
         return (
@@ -389,6 +310,8 @@ class Layout:
 
     def summary_html(self) -> str:
         """The summary and the groups per dim as HTML tables (no picture: pictures live in ``fastdist_lab.viz``)."""
+        import html  # only for a notebook's display
+
         summary = "".join(
             f"<tr><th style='text-align:left'>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>"
             for k, v in self.summary().items()

@@ -18,6 +18,8 @@ from functools import cached_property
 
 import numpy as np
 
+from .validation import check_int
+
 
 class RankGrid:
     """Named axes with sizes, fastest-varying first; global rank = sum(coordinate * stride).
@@ -121,29 +123,15 @@ class RankGrid:
 
     def check_rank(self, rank: int) -> int:
         """``rank`` as an int, or ``error`` unless it is in ``[0, world_size)``."""
-        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)):
-            raise self.error(f"rank={rank!r} must be an integer")
+        rank = check_int("rank", rank, error=self.error)
         if not 0 <= rank < self.world_size:
             raise self.error(f"rank={rank} must be in [0, world_size={self.world_size})")
-        return int(rank)
+        return rank
 
     def coordinates_of(self, rank: int) -> dict[str, int]:
         """The coordinate of global ``rank`` along every axis (fastest first)."""
         rank = self.check_rank(rank)
         return {axis: rank // stride % size for (axis, stride), size in zip(self.strides.items(), self.sizes)}
-
-    def rank_of(self, **coordinates: int) -> int:
-        """The global rank at ``coordinates`` (axes left out are 0)."""
-        unknown = sorted(set(coordinates) - set(self.axes))
-        if unknown:
-            raise self.error(f"unknown axes {unknown}; use {', '.join(self.axes)}")
-        rank = 0
-        for (axis, stride), size in zip(self.strides.items(), self.sizes):
-            value = coordinates.get(axis, 0)
-            if not 0 <= value < size:
-                raise self.error(f"{axis}={value} must be in [0, {size})")
-            rank += value * stride
-        return rank
 
     def group_rank(self, member_axes: Sequence[str]) -> np.ndarray:
         """Every global rank's position inside its group over ``member_axes`` (array indexed by global rank)."""
@@ -177,10 +165,6 @@ class RankGrid:
         """The members of ``rank``'s group over ``member_axes``, in group-rank order."""
         rank = self.check_rank(rank)
         return self.groups(member_axes)[int(self.group_index(member_axes)[rank])]
-
-    def group_table(self, member_axes: Sequence[str]) -> np.ndarray:
-        """For every global rank, the members of its group: shape ``(world_size, group size)``."""
-        return self.groups(member_axes)[self.group_index(member_axes)]
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, RankGrid):

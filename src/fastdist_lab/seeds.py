@@ -28,7 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from .config import MAX_SEED, DistributedConfig, LayoutError, PhaseType
+from .config import MAX_SEED, DistributedConfig, PhaseType
+from .errors import LayoutError
+from .validation import check_int
 
 GENERATORS: tuple[str, ...] = ("default_cpu", "pp_init", "tp_init", "pp", "tp")
 """The generators the original ``Distributed`` seeds, in the order it seeds them."""
@@ -55,9 +57,7 @@ def step_note(step: int) -> str | None:
 
 def check_step(step: object) -> int:
     """``step`` as a non-negative int; ``LayoutError`` otherwise. Warns when the step wraps around (``step_note``)."""
-    if isinstance(step, bool) or not hasattr(step, "__index__"):
-        raise LayoutError(f"step={step!r} must be an integer")
-    value = step.__index__()  # type: ignore[union-attr]
+    value = check_int("step", step)
     if value < 0:
         raise LayoutError(f"step={value} must be >= 0 (training steps count from 0)")
     note = step_note(value)

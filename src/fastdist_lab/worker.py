@@ -6,8 +6,8 @@ The same checks as ``fastdist-lab check`` (``checks.check_layout``), rank 0 driv
 launcher's store (``runtime.torchrun.LaunchedCluster``): every rank builds ``Distributed`` for the layout and checks
 each group as its pool holds it, then with real collectives, and its generator seeds; then every rank's real
 generator streams are drawn and compared with the prediction. Rank 0 prints the result and writes the group
-verification as a JSON report (``fastdist_lab.load_report`` reads it). Exit code 0 when everything matched, 1 when
-something failed, 2 for bad input (one line on stderr).
+verification as a JSON report (``fastdist_lab.runtime.load_report`` reads it). Exit code 0 when everything matched,
+1 when something failed, 2 for bad input (one line on stderr).
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ import sys
 from collections.abc import Sequence
 
 from .checks import check_layout
-from .commands.common import add_layout_arguments, layout_from_args
-from .config import DistributedConfig, LayoutError
+from .commands.flags import add_layout_arguments, layout_from_args
+from .config import DistributedConfig
+from .errors import BackendUnavailable, ClusterError, LayoutError
+from .formatting import first_line
 from .runtime.backends import resolve_backend
-from .runtime.errors import BackendUnavailable, ClusterError, first_line
 from .runtime.torchrun import LaunchedCluster
 
 PROG = "python -m fastdist_lab.worker"

@@ -7,7 +7,7 @@ import torch.distributed as dist
 
 from fastdist_lab import Layout, LocalCluster
 from fastdist_lab.checks import device_mesh_check
-from fastdist_lab.conventions import ConventionError
+from fastdist_lab.errors import ConventionError
 
 
 @pytest.fixture(scope="module")

@@ -6,10 +6,11 @@ import copy
 
 import pytest
 
-from fastdist_lab import Layout, LocalCluster, Verification
+from fastdist_lab import Layout, LocalCluster
 from fastdist_lab.checks import LayoutCheck, check_layout
 from fastdist_lab.cli import main
 from fastdist_lab.config import DIM_NAMES
+from fastdist_lab.runtime import Verification
 
 LAYOUT = Layout(world_size=8, tensor_parallel=2, pipeline_parallel=2, sequence_data_parallel=2, backend="gloo")
 
@@ -47,7 +48,7 @@ def test_a_corrupted_group_is_reported_in_full(checked):
     assert not report.ok
     text = report.to_text()
     assert "failed groups (1):" in text
-    assert "pipeline group 1 [1 5]: rank 5: all-gather gave [5, 5]" in text
+    assert "pipeline group 1 [1, 5]: rank 5: all-gather gave [5, 5]" in text
     assert report.dim_summary().loc["pipeline", "failed"] == 1
     assert text.splitlines()[-1] == "result: FAILED"
 

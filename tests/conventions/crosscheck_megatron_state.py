@@ -1,4 +1,4 @@
-"""Cross-check ``Megatron.initialize_model_parallel`` (``MegatronParallelState``) against Megatron-Core's own
+"""Cross-check ``MegatronParallelState`` (our ``initialize_model_parallel``) against Megatron-Core's own
 ``initialize_model_parallel``, run for every rank of each world on torch's fake process group (CPU only).
 
 Not collected by pytest (Megatron-LM is not a dependency). Run it by hand with a Megatron-LM source tree, e.g.::
@@ -24,7 +24,8 @@ import warnings
 import torch.distributed as dist
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
-from fastdist_lab.conventions import ConventionError, Megatron
+from fastdist_lab.conventions import MegatronParallelState
+from fastdist_lab.errors import ConventionError
 
 GLOBALS = {
     "TENSOR_MODEL_PARALLEL_GROUP": "_TENSOR_MODEL_PARALLEL_GROUP",
@@ -136,7 +137,7 @@ def main(argv: list[str]) -> int:
         configs += 1
         theirs = megatron_groups(ps, world, kwargs)
         try:
-            ours = Megatron.initialize_model_parallel(world, **kwargs)
+            ours = MegatronParallelState(world, **kwargs)
         except ConventionError as error:
             if not isinstance(theirs, str):
                 print(f"MISMATCH world={world} {kwargs}: we refuse ({error}), Megatron accepts")

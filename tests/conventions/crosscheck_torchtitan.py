@@ -23,7 +23,8 @@ import warnings
 import torch.distributed as dist
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
-from fastdist_lab.conventions import ConventionError, torchtitan
+from fastdist_lab.conventions import torchtitan
+from fastdist_lab.errors import ConventionError
 
 
 def their_groups(ParallelDims, version: str, degrees: dict, world: int) -> dict[str, set] | str:

@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 
 from fastdist_lab import Layout, LayoutError
 from fastdist_lab.cli import main
-from fastdist_lab.conventions import ConventionError, Megatron, WorldSizeNeeded, equivalent, load_config, torchtitan
+from fastdist_lab.conventions import MegatronParallelState, equivalent, load_config, torchtitan
 from fastdist_lab.conventions.launch import shell_commands, split_launch
+from fastdist_lab.errors import ConventionError, WorldSizeNeeded
 
 CONFIGS = Path(__file__).parent / "configs"
 
@@ -49,7 +50,9 @@ def test_megatron_gpt_script_expands_its_variables():
     assert loaded.layout == Layout(world_size=128, local_world_size=8, tensor_parallel=8, pipeline_parallel=16)
     assert equivalent(loaded.layout, state)
     with pytest.raises(ConventionError, match=r"world_size \(8\) is not divisible by 128"):
-        Megatron.from_args((CONFIGS / "megatron_gpt_175b.sh").read_text().replace("NUM_NODES=16", "NUM_NODES=1"))
+        MegatronParallelState.from_args(
+            (CONFIGS / "megatron_gpt_175b.sh").read_text().replace("NUM_NODES=16", "NUM_NODES=1")
+        )
 
 
 def test_megatron_mixtral_script_experts_have_no_layout_counterpart():
@@ -69,15 +72,17 @@ def test_megatron_launch_line_spellings():
         "python -m torch.distributed.run --nproc_per_node 8 --nnodes 2",
         "python3 -m torch.distributed.launch --nproc_per_node=8 --nnodes=2 --use_env",
     ):
-        state = Megatron.from_args(f"{launcher} pretrain_gpt.py {line}")
+        state = MegatronParallelState.from_args(f"{launcher} pretrain_gpt.py {line}")
         assert (state.world_size, state.local_world_size, state.tp, state.pp) == (16, 8, 2, 2), launcher
         assert state.sequence_parallel
-    assert Megatron.from_args(f"WORLD_SIZE=8 python pretrain_gpt.py {line}").world_size == 8
-    assert Megatron.from_args(line, world_size=4).dp == 1
-    assert Megatron.from_args(line.split(), world_size=8).dp == 2
-    mapped = Megatron.from_args(f"{line} --use-tp-pp-dp-mapping", world_size=16)
+    assert MegatronParallelState.from_args(f"WORLD_SIZE=8 python pretrain_gpt.py {line}").world_size == 8
+    assert MegatronParallelState.from_args(line, world_size=4).dp == 1
+    assert MegatronParallelState.from_args(line.split(), world_size=8).dp == 2
+    mapped = MegatronParallelState.from_args(f"{line} --use-tp-pp-dp-mapping", world_size=16)
     assert mapped.order == "tp-cp-ep-pp-dp" and mapped.layout_equivalent()[0].pipeline_first
-    vpp = Megatron.from_args(f"{line} --num-layers 32 --num-layers-per-virtual-pipeline-stage 4", world_size=8)
+    vpp = MegatronParallelState.from_args(
+        f"{line} --num-layers 32 --num-layers-per-virtual-pipeline-stage 4", world_size=8
+    )
     assert vpp.virtual_pipeline_model_parallel_size == 4
 
 
@@ -210,7 +215,11 @@ def test_no_layout_is_said_plainly_and_the_groups_are_kept():
             ConventionError,
             r"parallelism\.expert_degree \(line 3\): not a field",
         ),
-        ("[parallelism]\ntensor_parallel_degree = 2.5\n", ConventionError, r"tensor_parallel_degree \(line 2\) = 2.5"),
+        (
+            "[parallelism]\ntensor_parallel_degree = 2.5\n",
+            ConventionError,
+            r"line 2: parallelism.tensor_parallel_degree=2.5 must be",
+        ),
         ("[job]\ndump_folder = 1\n", ConventionError, r"no \[parallelism\] section \(sections: \[job\]\)"),
         ("[parallelism]\ntensor_parallel_degree = \n", ConventionError, "not valid TOML"),
         ("model:\n  distributed:\n    tensor_paralel: 2\n", LayoutError, r"tensor_paralel \(line 3\)"),

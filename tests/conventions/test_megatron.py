@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fastdist_lab.conventions import ConventionError, Megatron
+from fastdist_lab.conventions import Megatron, MegatronParallelState
+from fastdist_lab.errors import ConventionError
 
 TOKENS = ("tp", "cp", "ep", "dp", "pp")
 APPEND_ORDER = ("tp", "pp", "dp", "ep", "cp")  # the order Megatron appends missing tokens in
@@ -92,8 +93,8 @@ def test_coordinates_and_rank_of_round_trip(config):
     sizes, order, _ = config
     m = Megatron(tp=sizes["tp"], pp=sizes["pp"], dp=sizes["dp"], cp=sizes["cp"], ep=sizes["ep"], order=order)
     for rank in range(m.world_size):
-        coords = m.rank_coordinates(rank)
-        assert m.rank_of(**coords) == rank
+        coords = m.coordinates(rank)
+        assert sum(coords[axis] * stride for axis, stride in m.strides.items()) == rank
         assert m.group_of("tp", rank)[coords["tp"]] == rank
 
 
@@ -145,7 +146,13 @@ def test_named_groups_and_expert_generator():
     named = m.named_groups()
     assert named["DATA_PARALLEL_GROUP_WITH_CP"].tolist() == m.get_ranks("dp-cp")
     assert named["MODEL_PARALLEL_GROUP"].tolist() == m.get_ranks("tp-pp")
-    expert = Megatron.expert(world_size=16, tp=2, pp=2, ep=2, expert_tp=1)
+    expert = MegatronParallelState(
+        16,
+        tensor_model_parallel_size=2,
+        pipeline_model_parallel_size=2,
+        expert_model_parallel_size=2,
+        expert_tensor_parallel_size=1,
+    ).expert
     assert (expert.tp, expert.ep, expert.dp, expert.cp, expert.pp) == (1, 2, 4, 1, 2)
     # pipeline groups agree between the decoder and expert generators (Megatron asserts this)
     assert expert.get_ranks("pp") == m.get_ranks("pp")

@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastdist_lab import Layout
-from fastdist_lab.conventions import ConventionError, Megatron, equivalent
+from fastdist_lab.conventions import Megatron, MegatronParallelState, equivalent
+from fastdist_lab.errors import ConventionError
 
 APPEND = ("tp", "pp", "dp", "ep", "cp")
 
@@ -83,9 +84,9 @@ def test_refusals_and_groups_follow_initialize_model_parallel(config):
     accepts = megatron_accepts(world, kwargs)
     if not accepts:
         with pytest.raises(ConventionError, match="initialize_model_parallel refuses this"):
-            Megatron.initialize_model_parallel(world, **kwargs)
+            MegatronParallelState(world, **kwargs)
         return
-    state = Megatron.initialize_model_parallel(world, **kwargs)
+    state = MegatronParallelState(world, **kwargs)
     tp, pp, cp = state.tp, state.pp, state.cp
     decoder = {"tp": tp, "pp": pp, "cp": cp, "ep": 1, "dp": state.dp}
     expert = {"tp": state.expert_tp, "pp": pp, "cp": 1, "ep": state.expert_ep, "dp": state.expert_dp}
@@ -112,35 +113,41 @@ def test_refusals_and_groups_follow_initialize_model_parallel(config):
 
 def test_pp_last_rule_and_pipeline_groups_rule_quote_megatron():
     with pytest.raises(ConventionError, match="When not using pp-last rank ordering"):
-        Megatron.initialize_model_parallel(
+        MegatronParallelState(
             16, tensor_model_parallel_size=2, pipeline_model_parallel_size=2, expert_model_parallel_size=4,
             order="tp-cp-ep-pp-dp",
         )  # fmt: skip
     with pytest.raises(ConventionError, match="Pipeline parallel groups are expected to be the same"):
-        Megatron.initialize_model_parallel(
+        MegatronParallelState(
             16, tensor_model_parallel_size=2, pipeline_model_parallel_size=2, context_parallel_size=2,
             expert_model_parallel_size=4, expert_tensor_parallel_size=1, order="tp-pp-cp-ep-dp",
         )  # fmt: skip
     with pytest.raises(ConventionError, match=r"world_size \(12\) is not divisible by 8"):
-        Megatron.initialize_model_parallel(12, tensor_model_parallel_size=8)
+        MegatronParallelState(12, tensor_model_parallel_size=8)
     with pytest.raises(ConventionError, match="greater than 1 with interleaved schedule"):
-        Megatron.initialize_model_parallel(8, virtual_pipeline_model_parallel_size=2)
+        MegatronParallelState(8, virtual_pipeline_model_parallel_size=2)
     with pytest.raises(ConventionError, match="partial DistOpt shard factor"):
-        Megatron.initialize_model_parallel(12, context_parallel_size=2, num_distributed_optimizer_instances=8)
+        MegatronParallelState(12, context_parallel_size=2, num_distributed_optimizer_instances=8)
     with pytest.raises(ConventionError, match="multiply to 4, not context_parallel_size=8"):
-        Megatron.initialize_model_parallel(16, context_parallel_size=8, hierarchical_context_parallel_sizes=[2, 2])
+        MegatronParallelState(16, context_parallel_size=8, hierarchical_context_parallel_sizes=[2, 2])
     with pytest.raises(ConventionError, match="pp-last"):
-        Megatron.expert(world_size=16, tp=2, pp=2, ep=4, order="tp-cp-ep-pp-dp")
+        MegatronParallelState(
+            16,
+            tensor_model_parallel_size=2,
+            pipeline_model_parallel_size=2,
+            expert_model_parallel_size=4,
+            order="tp-cp-ep-pp-dp",
+        )
 
 
 def test_named_groups_docstring_example_and_hierarchical_cp():
-    state = Megatron.initialize_model_parallel(16, tensor_model_parallel_size=2, pipeline_model_parallel_size=4)
+    state = MegatronParallelState(16, tensor_model_parallel_size=2, pipeline_model_parallel_size=4)
     groups = state.named_groups()
     assert groups["PIPELINE_MODEL_PARALLEL_GROUP"].tolist()[0] == [0, 4, 8, 12]
     assert groups["EMBEDDING_GROUP"].tolist() == [[0, 12], [1, 13], [2, 14], [3, 15]]
     assert groups["POSITION_EMBEDDING_GROUP"].tolist() == [[0], [1], [2], [3]]
     assert groups["INTRA_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP"].tolist() == [list(range(16))]
-    cp = Megatron.initialize_model_parallel(16, context_parallel_size=8, hierarchical_context_parallel_sizes=[2, 4])
+    cp = MegatronParallelState(16, context_parallel_size=8, hierarchical_context_parallel_sizes=[2, 4])
     named = cp.named_groups()
     assert named["HIERARCHICAL_CONTEXT_PARALLEL_GROUP_L0"].tolist()[:2] == [[0, 1], [2, 3]]
     assert named["HIERARCHICAL_CONTEXT_PARALLEL_GROUP_L1"].tolist()[:2] == [[0, 2, 4, 6], [1, 3, 5, 7]]
@@ -168,20 +175,20 @@ def test_repeated_order_token_is_refused_and_says_megatron_would_accept_it():
 
 
 def test_layout_equivalents():
-    state = Megatron.initialize_model_parallel(
+    state = MegatronParallelState(
         16, tensor_model_parallel_size=2, pipeline_model_parallel_size=2, context_parallel_size=2, local_world_size=8
     )
     layout, why = state.layout_equivalent()
     assert layout == Layout(world_size=16, local_world_size=8, tensor_parallel=2, pipeline_parallel=2,
                             sequence_data_parallel=2)  # fmt: skip
     assert equivalent(layout, state) and "decoder groups" in why
-    tp_pp_dp = Megatron.initialize_model_parallel(16, tensor_model_parallel_size=2, pipeline_model_parallel_size=2,
+    tp_pp_dp = MegatronParallelState(16, tensor_model_parallel_size=2, pipeline_model_parallel_size=2,
                                                   order="tp-cp-ep-pp-dp")  # fmt: skip
     assert tp_pp_dp.layout_equivalent()[0].pipeline_first
-    none, why = Megatron.initialize_model_parallel(
+    none, why = MegatronParallelState(
         16, tensor_model_parallel_size=2, pipeline_model_parallel_size=2, context_parallel_size=2,
         expert_model_parallel_size=4, expert_tensor_parallel_size=1, order="tp-cp-ep-pp-dp",
     ).layout_equivalent()  # fmt: skip
     assert none is None and "no Layout numbers ranks like order tp-cp-ep-pp-dp" in why
-    wide = Megatron.initialize_model_parallel(16, tensor_model_parallel_size=16, local_world_size=8)
+    wide = MegatronParallelState(16, tensor_model_parallel_size=16, local_world_size=8)
     assert wide.layout_equivalent() == (None, "no Layout: tensor_parallel=16 must divide local_world_size=8")

@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 
 from fastdist_lab import Layout
 from fastdist_lab.conventions import Megatron, seed_streams, sharing_table, stream_groups
-from fastdist_lab.viz.conventions import plot_conventions, plot_seed_sharing
+from fastdist_lab.viz import plot_conventions, plot_seed_sharing
 
 
 def make_layout(tp, pp, sdp, bdp, pipeline_first=False, seed=1234):

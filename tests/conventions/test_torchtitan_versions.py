@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastdist_lab import Layout
-from fastdist_lab.conventions import ConventionError, TorchtitanMesh, equivalent, torchtitan
+from fastdist_lab.conventions import TorchtitanMesh, equivalent, torchtitan
+from fastdist_lab.errors import ConventionError
 
 
 def torch_groups(shape: tuple[int, ...], names: tuple[str, ...], dims: tuple[str, ...]) -> set[tuple[int, ...]]:

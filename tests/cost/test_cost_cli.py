@@ -32,7 +32,8 @@ def test_cost_table(capsys):
     out = capsys.readouterr().out
     assert "memory per rank, by pipeline stage:" in out and "most loaded: stage 0" in out
     assert "reduce_scatter" in out and "send_recv" in out
-    assert "time per step on dgx-h100" in out and "dominant: " in out
+    assert "communication time per step on dgx-h100" in out and "dominant: " in out
+    assert "step time on dgx-h100: " in out and "pipeline bubble" in out
 
 
 def test_cost_json_matches_estimate(capsys):
@@ -44,15 +45,18 @@ def test_cost_json_matches_estimate(capsys):
         zip(report.communication["dim"], report.communication["collective"])
     )
     assert doc["summary"]["peak_bytes"] == report.peak_bytes
-    assert doc["time"]["hardware"]["name"] == "dgx-a100"
-    assert sum(d["dominant"] for d in doc["time"]["per_dim"]) == 1
+    assert doc["communication_time"]["hardware"]["name"] == "dgx-a100"
+    assert sum(d["dominant"] for d in doc["communication_time"]["per_dim"]) == 1
+    step = report.step("dgx-a100")
+    assert doc["step"]["seconds"] == pytest.approx(step.seconds)
+    assert doc["step"]["breakdown"] == pytest.approx(step.breakdown["seconds"].to_dict())
 
 
 def test_cost_csv_sections(capsys):
     assert main(["cost", *FLAGS, *SET_UP, "--format", "csv"]) == 0
     sections = capsys.readouterr().out.split("# ")[1:]
     titles = [section.splitlines()[0] for section in sections]
-    assert titles == ["memory", "communication", "time on dgx-h100"]
+    assert titles == ["memory", "communication", "communication time on dgx-h100", "step time on dgx-h100"]
     communication = pd.read_csv(io.StringIO(sections[1].split("\n", 1)[1]))
     pd.testing.assert_frame_equal(communication, expected().communication, check_dtype=False)
 
@@ -126,7 +130,9 @@ def test_cost_replay_runs_the_step_on_local_gloo_ranks(tmp_path):
     document = json.loads(done.stdout)
     replay = document["replay"]
     assert replay["backend"] == "gloo" and replay["scale"] == 1e-4
-    assert [row["dim"] for row in replay["per_dim"]] == [row["dim"] for row in document["time"]["per_dim"]]
+    assert [row["dim"] for row in replay["per_dim"]] == [
+        row["dim"] for row in document["communication_time"]["per_dim"]
+    ]
     assert all(row["seconds"] > 0 and row["busbw_GBps"] > 0 for row in replay["per_dim"])
     assert "replay: 100%" in done.stderr  # the progress bar
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from fastdist_lab import Layout, compare
-from fastdist_lab.cost import COMPARE_COLUMNS, CostError, Training, compare_reports, estimate, layout_name
+from fastdist_lab.cost import COMPARE_COLUMNS, Training, compare_reports, estimate, layout_name
+from fastdist_lab.errors import CostError
 
 TRAINING = Training(num_microbatches=8, distributed_optimizer=True)
 
@@ -30,8 +31,8 @@ def test_compare_reads_each_layouts_report():
         assert row["peak_bytes"] == report.peak_bytes and row["most_loaded_stage"] == report.most_loaded_stage
         assert row["bytes_per_step"] == comm["bytes_per_step"].sum()
         assert row["inter_node_bytes_per_step"] == comm.loc[comm["inter_node"], "bytes_per_step"].sum()
-        time = report.time("dgx-a100")
-        assert row["seconds"] == pytest.approx(time["seconds"].sum())
+        time = report.communication_time("dgx-a100")
+        assert row["communication_seconds"] == pytest.approx(time["seconds"].sum())
         assert row["dominant"] == time.index[time["dominant"]][0]
     # the same sizes in the other order: the same memory and bytes, other groups across nodes
     first, second = frame.iloc[0], frame.iloc[1]

@@ -135,7 +135,7 @@ def test_time_on_hardware():
 
     report = first_case()
     hardware = Hardware(intra_node_GBps=100, inter_node_GBps=10)
-    time = report.time(hardware)
+    time = report.communication_time(hardware)
     assert list(time.index) == ["tensor", "sequence_data", "pipeline", "data"]
     assert time.loc["tensor", "seconds"] == pytest.approx(36 * 4096 / 100e9)
     assert time.loc["sequence_data", "seconds"] == pytest.approx(2 * 8 * 8192 / 2 / 100e9)
@@ -143,6 +143,6 @@ def test_time_on_hardware():
     assert time.loc["data", "seconds"] == pytest.approx(57984 * 6 * 3 / 4 / 10e9)
     assert time["dominant"].tolist() == [False, False, False, True]
     # The same bytes all inside fast links: tensor dominates (its calls are the most bytes per link).
-    fast = report.time(Hardware(100, 100))
+    fast = report.communication_time(Hardware(100, 100))
     assert time.loc["data", "seconds"] > fast.loc["data", "seconds"]
     assert fast["dominant"].sum() == 1

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from fastdist_lab import Layout
-from fastdist_lab.cost import CostError, Hardware, Training, Transformer, estimate
+from fastdist_lab.cost import Hardware, Training, Transformer, estimate
+from fastdist_lab.errors import CostError
 
 SMALL = dict(hidden_size=64, num_layers=4, num_attention_heads=4, vocab_size=256, seq_length=32)
 

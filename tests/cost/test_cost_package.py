@@ -12,7 +12,7 @@ from pathlib import Path
 import fastdist_lab
 
 PACKAGE = Path(fastdist_lab.__file__).parent / "cost"
-CORE = {"config", "layout", "seeds", "numbering"}
+CORE = {"config", "layout", "seeds", "numbering", "errors", "validation", "painters", "formatting"}
 
 
 def test_cost_imports_only_core():
@@ -34,11 +34,11 @@ def test_root_reexports_are_lazy_and_light(tmp_path):
         "before = 'fastdist_lab.cost' in sys.modules\n"
         "r = f.estimate(f.Layout(world_size=8, local_world_size=8, tensor_parallel=2), 'llama2-7b')\n"
         "after = sorted(m for m in ('pandas', 'torch', 'matplotlib', 'ipywidgets') if m in sys.modules)\n"
-        "print(json.dumps([before, after, r.peak_bytes > 0, f.CostError is f.cost.CostError]))\n"
+        "print(json.dumps([before, after, r.peak_bytes > 0, f.estimate is f.cost.estimate]))\n"
     )
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     before, heavy, positive, same = json.loads(out.stdout)
     assert before is False and heavy == [] and positive and same
-    for name in ("Transformer", "Training", "Hardware", "estimate", "CostReport", "CostError"):
+    for name in ("Transformer", "Training", "Hardware", "estimate", "compare"):
         assert name in fastdist_lab.__all__ and getattr(fastdist_lab, name) is getattr(fastdist_lab.cost, name)

@@ -142,7 +142,7 @@ def test_communication_rows_follow_the_layout(setup):
 def test_time_is_bus_bytes_over_bandwidth(setup, intra, inter):
     layout, model, training = setup
     report = estimate(layout, model, training)
-    time = report.time(Hardware(intra, inter))
+    time = report.communication_time(Hardware(intra, inter))
     comm = report.communication
     rate = np.where(comm["inter_node"], inter, intra) * 1e9
     assert time["seconds"].sum() == pytest.approx((comm["bus_bytes_per_step"] / rate).sum())
@@ -169,7 +169,7 @@ def test_activation_traffic_grows_with_microbatches(setup):
 
 def test_one_rank_has_no_communication():
     report = estimate(Layout(world_size=1, local_world_size=1), Transformer.preset("gpt3-1.3b"))
-    assert report.communication.empty and report.time().empty
+    assert report.communication.empty and report.communication_time().empty
     assert "dominant: none" in report.to_text()
     assert report.memory.shape == (1, 6)
 

@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from fastdist_lab import Layout, generator_seeds
+from fastdist_lab import Layout
+from fastdist_lab.seeds import generator_seeds
 from fastdist_lab.viz import GridGeometry, GridPicture, Marks, grid_picture
 from fastdist_lab.viz.picture import GOOD, RANK_FRAME
 

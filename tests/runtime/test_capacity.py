@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from fastdist_lab import CapacityError, LocalCluster, SimulatedCluster
+from fastdist_lab import LocalCluster, SimulatedCluster
+from fastdist_lab.errors import CapacityError
 from fastdist_lab.runtime import capacity
 from fastdist_lab.runtime.capacity import GIB, MIB, Machine, check_capacity, fits, parse_bytes, world_needs
 

@@ -6,7 +6,8 @@ import textwrap
 
 import pytest
 
-from fastdist_lab import LayoutError, Verification
+from fastdist_lab import LayoutError
+from fastdist_lab.runtime import Verification
 
 LAYOUTS = [
     {"tensor_parallel": 2, "pipeline_parallel": 2, "sequence_data_parallel": 2, "pipeline_first": False},
@@ -140,7 +141,7 @@ def test_wrong_world_size_is_a_layout_error(cluster):
 
 
 def test_results_round_trip_through_a_report(cluster, tmp_path, layout_of):
-    from fastdist_lab import load_report
+    from fastdist_lab.runtime import load_report
 
     verification = cluster.apply(layout_of(tensor_parallel=2, pipeline_parallel=2, sequence_data_parallel=2))
     path = tmp_path / "report.json"

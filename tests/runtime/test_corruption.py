@@ -34,9 +34,9 @@ RANK = 5
 LAYOUT = Layout(world_size=WORLD, local_world_size=WORLD, tensor_parallel=2, pipeline_parallel=2)
 CORRUPTIONS = {
     # kind: (dim, rank 5's true group of that dim, what the pool hands out instead, the problem reported)
-    "wrong_member": ("model_and_sequence_data", (0, 1, 4, 5), (2, 1, 4, 5), "created for members 2 1 4 5"),
+    "wrong_member": ("model_and_sequence_data", (0, 1, 4, 5), (2, 1, 4, 5), "created for members [2, 1, 4, 5]"),
     "wrong_group_rank": ("tensor_and_data", (4, 5, 6, 7), 2, "its group gives it group rank 2, expected 1"),
-    "reused_across_dims": ("pipeline", (1, 5), (5, 7), "its group was created for members 5 7"),
+    "reused_across_dims": ("pipeline", (1, 5), (5, 7), "its group was created for members [5, 7]"),
 }
 
 

@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from fastdist_lab import ClusterError, ClusterTimeout
+from fastdist_lab import ClusterError
+from fastdist_lab.errors import ClusterTimeout
 
 WORLD = 8
 """Ranks of the shared cluster (see conftest)."""

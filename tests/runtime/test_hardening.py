@@ -17,7 +17,8 @@ import psutil
 import pytest
 
 import fastdist_lab
-from fastdist_lab import ClusterError, ClusterTimeout, LocalCluster
+from fastdist_lab import ClusterError, LocalCluster
+from fastdist_lab.errors import ClusterTimeout
 from fastdist_lab.runtime.procs import wait_gone
 
 WORLD = 8

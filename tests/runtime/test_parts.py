@@ -14,13 +14,13 @@ from multiprocessing.connection import Connection
 import pytest
 
 from fastdist_lab import Layout
+from fastdist_lab.errors import ProtocolError
 from fastdist_lab.runtime import Distributed, ProcessGroupPool, RankError, RankResult, RankResults, Verification
 from fastdist_lab.runtime.capture import OutputCapture, quiet_harmless_c10d
 from fastdist_lab.runtime.channel import (
     Channel,
     ExitStatuses,
     Outcome,
-    ProtocolError,
     ServerReady,
     ServerStarted,
     Spawn,
@@ -209,7 +209,7 @@ def test_results_are_indexed_by_rank_and_a_missing_rank_is_reported_as_missing()
 def test_a_rank_result_repr_is_short():
     record = RankResult(2, "ok", list(range(10_000)), stdout="x\n" * 100_000, seconds=1.0)
     text = repr(record)
-    assert len(text) < 200 and "rank=2" in text and "100000 lines" in text
+    assert len(text) < 200 and "rank=2" in text and "100,000 lines" in text
 
 
 # ----------------------------------------------------------------------------------------------- pool
@@ -262,7 +262,7 @@ def test_nccl_refusals_speak_to_both_audiences():
 
     if torch.cuda.is_available():
         pytest.skip("NCCL may run here")
-    from fastdist_lab.runtime import BackendUnavailable, ClusterError
+    from fastdist_lab.errors import BackendUnavailable, ClusterError
 
     with pytest.raises(BackendUnavailable, match="use the gloo backend") as caught:
         ProcessGroupPool(0, 1, 1, use_cpu=False, backend="nccl")
@@ -285,7 +285,7 @@ def test_a_world_of_one_verifies_itself_under_a_launcher(tmp_path):
                "gloo", "--report", str(report)]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
-    from fastdist_lab import load_report
+    from fastdist_lab.runtime import load_report
 
     loaded = load_report(report)
     assert loaded.ok and loaded.results.world_size == 1 and loaded.results[0].ok

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from fastdist_lab import DistributedConfig, generator_seeds
-from fastdist_lab.runtime import ClusterError, Distributed, ProcessGroupPool
+from fastdist_lab import DistributedConfig
+from fastdist_lab.errors import ClusterError
+from fastdist_lab.runtime import Distributed, ProcessGroupPool
+from fastdist_lab.seeds import generator_seeds
 
 
 def test_world_of_one_has_no_groups_and_seeds_match():
@@ -81,7 +83,7 @@ def test_non_contiguous_members_are_hashable_tuples(cluster, layout_of):
 
 
 def _seeds(ctx, step, phase):
-    from fastdist_lab import generator_seeds
+    from fastdist_lab.seeds import generator_seeds
 
     d = ctx.distributed
     d.set_step(step, phase)

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from fastdist_lab import ClusterError, Layout
-from fastdist_lab.cost import CostError, Hardware, Training, Transformer, bus_factor, estimate
+from fastdist_lab.cost import Hardware, Training, Transformer, bus_factor, estimate
+from fastdist_lab.errors import CostError
 from fastdist_lab.runtime.replay import (
     BANDWIDTH_COLUMNS,
     ELEMENT_BYTES,
@@ -35,7 +36,7 @@ def test_replay_per_dim_is_measured_and_predicted_in_the_same_units(cluster, app
     frame = cluster.replay(applied, SMALL, TRAINING, scale=1e-3, hardware=hw, progress=False)
     report = estimate(applied, SMALL, TRAINING)
     assert list(frame.columns) == list(REPLAY_COLUMNS)
-    assert frame.index.tolist() == report.time(hw).index.tolist()  # every dim that moves bytes
+    assert frame.index.tolist() == report.communication_time(hw).index.tolist()  # every dim that moves bytes
     for column in ("seconds", "algbw_GBps", "busbw_GBps", "predicted_seconds", "predicted_busbw_GBps"):
         values = frame[column].to_numpy(dtype=float)
         assert np.all(np.isfinite(values)) and np.all(values > 0), column

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from fastdist_lab import Layout, load_report
-from fastdist_lab.runtime import RankError, RankResult, RankResults, Verification
+from fastdist_lab import Layout
+from fastdist_lab.runtime import RankError, RankResult, RankResults, Verification, load_report
 from fastdist_lab.runtime.verification import expected_groups
 
 

@@ -12,9 +12,9 @@ import pytest
 
 from fastdist_lab import SimulatedCluster
 from fastdist_lab.checks.layout_check import check_layout
-from fastdist_lab.config import DIM_NAMES, LayoutError
+from fastdist_lab.config import DIM_NAMES
+from fastdist_lab.errors import ClusterError, ClusterTimeout, LayoutError
 from fastdist_lab.layout import Layout
-from fastdist_lab.runtime.errors import ClusterError, ClusterTimeout
 from fastdist_lab.runtime.verification import MODES
 from fastdist_lab.streams import compare_on_cluster
 

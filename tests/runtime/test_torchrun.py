@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from fastdist_lab import Layout, load_report
-from fastdist_lab.runtime import RankResults, Verification
+from fastdist_lab import Layout
+from fastdist_lab.runtime import RankResults, Verification, load_report
 
 
 def test_torchrun_standalone_four_ranks_writes_a_report(tmp_path):

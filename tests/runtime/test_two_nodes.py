@@ -21,8 +21,9 @@ import cloudpickle
 import pytest
 import torch.distributed
 
-from fastdist_lab import Layout, load_report
-from fastdist_lab.runtime import ClusterTimeout
+from fastdist_lab import Layout
+from fastdist_lab.errors import ClusterTimeout
+from fastdist_lab.runtime import load_report
 from fastdist_lab.runtime.torchrun import CALL_PREFIX, LaunchedCluster
 
 DEADLINE = 300.0

@@ -173,3 +173,25 @@ def test_in_ipython_a_layout_displays_with_its_grid_drawn_by_viz():
         "assert 'data:image/png;base64,' in data['text/html'], data['text/html'][:200]\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_objects_draw_their_own_pictures_through_the_painters():
+    from fastdist_lab import Training, Transformer, estimate
+    from fastdist_lab.painters import paint
+    from fastdist_lab.streams import predict
+    from fastdist_lab.viz import plot_cost, plot_sharing, plot_streams
+
+    layout = Layout(world_size=16, local_world_size=8, tensor_parallel=2, pipeline_parallel=2)
+    report = predict(layout)
+    cost = estimate(layout, Transformer.preset("llama2-7b"), Training(num_microbatches=4))
+    pairs = [
+        (layout.plot("data", highlight=5), plot_layout(layout, "data", highlight=5)),
+        (layout.plot_dims(highlight=3), plot_dims(layout, highlight=3)),
+        (report.plot(), plot_streams(report)),
+        (report.plot("tp"), plot_sharing(report, "tp")),
+        (cost.plot(), plot_cost(cost)),
+    ]
+    for method, function in pairs:
+        assert isinstance(method, Figure) and to_png(method) == to_png(function)
+    with pytest.raises(LookupError, match="no painter for 'sketch' pictures"):
+        paint("sketch", layout)

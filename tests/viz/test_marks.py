@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from fastdist_lab import Layout, StreamReport
+from fastdist_lab import Layout
 from fastdist_lab.runtime import RankResult, RankResults, Verification
 from fastdist_lab.runtime.verification import expected_groups
-from fastdist_lab.streams import predict
+from fastdist_lab.streams import StreamReport, predict
 from fastdist_lab.viz import grid_picture, stream_marks, stream_picture, verdict_marks
 from fastdist_lab.viz.canvas import rgb8
 from fastdist_lab.viz.picture import BAD, GOOD

@@ -130,7 +130,7 @@ def test_cells_are_nodes_blocks_or_merged_nodes_by_how_many_there_are():
 def test_zoom_shows_a_range_of_nodes_rank_by_rank():
     picture = grid_picture(BIG, "data", highlight=800, ranks=(768, 1024))
     geometry = picture.geometry
-    assert geometry.shown == (768, 1024) and geometry.per_cell == 1 and geometry.zoomed
+    assert geometry.shown == (768, 1024) and geometry.per_cell == 1
     assert geometry.position(767) is None and geometry.position(1024) is None
     assert geometry.rank_at(*geometry.center(800)) == 800
     assert "zoomed: ranks 768-1023 (nodes 96-127)" in picture.title

@@ -16,7 +16,7 @@ from fastdist_lab import Layout  # noqa: E402
 from fastdist_lab.cost import Training, estimate  # noqa: E402
 from fastdist_lab.viz import plot_cost, plot_cost_comparison, plot_memory, plot_traffic, to_png  # noqa: E402
 from fastdist_lab.viz.colors import PALETTE  # noqa: E402
-from fastdist_lab.viz.cost import MEMORY_PARTS, traffic_dim, traffic_title  # noqa: E402
+from fastdist_lab.viz.cost_pictures import MEMORY_PARTS, traffic_dim, traffic_title  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 TRAINING = Training(num_microbatches=8, distributed_optimizer=True)

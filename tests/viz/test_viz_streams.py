@@ -11,8 +11,8 @@ from matplotlib.figure import Figure
 
 from fastdist_lab import Layout
 from fastdist_lab.streams import predict
+from fastdist_lab.viz import plot_sharing, plot_streams
 from fastdist_lab.viz.colors import group_colors
-from fastdist_lab.viz.streams import plot_sharing, plot_streams
 
 LAYOUT = Layout(world_size=16, local_world_size=8, tensor_parallel=2, pipeline_parallel=2, sequence_data_parallel=2)
 

@@ -11,8 +11,9 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 
 import fastdist_lab  # noqa: E402
-from fastdist_lab import Layout, generator_seeds  # noqa: E402
+from fastdist_lab import Layout
 from fastdist_lab.conventions import load_config  # noqa: E402
+from fastdist_lab.seeds import generator_seeds  # noqa: E402
 from fastdist_lab.widgets import ConfigLoad, LayoutPanel  # noqa: E402
 from fastdist_lab.widgets.config_box import CONFIG_BOX_TITLE, groups_table_html  # noqa: E402
 
@@ -127,7 +128,7 @@ def test_no_layout_is_said_plainly_with_the_frameworks_groups_and_the_panel_keep
     assert "No Layout reproduces it" in result.message and "tp-cp-ep-pp-dp" in result.message
     assert "The panel keeps its layout" in panel.config_box.status.value
     table = panel.config_box.groups.value
-    assert "EXPERT_MODEL_PARALLEL_GROUP" in table and "<td>0, 1, 2, 3 | 4, 5, 6, 7 | ... (2 more)</td>" in table
+    assert "EXPERT_MODEL_PARALLEL_GROUP" in table and "<td>[0, 1, 2, 3] | [4, 5, 6, 7] | ... (2 more)</td>" in table
     assert "INTRA_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP" in table
     assert panel_state(panel) == before
     panel.load_config(MEGATRON_LINE)  # a later good load clears the groups table
@@ -140,7 +141,7 @@ def test_no_layout_is_said_plainly_with_the_frameworks_groups_and_the_panel_keep
         ("model:\n  distributed:\n    tensor_paralel: 4\n", "tensor_paralel (line 3)"),
         ("model:\n  distributed:\n    world_size: 8\n    tensor_parallel: 3\n", "tensor_parallel=3"),
         ("model: [1, 2\n", "line 2"),
-        ("[parallelism]\ntensor_parallel_degree = 'x'\n", "parallelism.tensor_parallel_degree (line 2)"),
+        ("[parallelism]\ntensor_parallel_degree = 'x'\n", "line 2: parallelism.tensor_parallel_degree='x'"),
         ("torchrun --nproc-per-node 8 pretrain_gpt.py --tensor-model-parallel-size x", "--tensor-model-parallel-size"),
         ("torchrun --nproc-per-node 8 pretrain_gpt.py --tensor-model-parallel-size 3", "not divisible"),
         ("torchrun --nproc-per-node 8 pretrain_gpt.py --tensor-model-parallel-size 2 'oops", "line 1"),

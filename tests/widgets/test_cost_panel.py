@@ -29,7 +29,11 @@ def test_panel_shows_the_estimate_of_its_layout():
     expected = estimate(layout, "llama2-7b")
     assert panel.report.peak_bytes == expected.peak_bytes and panel.other is None
     assert panel.png.startswith(PNG_MAGIC) and len(panel.traffic_box.children) == 1
-    assert "Communication per step" in panel.tables.value and "Time per step on dgx-h100" in panel.tables.value
+    assert (
+        "Communication per step" in panel.tables.value
+        and "Communication time per step on dgx-h100" in panel.tables.value
+    )
+    assert "Step time on dgx-h100" in panel.tables.value
     assert "tp2 pp4 dp8 data-first: peak" in panel.status.value and panel.error == ""
     assert panel.replay_button.disabled  # no cluster
     assert "fdl-cost-panel" in panel.widget._dom_classes
@@ -67,7 +71,9 @@ def test_model_and_sequence_length_and_hardware():
     assert panel.report.model.seq_length == 1024
     png = panel.png
     panel.hardware.value = "pcie-100gbe"
-    assert "Time per step on pcie-100gbe" in panel.tables.value and panel.png == png  # memory does not depend on it
+    assert (
+        "Communication time per step on pcie-100gbe" in panel.tables.value and panel.png == png
+    )  # memory does not depend on it
 
 
 def test_an_impossible_setting_is_shown_as_text_and_fixing_it_recovers():
@@ -79,7 +85,7 @@ def test_an_impossible_setting_is_shown_as_text_and_fixing_it_recovers():
     assert panel.png == png  # the last picture stays
     panel.seq_length.value = 4096
     assert panel.error == "" and panel.report is not None
-    panel.set_layout(None)
+    panel.layout = None
     assert "fix the layout" in panel.error and panel.report is None
 
 
@@ -121,18 +127,18 @@ def test_replay_on_a_running_cluster():
     panel = CostPanel(layout, model="gpt3-1.3b")
     assert panel.replay() is False and "no running cluster" in panel.error
     with LocalCluster(4, backend="gloo", local_world_size=2, progress=False) as cluster:
-        panel.set_cluster(cluster)
+        panel.cluster = cluster
         assert not panel.replay_button.disabled
         assert panel.replay() is False and "Apply this layout" in panel.error  # nothing applied yet
         assert cluster.apply(layout).ok
         assert panel.replay(iterations=2) is True, panel.error
         frame = panel.replayed
-        assert frame.index.tolist() == panel.report.time().index.tolist()
+        assert frame.index.tolist() == panel.report.communication_time().index.tolist()
         assert (frame["seconds"] > 0).all() and panel.progress.value == panel.progress.max
         assert "Replayed on the cluster" in panel.replay_table.value and "gloo" in panel.replay_table.value
         panel.micro_batch_size.value = 2  # a new estimate drops the old replay
         assert panel.replayed is None and panel.replay_table.value == ""
         training = Training(micro_batch_size=2)
         assert panel.training() == training
-    panel.set_cluster(None)
+    panel.cluster = None
     assert panel.replay_button.disabled

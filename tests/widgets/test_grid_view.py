@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fastdist_lab import Layout, LayoutError, generator_seeds
+from fastdist_lab import Layout, LayoutError
 from fastdist_lab.runtime import RankResult, RankResults, Verification
 from fastdist_lab.runtime.verification import expected_groups
+from fastdist_lab.seeds import generator_seeds
 from fastdist_lab.widgets import LayoutPanel, StreamsPanel
 
 SIXTEEN = dict(world_size=16, local_world_size=8, tensor_parallel=2, pipeline_parallel=2, sequence_data_parallel=2)

@@ -79,7 +79,7 @@ def test_a_new_report_is_drawn_even_when_its_id_is_reused(monkeypatch):
     panel = StreamsPanel(layout)
     first = panel.png
     monkeypatch.setattr(module, "id", lambda obj: 0, raising=False)  # every id() in the panel's module is 0
-    panel.set_layout(layout.replace(tensor_parallel=1, sequence_data_parallel=1))
+    panel.layout = layout.replace(tensor_parallel=1, sequence_data_parallel=1)
     panel.flush()
     assert panel.png != first
 

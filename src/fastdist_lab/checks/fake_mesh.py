@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..conventions import ConventionError, layout_mesh_dims
+from ..conventions import layout_mesh_dims
+from ..errors import ConventionError
 from ..layout import Layout
-from .device_mesh import mesh_of_dim
+from .device_mesh_check import mesh_of_dim
 
 if TYPE_CHECKING:
     import pandas as pd

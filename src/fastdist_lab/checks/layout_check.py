@@ -13,8 +13,9 @@ import textwrap
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..formatting import members_text, ranks_text
 from ..layout import Layout
-from ..runtime.verification import THREADS_GATHER_LIMIT, members_text
+from ..runtime.verification import THREADS_GATHER_LIMIT
 from ..streams import compare_on_cluster, comparison_text
 from .fake_mesh import fake_device_mesh_check
 
@@ -90,7 +91,7 @@ class LayoutCheck:
         if failures:
             lines += ["", f"failed groups ({len(failures)}):"]
             for row in failures:
-                lines.append(f"  {row['dim']} group {row['group']} [{members_text(row['members'])}]: {row['detail']}")
+                lines.append(f"  {row['dim']} group {row['group']} {members_text(row['members'])}: {row['detail']}")
         if not verification.results.ok:
             lines += ["", repr(verification.results)]
         if verbose:
@@ -124,7 +125,7 @@ def _mesh_text(mesh: pd.DataFrame) -> str:
         bad = rows[~rows["ok"].astype(bool)]
         verdict = "every dim's sub-mesh group matches" if bad.empty else f"{len(bad)} dims differ"
         lines.append(
-            f"DeviceMesh ({device_type}, fake groups, as ranks {members_text(ranks)}): {verdict}"
+            f"DeviceMesh ({device_type}, fake groups, as {ranks_text(ranks)}): {verdict}"
             + ("" if bad.empty else f"; {bad.iloc[0]['dim']}: {bad.iloc[0]['first_mismatch']}")
         )
     return "\n".join(lines)

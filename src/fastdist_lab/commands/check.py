@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .common import add_layout_arguments, add_simulate_argument, error_line, layout_from_args
+from .flags import add_layout_arguments, add_simulate_argument, error_line, layout_from_args
 
 HELP = "verify a layout with real process groups on a local cluster (gloo on CPU, NCCL on GPUs), or simulated"
 
@@ -39,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     layout = layout_from_args(args)  # LayoutError -> exit 2 in cli.main
     from ..checks import check_layout
-    from ..runtime import ClusterError, open_cluster
+    from ..errors import ClusterError
+    from ..runtime import open_cluster
 
     try:
         with open_cluster(

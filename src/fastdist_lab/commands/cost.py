@@ -1,4 +1,5 @@
-"""``fastdist-lab cost``: memory per pipeline stage, bytes per group and communication time of one training step."""
+"""``fastdist-lab cost``: memory per pipeline stage, bytes per group, communication time and step time of one
+training step."""
 
 from __future__ import annotations
 
@@ -7,10 +8,14 @@ import json
 import sys
 from typing import Any
 
-from ..cost import HARDWARE_PRESETS, PRESETS, RECOMPUTE, CostError
-from .common import add_layout_arguments, error_line, layout_from_args
+from ..cost import HARDWARE_PRESETS, PRESETS, RECOMPUTE
+from ..errors import CostError
+from .flags import add_layout_arguments, error_line, layout_from_args
 
-HELP = "estimate what one training step costs on a layout: memory per stage, bytes per group, time per dim"
+HELP = (
+    "estimate what one training step costs on a layout: memory per stage (and whether it fits), bytes per group, "
+    "communication time per dim and the step time"
+)
 
 MAX_REPLAY_RANKS = 64
 """``--replay`` starts one local process per rank: at most this many."""
@@ -33,7 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--recompute", choices=RECOMPUTE, default="none", help="activation recomputation in the backward pass"
     )
-    parser.add_argument("--hardware", choices=tuple(HARDWARE_PRESETS), default="dgx-h100", help="link speeds")
+    parser.add_argument(
+        "--hardware", choices=tuple(HARDWARE_PRESETS), default="dgx-h100", help="the GPU, its memory and its links"
+    )
     parser.add_argument("--format", choices=("table", "json", "csv"), default="table", help="output format")
     replay = parser.add_argument_group("replay on a local cluster")
     replay.add_argument(
@@ -88,9 +95,10 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(document))
     elif args.format == "csv":
         for title, frame, index in (
-            ("memory", report.memory, True),
+            ("memory", report.fits(args.hardware), True),
             ("communication", report.communication, False),
-            (f"time on {args.hardware}", report.time(args.hardware), True),
+            (f"communication time on {args.hardware}", report.communication_time(args.hardware), True),
+            (f"step time on {args.hardware}", report.step(args.hardware).breakdown, True),
         ):
             print(f"# {title}")
             frame.to_csv(sys.stdout, index=index)
@@ -116,7 +124,8 @@ def _replay(args: argparse.Namespace, layout: Any, model: Any, training: Any) ->
             f"--replay starts one process per rank: world_size={layout.world_size} is over {MAX_REPLAY_RANKS}; "
             "replay a smaller layout"
         )
-    from ..runtime import ClusterError, LocalCluster
+    from ..errors import ClusterError
+    from ..runtime import LocalCluster
 
     progress = False if args.quiet else True
     with LocalCluster(

@@ -14,10 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from ..config import DIM_NAMES, DistributedConfig, LayoutError
+from ..config import DIM_NAMES, DistributedConfig
+from ..errors import LayoutError
+from ..formatting import members_text, plural
 from ..layout import Layout
 from ..seeds import generator_seeds
-from .common import add_layout_arguments, config_from_args, given_shape_flags, layout_from_args
+from .flags import add_layout_arguments, config_from_args, given_shape_flags, layout_from_args
 
 HELP = "print which rank holds which coordinates and which ranks form each group"
 
@@ -55,19 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-MEMBERS_SHOWN = 16
-"""Members of one group printed in the table format (the JSON format lists up to ``JSON_MEMBERS``)."""
-
 JSON_MEMBERS = 65536
 """Groups up to this size are listed member by member in the JSON format of ``--rank``."""
-
-
-def members_text(members: range | tuple[int, ...], limit: int = MEMBERS_SHOWN) -> str:
-    """The members of a group as a list, shortened in the middle past ``limit`` members."""
-    if len(members) <= limit:
-        return "[" + ", ".join(str(int(m)) for m in members) + "]"
-    head = ", ".join(str(int(m)) for m in members[: limit // 2])
-    return f"[{head}, ..., {int(members[-1])}] ({len(members):,} ranks)"
 
 
 def _print_rank(config: DistributedConfig, fmt: str) -> None:
@@ -123,12 +114,13 @@ def _summary(layout: Layout, fmt: str) -> None:
     print(topology.to_string())
     for name in DIM_NAMES:
         groups = layout.groups(name)
-        print(f"{name} (size {groups.shape[1]:,}, {groups.shape[0]:,} groups): first {members_text(groups[0])}")
+        print(f"{name} (size {groups.shape[1]:,}, {plural(groups.shape[0], 'group')}): first {members_text(groups[0])}")
 
 
 def _load(args: argparse.Namespace) -> Any:
     """The ``LoadedConfig`` of ``--from``; every failure as one ``LayoutError`` line."""
-    from ..conventions import ConventionError, load_config
+    from ..conventions import load_config
+    from ..errors import ConventionError
 
     given = given_shape_flags(args)
     if given:

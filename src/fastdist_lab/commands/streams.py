@@ -12,9 +12,10 @@ import sys
 import warnings
 from typing import Any
 
-from ..config import DEFAULT_SEED_SHIFTS, LayoutError, PhaseType
+from ..config import DEFAULT_SEED_SHIFTS, PhaseType
+from ..errors import LayoutError
 from ..seeds import check_step, step_note
-from .common import add_layout_arguments, add_simulate_argument, error_line, layout_from_args
+from .flags import add_layout_arguments, add_simulate_argument, error_line, layout_from_args
 
 HELP = "show which ranks share each generator stream and check the seeds (--real: draw them on workers too)"
 
@@ -111,7 +112,7 @@ def _run(args: argparse.Namespace) -> int:
         raise LayoutError(f"--draws {args.draws} must be >= 1")
     real = None
     if args.real:
-        from ..runtime import ClusterError
+        from ..errors import ClusterError
 
         try:
             real = _real(layout, args)

@@ -2,42 +2,37 @@
 
 A ``Convention`` is a list of named axes with sizes, fastest-varying first; from it follow every rank's
 coordinates and the groups of any set of axes. ``Megatron`` reproduces Megatron-Core's ``RankGenerator``;
-``MegatronParallelState`` (``Megatron.initialize_model_parallel`` / ``Megatron.from_args``) the whole of
+``MegatronParallelState(world_size, ...)`` (and ``MegatronParallelState.from_args(command_line)``) the whole of
 ``initialize_model_parallel``, refusals and named groups included; ``DeviceMesh`` torch's row-major
 ``init_device_mesh`` numbering, with ``picotron`` and ``DeepSpeed`` presets; ``torchtitan(..., version=...)``
 torchtitan's meshes of December 2025, January 2026 or today, experts included; ``as_convention(layout)``
 this project's layout. ``equivalent(a, b, mapping)`` says whether the mapped axes give the same groups and
 shows the first group that differs. ``load_config`` reads a framework's config file or launch line
-(``WorldSizeNeeded`` when it gives no world size and none is passed). ``seeds``
+(``fastdist_lab.errors.WorldSizeNeeded`` when it gives no world size and none is passed). ``framework_seeds``
 compares which ranks share random streams under each framework's seeding rules. Pure numpy, no torch (the real
 ``DeviceMesh`` check on a running cluster is ``fastdist_lab.checks.device_mesh_check``).
 """
 
 from __future__ import annotations
 
-from ..fastllm import WorldSizeNeeded
-from .base import Convention, ConventionError, ConventionWorldSizeNeeded
+from .base import Convention
 from .device_mesh import (
     DeepSpeed,
     DeviceMesh,
-    deepspeed_topology,
-    device_mesh_spec,
     layout_device_mesh,
     layout_mesh_dims,
     picotron,
 )
 from .equivalence import Equivalence, GroupDifference, SubsetResult, compare_groups, equivalent
+from .framework_seeds import STREAMS, megatron_seeds, seed_streams, sharing_table, stream_groups, torchtitan_seeds
 from .loaders import FRAMEWORKS, LoadedConfig, detect_framework, load_config
 from .megatron import LAYOUT_DIM_TOKENS, LAYOUT_TO_MEGATRON, MEGATRON_GROUPS, Megatron, megatron_dim_table
 from .megatron_state import EXPERT_GROUPS, MegatronParallelState
-from .project import LayoutConvention, as_convention, layout_convention
-from .seeds import STREAMS, megatron_seeds, seed_streams, sharing_table, stream_groups, torchtitan_seeds
+from .project import LayoutConvention, as_convention
 from .torchtitan_dims import TORCHTITAN_VERSIONS, TorchtitanMesh, torchtitan
 
 __all__ = [
     "Convention",
-    "ConventionError",
-    "ConventionWorldSizeNeeded",
     "DeepSpeed",
     "DeviceMesh",
     "EXPERT_GROUPS",
@@ -55,14 +50,10 @@ __all__ = [
     "SubsetResult",
     "TORCHTITAN_VERSIONS",
     "TorchtitanMesh",
-    "WorldSizeNeeded",
     "as_convention",
     "compare_groups",
-    "deepspeed_topology",
     "detect_framework",
-    "device_mesh_spec",
     "equivalent",
-    "layout_convention",
     "layout_device_mesh",
     "layout_mesh_dims",
     "load_config",

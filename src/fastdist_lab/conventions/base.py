@@ -14,23 +14,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..fastllm import WorldSizeNeeded
+from ..errors import ConventionError
 from ..numbering import RankGrid
+from ..validation import check_int
 
 if TYPE_CHECKING:
-    import pandas as pd
+    pass
 
 MAX_CONVENTION_WORLD_SIZE = 2**24
 """The largest world a convention materialises (as ``Layout`` does)."""
-
-
-class ConventionError(ValueError):
-    """An invalid convention, axis name or mapping; the message names the input and the numbers."""
-
-
-class ConventionWorldSizeNeeded(ConventionError, WorldSizeNeeded):
-    """A Megatron-LM or torchtitan input that gives no world size, read without one: both a ``ConventionError``
-    and ``fastdist_lab.fastllm.WorldSizeNeeded`` (catch the latter for every framework)."""
 
 
 class Convention:
@@ -60,8 +52,7 @@ class Convention:
         for axis, size in zip(axes, sizes):
             if not isinstance(axis, str) or not axis:
                 raise ConventionError(f"axis name {axis!r} must be a non-empty string")
-            if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
-                raise ConventionError(f"size of axis {axis!r} is {size!r}; it must be an integer >= 1")
+            check_int(f"size of axis {axis!r}", size, minimum=1, error=ConventionError)
         self.axes: tuple[str, ...] = axes
         self.sizes: tuple[int, ...] = tuple(int(s) for s in sizes)
         self.name = name or type(self).__name__
@@ -103,39 +94,18 @@ class Convention:
         """The coordinate of global ``rank`` along every axis."""
         return self.rank_grid.coordinates_of(rank)
 
-    def rank_of(self, **coordinates: int) -> int:
-        """The global rank at ``coordinates`` (axes left out are 0)."""
-        return self.rank_grid.rank_of(**coordinates)
-
-    def coordinate_table(self) -> pd.DataFrame:
-        """One row per global rank (index ``rank``), one column per axis (fastest first)."""
-        import pandas as pd
-
-        frame = pd.DataFrame({axis: self.rank_grid.coordinate(axis) for axis in self.axes})
-        frame.index.name = "rank"
-        return frame
-
     # ------------------------------------------------------------------ groups
-    def member_axes(self, spec: str | Sequence[str]) -> tuple[str, ...]:
-        """The axes a group spec names, in member order (the first listed varies fastest inside a group).
-
-        Accepts an axis name, an alias, or a sequence of axis names/aliases; the members then follow this
-        convention's own axis order (fastest axis fastest), whatever the order of ``spec``.
-        """
-        return self.canonical_axes(spec)
-
     def canonical_axes(self, spec: str | Sequence[str]) -> tuple[str, ...]:
         """The axes ``spec`` names (axes or aliases, any order) in this convention's order, fastest first."""
         return self.rank_grid.ordered(self.expand(spec))
 
+    member_axes = canonical_axes
+    """The axes a group spec names, in member order (the first listed varies fastest inside a group): here the
+    convention's own order, whatever the order of ``spec``; ``DeviceMesh`` orders them as torch's mesh does."""
+
     def groups(self, spec: str | Sequence[str]) -> np.ndarray:
         """Every group of the axes ``spec`` names: one row per group, members in group-rank order."""
         return self.rank_grid.groups(self.member_axes(spec))
-
-    def groups_of_axes(self, member_axes: Sequence[str]) -> np.ndarray:
-        """The groups over ``member_axes`` (first listed fastest inside a group); groups ordered by the
-        remaining axes, this convention's fastest first."""
-        return self.rank_grid.groups(member_axes)
 
     def group_of(self, spec: str | Sequence[str], rank: int) -> tuple[int, ...]:
         """The members of ``rank``'s group of ``spec``, in group-rank order."""
@@ -148,10 +118,6 @@ class Convention:
     def group_rank(self, spec: str | Sequence[str]) -> np.ndarray:
         """Each global rank's index inside its group of ``spec`` (array indexed by global rank)."""
         return self.rank_grid.group_rank(self.member_axes(spec))
-
-    def group_table(self, spec: str | Sequence[str]) -> np.ndarray:
-        """For every global rank, the members of its group: shape (world_size, group size)."""
-        return self.rank_grid.group_table(self.member_axes(spec))
 
     # ------------------------------------------------------------------ helpers
     def expand(self, spec: str | Sequence[str]) -> set[str]:

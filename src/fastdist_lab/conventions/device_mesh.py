@@ -15,8 +15,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from ..errors import ConventionError
 from ..layout import DIM_AXES, Layout
-from .base import Convention, ConventionError
+from .base import Convention
 
 
 class DeviceMesh(Convention):
@@ -70,10 +71,6 @@ class DeviceMesh(Convention):
             raise ConventionError(f"mesh dims {names} repeat a name")
         return tuple(reversed(names))
 
-    def mesh_order(self, spec: str | int | Sequence[str | int]) -> tuple[str, ...]:
-        """The names of ``spec`` in mesh order (slowest first), as torch's ``mesh[names]`` needs them."""
-        return tuple(a for a in self.mesh_dim_names if a in set(self.member_axes(spec)))
-
     def __repr__(self) -> str:
         dims = ", ".join(f"{n}={s}" for n, s in zip(self.mesh_dim_names, self.mesh_shape))
         return f"{self.name}({dims}; world {self.world_size}, last dim fastest)"
@@ -106,18 +103,7 @@ class DeepSpeed(DeviceMesh):
         return self.groups(axis).tolist()
 
 
-def deepspeed_topology(pipe: int = 1, data: int = 1, model: int = 1) -> DeepSpeed:
-    """DeepSpeed's ``PipeModelDataParallelTopology`` numbering (see ``DeepSpeed``)."""
-    return DeepSpeed(pipe=pipe, data=data, model=model)
-
-
 # ---------------------------------------------------------------------- export of a Layout
-def device_mesh_spec(layout: Layout) -> tuple[tuple[int, ...], tuple[str, ...], np.ndarray]:
-    """``(mesh_shape, mesh_dim_names, mesh)`` such that ``init_device_mesh(dev, mesh_shape,
-    mesh_dim_names=mesh_dim_names)`` numbers ranks like ``layout`` (``Layout.device_mesh_spec``)."""
-    return layout.device_mesh_spec()
-
-
 def layout_device_mesh(layout: Layout) -> DeviceMesh:
     """``layout`` exported as a ``DeviceMesh`` whose flattened aliases are the nine named dims."""
     shape, names, _ = layout.device_mesh_spec()

@@ -111,7 +111,7 @@ def differing_ranks(
     O(world_size) memory: a left group can only equal the right group that holds its first member, and a rank's
     groups are equal exactly when its left group equals that right group.
     """
-    left_groups, right_groups = left.groups_of_axes(left_axes), right.groups_of_axes(right_axes)
+    left_groups, right_groups = left.rank_grid.groups(left_axes), right.rank_grid.groups(right_axes)
     if left_groups.shape != right_groups.shape:
         return np.ones(left.world_size, dtype=bool)
     right_row = right.rank_grid.group_index(right_axes)

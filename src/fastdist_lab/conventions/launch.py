@@ -18,7 +18,8 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from .base import ConventionError
+from ..errors import ConventionError
+from ..validation import check_int
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _ARRAY_START = re.compile(rf"^(?:export\s+)?({_NAME})(\+?)=\((.*)$", re.S)
@@ -200,9 +201,7 @@ def _int_option(flag: str, value: str, line: int) -> int:
         number = int(value)
     except ValueError:
         raise ConventionError(f"line {line}: {flag} {value!r} is not a number of processes; pass the size") from None
-    if number < 1:
-        raise ConventionError(f"line {line}: {flag} {value!r} must be >= 1")
-    return number
+    return check_int(f"line {line}: {flag}", number, minimum=1, error=ConventionError)
 
 
 def split_launch(command: Command) -> Launch:

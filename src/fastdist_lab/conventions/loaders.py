@@ -18,11 +18,12 @@ from typing import Any
 import numpy as np
 
 from ..config import DIM_NAMES
+from ..errors import ConventionError
 from ..fastllm import FASTLLM_FIELDS, read_fastllm
 from ..layout import Layout
-from .base import Convention, ConventionError
-from .megatron import Megatron
+from .base import Convention
 from .megatron_args import KNOWN_ARGS
+from .megatron_state import MegatronParallelState
 from .project import as_convention
 from .torchtitan_config import DEGREES, torchtitan_from_command, torchtitan_from_settings
 
@@ -134,7 +135,7 @@ def load_config(
     if framework == "megatron":
         if text is None:
             raise ConventionError("a Megatron-LM configuration is a command line, not a mapping")
-        state = Megatron.from_args(text, world_size=world_size, local_world_size=local_world_size)
+        state = MegatronParallelState.from_args(text, world_size=world_size, local_world_size=local_world_size)
         layout, why = state.layout_equivalent()
         head = f"Megatron-LM command line ({name}): {state.describe_configuration()}"
         return _answer("megatron", name, layout, state, head, state.source_notes, why)

@@ -12,25 +12,28 @@ Facts implemented (read from ``megatron/core/parallel_state.py``, rewritten here
   generator. ``initialize_model_parallel`` builds a decoder generator with ``ep=1`` (tp, cp, dp, pp) and an expert
   generator with ``cp=1``, ``tp=expert_tensor_parallel_size``, ``ep=expert_model_parallel_size`` and
   ``dp=world/(etp*ep*pp)`` over the same order string. ``Megatron(...)`` is one generator (it refuses ep > 1 with
-  cp > 1 exactly like Megatron); ``Megatron.expert(...)`` builds the expert one. Older releases that folded ep
+  cp > 1 exactly like Megatron); ``MegatronParallelState(...).expert`` is the expert one. Older releases that folded ep
   into dp inside one generator are not modelled.
 * ``get_ranks`` tokens are lower-case (Megatron raises ``ValueError`` for ``"TP"``; so does this class); a token
   repeated in ``order`` is refused (Megatron would accept it and build broken strides).
-* ``Megatron.initialize_model_parallel(world_size, ...)`` is the whole ``initialize_model_parallel``: both
-  generators, its refusals with its reasons and every group it names (``megatron_state.MegatronParallelState``);
-  ``Megatron.from_args(...)`` reads a Megatron-LM command line into one (``megatron_args``).
+* ``MegatronParallelState(world_size, ...)`` (``megatron_state``) is the whole ``initialize_model_parallel``: both
+  generators, its refusals with its reasons and every group it names; ``MegatronParallelState.from_args(...)`` reads
+  a Megatron-LM command line into one (``megatron_args``).
 """
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..errors import ConventionError
 from ..layout import DIM_AXES
-from .base import Convention, ConventionError
+from ..validation import check_int
+from .base import Convention
 from .equivalence import compare_groups
-from .project import LayoutConvention, layout_convention
+from .project import LayoutConvention
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -71,11 +74,8 @@ LAYOUT_TO_MEGATRON: dict[str, str] = {"tensor": "tp", "sequence_data": "cp", "ba
 """Axis mapping this project -> Megatron: cp stands for sequence-data, dp for batch-data."""
 
 
-def check_size(name: str, value: Any) -> int:
-    """``value`` as an int if it is an integer >= 1, else ``ConventionError`` naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ConventionError(f"{name}={value!r} must be an integer >= 1")
-    return int(value)
+check_size = functools.partial(check_int, minimum=1, error=ConventionError)
+"""``check_size(name, value)``: ``value`` as an int >= 1, else ``ConventionError`` naming ``name``."""
 
 
 def embedding_groups(pipeline_groups: np.ndarray) -> np.ndarray:
@@ -109,7 +109,7 @@ class Megatron(Convention):
         if sizes["ep"] > 1 and sizes["cp"] > 1:
             raise ConventionError(
                 f"ep={ep} and cp={cp}: Megatron-Core's RankGenerator does not allow both > 1 in one generator "
-                "(cp lives in the decoder generator, ep in the expert one; see Megatron.expert)"
+                "(cp lives in the decoder generator, ep in the expert one; see MegatronParallelState(...).expert)"
             )
         if not isinstance(order, str):
             raise ConventionError(f"order={order!r} must be a string such as 'tp-cp-ep-dp-pp'")
@@ -150,10 +150,6 @@ class Megatron(Convention):
         """``groups(token)`` as nested lists, exactly what Megatron's ``RankGenerator.get_ranks`` returns."""
         return self.groups(token).tolist()
 
-    def rank_coordinates(self, rank: int) -> dict[str, int]:
-        """The tp/cp/ep/dp/pp rank of global ``rank`` (Megatron's ``get_*_rank`` for that rank)."""
-        return self.coordinates(rank)
-
     def named_groups(self) -> dict[str, np.ndarray]:
         """The decoder groups ``initialize_model_parallel`` builds, keyed by Megatron's group name, with the
         embedding and position-embedding groups (Megatron's defaults) and the distributed-optimizer-instance group
@@ -163,49 +159,6 @@ class Megatron(Convention):
         out["POSITION_EMBEDDING_GROUP"] = position_embedding_groups(out["PIPELINE_MODEL_PARALLEL_GROUP"])
         out["INTRA_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP"] = np.arange(self.world_size, dtype=np.int64)[None, :]
         return out
-
-    @classmethod
-    def expert(
-        cls,
-        world_size: int,
-        tp: int = 1,
-        pp: int = 1,
-        ep: int = 1,
-        expert_tp: int | None = None,
-        order: str = DEFAULT_ORDER,
-        cp: int = 1,
-    ) -> Megatron:
-        """The expert generator ``initialize_model_parallel`` builds: tp=expert_tp (default tp), ep, cp=1,
-        dp = world_size / (expert_tp * ep * pp). Refuses what ``initialize_model_parallel`` refuses for the whole
-        configuration (decoder tp, pp, cp), with its reason."""
-        return cls.initialize_model_parallel(
-            world_size,
-            tensor_model_parallel_size=tp,
-            pipeline_model_parallel_size=pp,
-            context_parallel_size=cp,
-            expert_model_parallel_size=ep,
-            expert_tensor_parallel_size=expert_tp,
-            order=order,
-        ).expert
-
-    @classmethod
-    def initialize_model_parallel(cls, world_size: int, **kwargs: Any) -> Any:
-        """What Megatron-Core's ``initialize_model_parallel(**kwargs)`` builds on ``world_size`` ranks, as a
-        ``MegatronParallelState`` (a ``Megatron``: the decoder generator, with ``expert`` and every named group);
-        refuses, with Megatron's reason, what it refuses. Keyword arguments keep Megatron's names."""
-        from .megatron_state import MegatronParallelState
-
-        return MegatronParallelState(world_size, **kwargs)
-
-    @classmethod
-    def from_args(cls, args: str | Any, world_size: int | None = None, local_world_size: int | None = None) -> Any:
-        """The configuration a Megatron-LM command line describes: its arguments (``"--tensor-model-parallel-size 4
-        --pipeline-model-parallel-size 2 ..."``) or a whole launch line or script (``torchrun --nnodes 2
-        --nproc-per-node 8 ... pretrain_gpt.py ...``, whose launcher gives the world). Returns a
-        ``MegatronParallelState``; see ``fastdist_lab.conventions.megatron_args``."""
-        from .megatron_args import megatron_from_args
-
-        return megatron_from_args(args, world_size=world_size, local_world_size=local_world_size)
 
     @classmethod
     def from_layout(cls, layout: Any) -> Megatron:
@@ -238,7 +191,7 @@ def megatron_dim_table(layout: Any, megatron: Megatron | None = None) -> pd.Data
     groups (members in order) are the same as under ``megatron`` (default ``Megatron.from_layout(layout)``)."""
     import pandas as pd
 
-    ours = layout_convention(layout)
+    ours = LayoutConvention(layout)
     theirs = megatron if megatron is not None else Megatron.from_layout(layout)
     token_names = {token: name for name, token in MEGATRON_GROUPS.items()}
     rows = []

@@ -17,8 +17,8 @@ import difflib
 from collections.abc import Sequence
 from typing import Any
 
-from .base import ConventionError, ConventionWorldSizeNeeded
-from .launch import Command, shell_commands, split_launch
+from ..errors import ConventionError
+from .launch import Command
 
 INT_ARGS: dict[str, str] = {
     "--tensor-model-parallel-size": "tensor_model_parallel_size",
@@ -188,42 +188,3 @@ def find_megatron_command(commands: list[Command]) -> Command:
     if launchers:
         return launchers[-1]
     raise ConventionError("no Megatron-LM command found (no torchrun line and no --...-parallel-size argument)")
-
-
-def megatron_from_args(
-    args: str | Sequence[str], world_size: int | None = None, local_world_size: int | None = None
-) -> Any:
-    """The ``MegatronParallelState`` a Megatron-LM command line (or its arguments, or a launch script) describes.
-
-    The world comes from ``world_size`` / ``local_world_size`` when given, else from the launcher (torchrun's
-    ``--nnodes`` x ``--nproc-per-node``, ...) or ``WORLD_SIZE=``. Refusals are Megatron's, with its reasons.
-    """
-    from .megatron_state import MegatronParallelState
-
-    if isinstance(args, str):
-        command = find_megatron_command(shell_commands(args))
-    elif isinstance(args, Sequence) and all(isinstance(a, str) for a in args):
-        command = Command(list(args), {}, 1)
-    else:
-        raise ConventionError(f"args={args!r} must be a command line (a string) or a list of arguments")
-    launch = split_launch(command)
-    values = parse_megatron_args(launch.arguments, command.line)
-    kwargs, notes = state_arguments(values, command.line)
-    notes = launch.notes + notes
-    for name, given, found in (
-        ("world_size", world_size, launch.world_size),
-        ("local_world_size", local_world_size, launch.local_world_size),
-    ):
-        if given is not None and found is not None and given != found:
-            notes.append(f"{name}={given} from the argument (the command line says {found})")
-    world = world_size if world_size is not None else launch.world_size
-    if world is None:
-        raise ConventionWorldSizeNeeded(
-            "the command line does not give the world size (no torchrun --nnodes / --nproc-per-node, no WORLD_SIZE=); "
-            "pass the world size (world_size=..., --world-size)"
-        )
-    local = local_world_size if local_world_size is not None else launch.local_world_size
-    state = MegatronParallelState(world, local_world_size=local if local is not None else world, **kwargs)
-    state.source_notes = tuple(notes)
-    state.program = launch.program
-    return state

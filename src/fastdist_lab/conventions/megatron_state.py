@@ -30,8 +30,12 @@ from typing import Any
 
 import numpy as np
 
-from .base import ConventionError
+from ..errors import ConventionError, ConventionWorldSizeNeeded
+from ..layout import Layout
+from .equivalence import equivalent
+from .launch import Command, shell_commands, split_launch
 from .megatron import DEFAULT_ORDER, Megatron, check_size, embedding_groups, position_embedding_groups
+from .megatron_args import find_megatron_command, parse_megatron_args, state_arguments
 
 EXPERT_GROUPS: dict[str, str] = {
     "EXPERT_MODEL_PARALLEL_GROUP": "ep",
@@ -54,9 +58,9 @@ class MegatronParallelState(Megatron):
     with Megatron's reason."""
 
     source_notes: tuple[str, ...] = ()
-    """Where the world size came from and what the listing leaves out (set by ``Megatron.from_args``)."""
+    """Where the world size came from and what the listing leaves out (set by ``from_args``)."""
     program: str = ""
-    """The program a launch line runs (set by ``Megatron.from_args``)."""
+    """The program a launch line runs (set by ``from_args``)."""
 
     def __init__(
         self,
@@ -146,6 +150,44 @@ class MegatronParallelState(Megatron):
         self.local_world_size = world if local_world_size is None else int(local_world_size)
         self.expert_ep = ep
 
+    @classmethod
+    def from_args(
+        cls, args: str | Sequence[str], world_size: int | None = None, local_world_size: int | None = None
+    ) -> MegatronParallelState:
+        """What a Megatron-LM command line describes: its arguments (``"--tensor-model-parallel-size 4
+        --pipeline-model-parallel-size 2 ..."``), or a whole launch line or script (``torchrun --nnodes 2
+        --nproc-per-node 8 ... pretrain_gpt.py ...``; see ``megatron_args``).
+
+        The world comes from ``world_size`` / ``local_world_size`` when given, else from the launcher (torchrun's
+        ``--nnodes`` x ``--nproc-per-node``, ...) or ``WORLD_SIZE=``. Refusals are Megatron's, with its reasons.
+        """
+        if isinstance(args, str):
+            command = find_megatron_command(shell_commands(args))
+        elif isinstance(args, Sequence) and all(isinstance(a, str) for a in args):
+            command = Command(list(args), {}, 1)
+        else:
+            raise ConventionError(f"args={args!r} must be a command line (a string) or a list of arguments")
+        launch = split_launch(command)
+        kwargs, notes = state_arguments(parse_megatron_args(launch.arguments, command.line), command.line)
+        notes = launch.notes + notes
+        for name, given, found in (
+            ("world_size", world_size, launch.world_size),
+            ("local_world_size", local_world_size, launch.local_world_size),
+        ):
+            if given is not None and found is not None and given != found:
+                notes.append(f"{name}={given} from the argument (the command line says {found})")
+        world = world_size if world_size is not None else launch.world_size
+        if world is None:
+            raise ConventionWorldSizeNeeded(
+                "the command line does not give the world size (no torchrun --nnodes / --nproc-per-node, no "
+                "WORLD_SIZE=); pass the world size (world_size=..., --world-size)"
+            )
+        local = local_world_size if local_world_size is not None else launch.local_world_size
+        state = cls(world, local_world_size=local if local is not None else world, **kwargs)
+        state.source_notes = tuple(notes)
+        state.program = launch.program
+        return state
+
     # ------------------------------------------------------------------ groups
     def named_groups(self) -> dict[str, np.ndarray]:
         """Every group ``initialize_model_parallel`` builds, by Megatron's name: one row per group, members in
@@ -179,9 +221,6 @@ class MegatronParallelState(Megatron):
         """``(layout, why)``: the ``Layout`` whose nine dims give this configuration's decoder groups (cp =
         sequence-data, dp = batch-data), or ``(None, reason)`` when no Layout does. ``why`` also says what a
         Layout leaves out (experts, a virtual pipeline, optimizer instances)."""
-        from ..layout import Layout
-        from .equivalence import equivalent
-
         big = [t for t in self.order.split("-") if self.size(t) > 1]
         orders = {False: ("tp", "cp", "dp", "pp"), True: ("tp", "pp", "cp", "dp")}
         first = next((pf for pf, axes in orders.items() if big == [a for a in axes if a in big]), None)

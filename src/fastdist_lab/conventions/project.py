@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import ConventionError
 from ..layout import DIM_AXES, Layout
-from .base import Convention, ConventionError
+from .base import Convention
 
 
 class LayoutConvention(Convention):
@@ -25,11 +26,6 @@ class LayoutConvention(Convention):
         if set(self.axes) <= set(other.axes):
             return {a: a for a in self.axes}
         return None
-
-
-def layout_convention(layout: Layout) -> LayoutConvention:
-    """``layout`` (a ``Layout``) as a ``LayoutConvention``."""
-    return LayoutConvention(layout)
 
 
 def as_convention(obj: object) -> Convention:

@@ -18,7 +18,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .base import ConventionError, ConventionWorldSizeNeeded
+from ..errors import ConventionError, ConventionWorldSizeNeeded
+from ..validation import check_int
 from .launch import Command, shell_commands, split_launch
 from .torchtitan_dims import DEFAULT_VERSION, TorchtitanMesh, torchtitan
 
@@ -77,9 +78,8 @@ def torchtitan_degrees(settings: Mapping[str, Any], lines: Mapping[str, int] | N
             raise ConventionError(f"{where}: not a field of torchtitan's parallelism config{hint}")
         if isinstance(value, str) and re.fullmatch(r"-?[0-9]+", value.strip()):
             value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConventionError(f"{where} = {value!r}: a degree must be an integer")
-        degrees[DEGREES[key]] = value
+        at = f"line {lines[key]}: " if lines and key in lines else ""
+        degrees[DEGREES[key]] = check_int(f"{at}parallelism.{key}", value, error=ConventionError)
     degrees.setdefault("dp_shard", -1)
     return degrees
 

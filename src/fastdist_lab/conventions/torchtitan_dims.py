@@ -31,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from .base import ConventionError, ConventionWorldSizeNeeded
+from ..errors import ConventionError, ConventionWorldSizeNeeded
+from ..validation import check_int
 from .device_mesh import DeviceMesh
 
 TORCHTITAN_VERSIONS: dict[str, str] = {
@@ -60,12 +61,6 @@ def torchtitan_version(version: str) -> str:
     return key
 
 
-def _degree(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ConventionError(f"{name}={value!r} must be an integer")
-    return int(value)
-
-
 def parallel_dims(
     version: str,
     world_size: int | None,
@@ -89,7 +84,7 @@ def parallel_dims(
             )
     else:
         degrees["etp"] = 1 if etp is None else etp
-    degrees = {name: _degree(name, value) for name, value in degrees.items()}
+    degrees = {name: check_int(name, value, error=ConventionError) for name, value in degrees.items()}
     refuse = "torchtitan's ParallelDims refuses this: "
     for name, value in degrees.items():
         if name != "dp_shard" and value < 1:
@@ -103,7 +98,7 @@ def parallel_dims(
                 "dp_shard=-1 means the rest of the world: pass the world size (world_size=..., --world-size)"
             )
         world_size = others * degrees["dp_shard"]
-    world = _degree("world_size", world_size)
+    world = check_int("world_size", world_size, error=ConventionError)
     if degrees["dp_shard"] < 0:
         degrees["dp_shard"] = world // others
         if degrees["dp_shard"] < 1:

@@ -1,46 +1,118 @@
-"""What a layout costs: memory per pipeline stage and the bytes each group moves in one training step.
+"""What a layout costs: memory per pipeline stage, the bytes each group moves, and the time of a training step.
 
 ``estimate(layout, model, training)`` returns a ``CostReport``: ``.memory`` (one row per stage),
-``.most_loaded``, ``.communication`` (one row per (dim, collective)) and ``.time(hardware)``;
-``compare(layout_a, layout_b, model=...)`` sets the headline figures of several layouts side by side.
+``.most_loaded``, ``.communication`` (one row per (dim, collective)), ``.fits(hardware)`` (does each stage fit the
+GPU's memory), ``.step(hardware)`` (a ``StepTime``: seconds, tokens per second, TFLOP/s per GPU, MFU and where the
+time goes) and ``.communication_time(hardware)`` (the bytes over peak link rates, no compute);
+``compare(layout_a, layout_b, model=...)`` sets the headline figures of several layouts side by side;
+``schedule(kind, pipeline_parallel, num_microbatches)`` is a pipeline schedule's table in torch's notation;
+``search(model, gpus, hardware=..., global_batch_size=...)`` ranks every layout and set-up that fits by step time;
+``validate()`` sets the step time next to published measured runs.
 Pure Python and numpy (pandas only when a table is asked for); it reads the layout's real groups.
-Every formula cites its source in ``memory`` and ``communication``; the figures match Megatron-LM's
-theoretical memory estimator where that covers the set-up (``tests/cost/crosscheck_megatron_memory.py``).
+Every formula cites its source in its module; the memory figures match Megatron-LM's theoretical memory
+estimator where that covers the set-up (``tests/cost/crosscheck_megatron_memory.py``).
 """
 
 from __future__ import annotations
 
+from .accuracy import CALIBRATED, VALIDATION_COLUMNS, calibrate, error_summary, predict, validate
 from .communication import COLLECTIVES, COMMUNICATION_COLUMNS, CollectiveRow, bus_factor, nodes_spanned
 from .comparison import COMPARE_COLUMNS, compare, compare_reports, heaviest_inter_node_dim, layout_name
-from .errors import CostError
-from .hardware import HARDWARE_PRESETS, Hardware
-from .memory import MEMORY_COLUMNS
+from .compute import COMPONENTS, chunk_parameters, layer_times, stage_components
+from .cost_report import TIME_COLUMNS, CostReport, estimate, format_bytes
+from .efficiency import DEFAULT_EFFICIENCY, Efficiency
+from .hardware import HARDWARE_PRESETS, SUSTAINED, Hardware
+from .links import collective_seconds, message_seconds
+from .memory import MEMORY_COLUMNS, stage_memory
 from .model import PRESETS, VOCAB_PADDING, Transformer
-from .report import TIME_COLUMNS, CostReport, estimate, format_bytes
-from .training import RECOMPUTE, Training
+from .published import PUBLISHED_RUNS, PublishedRun, narayanan_flops
+from .schedules import ACTION_KINDS, Action, PipelineSchedule, check_schedule, schedule, stage_counts
+from .search import LIMITS, SETUP_COLUMNS, LayoutSearch, divisors, search
+from .setups import Setups, chunk_layers, placement
+from .step import (
+    BREAKDOWN,
+    BREAKDOWN_COLUMNS,
+    STEP_COLUMNS,
+    StepTime,
+    action_components,
+    link_seconds,
+    lower_bound,
+    model_flops,
+    rank_tails,
+    step_columns,
+)
+from .timeline import TableGraph, Timeline, run, table_graph
+from .training import RECOMPUTE, SCHEDULES, Training
 
 __all__ = [
+    "ACTION_KINDS",
+    "BREAKDOWN",
+    "BREAKDOWN_COLUMNS",
+    "CALIBRATED",
     "COLLECTIVES",
     "COMMUNICATION_COLUMNS",
     "COMPARE_COLUMNS",
+    "COMPONENTS",
+    "DEFAULT_EFFICIENCY",
     "HARDWARE_PRESETS",
+    "LIMITS",
     "MEMORY_COLUMNS",
     "PRESETS",
+    "PUBLISHED_RUNS",
     "RECOMPUTE",
+    "SCHEDULES",
+    "SETUP_COLUMNS",
+    "STEP_COLUMNS",
+    "SUSTAINED",
     "TIME_COLUMNS",
+    "VALIDATION_COLUMNS",
     "VOCAB_PADDING",
+    "Action",
     "CollectiveRow",
-    "CostError",
     "CostReport",
+    "Efficiency",
     "Hardware",
+    "LayoutSearch",
+    "PipelineSchedule",
+    "PublishedRun",
+    "Setups",
+    "StepTime",
+    "TableGraph",
+    "Timeline",
     "Training",
     "Transformer",
+    "action_components",
     "bus_factor",
+    "calibrate",
+    "check_schedule",
+    "chunk_layers",
+    "chunk_parameters",
+    "collective_seconds",
     "compare",
     "compare_reports",
+    "divisors",
+    "error_summary",
     "estimate",
     "format_bytes",
     "heaviest_inter_node_dim",
+    "layer_times",
     "layout_name",
+    "link_seconds",
+    "lower_bound",
+    "message_seconds",
+    "model_flops",
+    "narayanan_flops",
     "nodes_spanned",
+    "placement",
+    "predict",
+    "rank_tails",
+    "run",
+    "schedule",
+    "search",
+    "stage_components",
+    "stage_counts",
+    "stage_memory",
+    "step_columns",
+    "table_graph",
+    "validate",
 ]

@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import CostError
+from ..errors import CostError
+from .cost_report import CostReport, estimate
 from .hardware import Hardware
 from .model import Transformer
-from .report import CostReport, estimate
 from .training import Training
 
 if TYPE_CHECKING:
@@ -29,10 +29,14 @@ COMPARE_COLUMNS: tuple[str, ...] = (
     "bytes_per_step",
     "inter_node_bytes_per_step",
     "inter_node_dims",
-    "seconds",
+    "communication_seconds",
     "dominant",
+    "step_seconds",
+    "fits",
 )
-"""Columns of ``compare`` (bytes per rank per step; ``seconds``: communication per step on the hardware)."""
+"""Columns of ``compare`` (bytes per rank per step; ``communication_seconds``: the bytes over peak link rates,
+``dominant`` the dim that takes longest there; ``step_seconds``: the step time on the hardware, ``fits``: whether
+every stage fits its memory)."""
 
 
 def layout_name(layout: Any) -> str:
@@ -58,7 +62,10 @@ def summary_row(report: CostReport, hardware: Hardware | str | None = None) -> d
     """The ``COMPARE_COLUMNS`` of one report."""
     s = report.layout.summary()
     comm = report.communication
-    time = report.time(hardware)
+    hw = Hardware.coerce(hardware)
+    time = report.communication_time(hw)
+    timed = hw.peak_tflops is not None and hw.memory_GBps is not None
+    fits = report.fits(hw)["fits"].all() if hw.memory_GiB is not None else None
     crossing = comm[comm["inter_node"]]
     dominant = time.index[time["dominant"]].tolist()
     return {
@@ -74,8 +81,10 @@ def summary_row(report: CostReport, hardware: Hardware | str | None = None) -> d
         "bytes_per_step": int(comm["bytes_per_step"].sum()),
         "inter_node_bytes_per_step": int(crossing["bytes_per_step"].sum()),
         "inter_node_dims": ", ".join(dict.fromkeys(crossing["dim"])) or "none",
-        "seconds": float(np.sum(time["seconds"].to_numpy())),
+        "communication_seconds": float(np.sum(time["seconds"].to_numpy())),
         "dominant": dominant[0] if dominant else "none",
+        "step_seconds": report.step(hw).seconds if timed else float("nan"),
+        "fits": None if fits is None else bool(fits),
     }
 
 
@@ -110,7 +119,8 @@ def compare(
     names: Sequence[str] | None = None,
 ) -> pd.DataFrame:
     """Two or more layouts side by side for one model and training set-up: peak memory per rank, bytes per
-    step, inter-node bytes and which dims cross nodes, communication seconds on ``hardware``.
+    step, inter-node bytes and which dims cross nodes, communication seconds, step seconds and whether it fits
+    on ``hardware``.
 
     Example (data-first against pipeline-first):
         >>> from fastdist_lab import Layout

@@ -1,21 +1,32 @@
-"""Memory per rank of each pipeline stage: weights, gradients, optimizer states and activations.
+"""Memory per rank of each pipeline rank ("stage"): weights, gradients, optimizer states and activations.
 
-Every column is a numpy array with one entry per stage, computed for all stages at once.
+Every function takes ``Setups`` (many set-ups as columns) and returns arrays of shape ``(set-ups, pipeline
+ranks)``; ``CostReport.memory`` is the one row of its set-up, ``search`` every row at once.
 
 Where the set-up is one Megatron-LM's estimator covers (dense model, sequence-data parallel 1, ZeRO 0 or 1,
-sequence tensor parallel with selective recompute or neither), the first stage's figures are those of
-``compute_weight_and_optimizer_memory`` and ``compute_activation_memory`` /
+sequence tensor parallel with selective recompute or neither, 1F1B or interleaved 1F1B), the first stage's
+figures are those of ``compute_weight_and_optimizer_memory`` and ``compute_activation_memory`` /
 ``compute_activation_memory_without_sp`` (``megatron/training/theoretical_memory_usage.py``), including
 their simplifications, reproduced on purpose so the two can be compared: activations ignore
 grouped-query attention, ``kv_channels`` and SwiGLU, the formula without sequence parallel keeps the
 ``24 / t`` term for any ``ffn_hidden_size`` and adds Megatron-LM's 5% allowance for temporaries.
-Attention is assumed fused (flash attention stores no ``s x s`` scores), as that estimator does, so
-``recompute="selective"`` stores what ``"none"`` does.
+That estimator assumes a fused attention kernel (FlashAttention or Transformer Engine's fused attention): no
+``s x s`` scores are stored, which is Korthikanti et al. 2022's Table 2 without its ``5 a s / h`` term; so does
+``Training(flash_attention=True)``, the default, under which ``recompute="selective"`` stores what ``"none"``
+does.
 
 Where this model differs from that estimator on purpose:
-- every stage gets a row (the estimator reports the first); the last stage holds the final norm and the
+- every pipeline rank gets a row (the estimator reports the first); the last holds the final norm and the
   output layer, or, with tied embeddings over several stages, a copy of the word embeddings whose
   gradients it all-reduces with the first stage (as Megatron-LM itself trains);
+- the micro-batches each rank holds come from the schedule's own table (``PipelineSchedule.in_flight``):
+  ``min(m, pp - r)`` under 1F1B (the estimator's ``min(1, m / pp)``), all ``m`` under GPipe, and under
+  interleaved 1F1B the table's warm-up, which for ``m >= 2 pp`` is the estimator's
+  ``1 + (pp - 1) / (pp v)`` (Narayanan et al. 2021, Section 2.2.2) and less for fewer micro-batches (the
+  embedding's few bytes are spread evenly over rank 0's stages, as that estimator's factor spreads them);
+- ``flash_attention=False``: each layer also keeps its attention scores, softmax output and dropout mask,
+  ``5 a s^2 b / t`` bytes, unless selective or full recompute drops them (Korthikanti et al. 2022, Table 2);
+  sequence-data parallel keeps ``s / sdp`` rows of the full ``s`` columns;
 - sequence-data parallel (Fast-LLM at commit 91b28fab): each rank holds ``seq_length / sdp`` tokens of every
   activation, and each layer also keeps the keys and values it gathered from the other ``sdp - 1`` ranks
   for the backward pass; optimizer states are sharded over all ``data`` ranks (``sdp * bdp``), as Fast-LLM's
@@ -24,16 +35,17 @@ Where this model differs from that estimator on purpose:
 - ``recompute="full"`` keeps each layer's input (Korthikanti et al. 2022, Table 2, "full activation
   recompute": ``2 s b h`` per layer) plus one layer's working set.
 
-Not modelled: interleaved (virtual-stage) pipeline schedules, mixture-of-experts, linear biases.
+Not modelled: mixture-of-experts, linear biases.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .model import Transformer
-from .sizes import ACTIVATION_BYTES, Sizes
-from .training import Training
+from .model import VOCAB_PADDING
+from .schedules import stage_counts
+from .setups import Setups
+from .sizes import ACTIVATION_BYTES
 
 MEMORY_COLUMNS: tuple[str, ...] = (
     "parameters",
@@ -45,99 +57,115 @@ MEMORY_COLUMNS: tuple[str, ...] = (
 )
 """Columns of ``CostReport.memory`` (one row per pipeline stage)."""
 
+SCORE_BYTES = 5
+"""Bytes per attention score without a fused kernel: bf16 scores, bf16 softmax output, a one-byte dropout mask
+(Korthikanti et al. 2022, Section 4.1: ``2 a s^2 b + 2 a s^2 b + a s^2 b``)."""
 
-def stage_parameters(model: Transformer, sizes: Sizes) -> dict[str, np.ndarray]:
-    """Per stage and per rank: ``layers``, ``parameters`` and ``replicated`` (the norms, not split by tensor).
+
+def padded_vocab(setups: Setups) -> np.ndarray:
+    """The vocabulary padded for each set-up's tensor parallel (``Transformer.padded_vocab_size``)."""
+    multiple = VOCAB_PADDING * setups.tensor_parallel
+    return -(-setups.model.vocab_size // multiple) * multiple
+
+
+def stage_parameters(setups: Setups) -> dict[str, np.ndarray]:
+    """Per pipeline rank and per GPU: ``parameters`` and ``replicated`` (the norms, not split by tensor).
 
     Tensor-parallel layers hold ``1 / tp`` of the attention, MLP and (vocabulary-parallel) embedding
     matrices and a whole copy of each norm (Megatron-LM's ``tp_sharded`` / ``replicated`` split).
     """
-    tp, pp = sizes.tensor_parallel, sizes.pipeline_parallel
-    layers = sizes.layers_per_stage(model.num_layers)
-    sharded_layer = (model.attention_parameters + model.mlp_parameters) // tp
-    embedding = model.embedding_parameters(tp) // tp
-    replicated = layers * model.layer_norm_parameters
-    replicated[-1] += model.final_norm_parameters
-    parameters = layers * sharded_layer + replicated
-    parameters[0] += embedding
-    if not model.tied_embeddings or pp > 1:  # the output layer, or the tied copy on the last stage
-        parameters[-1] += embedding
-    return {"layers": layers, "parameters": parameters, "replicated": replicated}
+    model, tp = setups.model, setups.tensor_parallel[:, None]
+    layers = setups.rank_layers()[None, :]
+    embedding = model.hidden_size * padded_vocab(setups)[:, None] // tp
+    replicated = np.repeat(layers * model.layer_norm_parameters, setups.size, axis=0)
+    replicated[:, -1] += model.final_norm_parameters
+    parameters = layers * ((model.attention_parameters + model.mlp_parameters) // tp) + replicated
+    parameters[:, :1] += embedding
+    if not model.tied_embeddings or setups.pipeline_parallel > 1:  # the output layer, or the tied copy
+        parameters[:, -1:] += embedding
+    return {"parameters": parameters, "replicated": replicated}
 
 
-def state_bytes(parameters: np.ndarray, training: Training, data_parallel: int) -> dict[str, np.ndarray]:
-    """Weights, gradients and optimizer bytes per rank for ``parameters`` per rank.
+def state_bytes(parameters: np.ndarray, setups: Setups) -> dict[str, np.ndarray]:
+    """Weights, gradients and optimizer bytes per GPU for ``parameters`` per GPU (set-ups x ranks).
 
     ZeRO stage ``z`` divides the optimizer (z >= 1), gradients (z >= 2) and weights (z == 3) by the
     data-parallel size (Rajbhandari et al. 2020, Figure 1); at stage 1 with the default bytes this is
     Megatron-LM's ``6 + 12 / dp`` bytes per parameter, at stage 0 its 18.
     """
-    z = training.zero_stage
+    zero, dp = setups.zero_stage[:, None], setups.data_parallel[:, None]
 
-    def shard(count: np.ndarray, size: int, stage: int) -> np.ndarray:
-        divisor = data_parallel if z >= stage else 1
-        return -(-(count * size) // divisor)
+    def shard(size: int, stage: int) -> np.ndarray:
+        return -(-(parameters * size) // np.where(zero >= stage, dp, 1))
 
     return {
-        "weights_bytes": shard(parameters, training.bytes_per_weight, 3),
-        "gradients_bytes": shard(parameters, training.bytes_per_gradient, 2),
-        "optimizer_bytes": shard(parameters, training.bytes_per_optimizer_state, 1),
+        "weights_bytes": shard(setups.bytes_per_weight, 3),
+        "gradients_bytes": shard(setups.bytes_per_gradient, 2),
+        "optimizer_bytes": shard(setups.bytes_per_optimizer_state, 1),
     }
 
 
-def activation_terms(model: Transformer, training: Training, sizes: Sizes) -> dict[str, float]:
-    """Bytes per micro-batch: ``stored`` per layer, one layer's ``working`` set, ``embedding``, ``output``,
-    and the ``overhead`` factor, for one rank (see the module docstring for the sources)."""
-    s, b, h = sizes.tokens, training.micro_batch_size, model.hidden_size
-    t, vocab, f = sizes.tensor_parallel, model.padded_vocab_size(sizes.tensor_parallel), model.ffn_hidden_size
-    sbh = s * b * h
-    if sizes.sequence_parallel:
-        # compute_activation_memory: Korthikanti et al. 2022, Table 2, "tensor + sequence parallel +
-        # selective recompute" 34 s b h / t, with the MLP's 16 generalised to 4 f / h; everything / t.
-        layer = sbh * (18 + 4 * f / h) / t
-        embedding = (8 * s * b + sbh) / t  # token ids (int64) and the embedding dropout mask
-        output = 4 * sbh * (1 + vocab / h) / t  # final-norm output and fp32 logits
-        layer_input, overhead = 2 * sbh / t, 1.0
-    else:
-        # compute_activation_memory_without_sp: Korthikanti et al. 2022, Table 2, "tensor parallel"
-        # s b h (10 + 24 / t) without the attention-score term; logits / t; 5% for temporaries.
-        layer = sbh * (10 + 24 / t)
-        embedding = 8 * s * b + sbh
-        output = 2 * (s * b * vocab / t + sbh)
-        layer_input, overhead = 2 * sbh, 1.05
+def activation_terms(setups: Setups) -> dict[str, np.ndarray]:
+    """Bytes per micro-batch on one GPU, per set-up: ``stored`` per layer, one layer's ``working`` set,
+    ``embedding``, ``output``, and the ``overhead`` factor (see the module docstring for the sources)."""
+    model = setups.model
+    s, b, h = setups.tokens, setups.micro_batch_size, model.hidden_size
+    t, vocab, f = setups.tensor_parallel, padded_vocab(setups), model.ffn_hidden_size
+    sbh, sp = s * b * h, setups.sequence_parallel
+    # compute_activation_memory: Korthikanti et al. 2022, Table 2, "tensor + sequence parallel +
+    # selective recompute" 34 s b h / t, with the MLP's 16 generalised to 4 f / h; everything / t.
+    # compute_activation_memory_without_sp: Table 2, "tensor parallel" s b h (10 + 24 / t) without the
+    # attention-score term; logits / t; 5% for temporaries.
+    layer = np.where(sp, sbh * (18 + 4 * f / h) / t, sbh * (10 + 24 / t))
+    embedding = np.where(sp, (8 * s * b + sbh) / t, 8 * s * b + sbh)  # token ids (int64), embedding dropout mask
+    output = np.where(sp, 4 * sbh * (1 + vocab / h) / t, 2 * (s * b * vocab / t + sbh))  # final norm, fp32 logits
+    layer_input = np.where(sp, 2 * sbh / t, 2 * sbh)
+    overhead = np.where(sp, 1.0, 1.05)
     # Sequence-data parallel: the keys and values gathered from the other ranks (Fast-LLM attention.py
     # gather_op over sequence_data) are inputs of the fused attention, saved for its backward.
     gathered = ACTIVATION_BYTES * 2 * (model.seq_length - s) * b * model.num_query_groups * model.kv_channels / t
-    if training.recompute == "full":  # Korthikanti et al. 2022, Table 2, "full activation recompute": 2 s b h
-        stored, working = layer_input, layer + gathered
-    else:
-        stored, working = layer + gathered, 0.0
+    scores = np.where(
+        setups.flash_attention, 0.0, SCORE_BYTES * model.num_attention_heads * s * model.seq_length * b / t
+    )
+    full = setups.recompute == 2
+    stored = np.where(full, layer_input, layer + gathered + np.where(setups.recompute == 0, scores, 0.0))
+    working = np.where(full, layer + gathered + scores, 0.0)
     return {"stored": stored, "working": working, "embedding": embedding, "output": output, "overhead": overhead}
 
 
-def activation_bytes(model: Transformer, training: Training, sizes: Sizes, layers: np.ndarray) -> np.ndarray:
-    """Activation bytes per rank of each stage under 1F1B.
+def activation_bytes(setups: Setups) -> np.ndarray:
+    """Activation bytes per GPU of each pipeline rank at its peak under the set-ups' schedule.
 
-    Stage ``i`` holds ``min(m, pp - i)`` micro-batches (Megatron-LM's in-flight factor): the first stage's
-    ``L / pp * min(m, pp)`` layers equal the estimator's ``L * min(1, m / pp)``.
+    Each stage (model chunk) holds, per micro-batch in flight, its layers' stored bytes (plus the embedding's,
+    spread over rank 0's stages, and the output layer's on the last); the table gives how many micro-batches
+    each stage holds after each action (``schedules.stage_counts``) and a rank's peak is the largest sum over
+    its stages.
     """
-    terms = activation_terms(model, training, sizes)
-    in_flight = sizes.in_flight()
-    total = layers * in_flight * terms["stored"] + terms["working"]
-    total[0] += in_flight[0] * terms["embedding"]
-    total[-1] += terms["output"]
-    return np.ceil(total * terms["overhead"]).astype(np.int64)
+    terms = activation_terms(setups)
+    pp, v = setups.pipeline_parallel, setups.virtual_pipeline_stages
+    chunk = setups.chunk_layers[None, :] * terms["stored"][:, None]
+    chunk[:, 0 : pp * v : pp] += terms["embedding"][:, None] / v  # Megatron-LM's estimator: on rank 0's stages evenly
+    chunk[:, -1] += terms["output"]
+    peak = np.zeros((setups.size, pp))
+    for rank, counts in enumerate(stage_counts(setups.schedule, pp, setups.microbatches, v)):
+        if v == 1:  # one stage: its most micro-batches held
+            peak[:, rank] = counts.max() * chunk[:, rank]
+        else:
+            peak[:, rank] = (counts @ chunk[:, rank::pp].T).max(axis=0)  # (actions, set-ups) -> set-ups
+    peak += terms["working"][:, None]
+    return np.ceil(peak * terms["overhead"][:, None]).astype(np.int64)
 
 
-def stage_memory(model: Transformer, training: Training, sizes: Sizes) -> dict[str, np.ndarray]:
-    """Every ``MEMORY_COLUMNS`` column plus ``layers`` and ``replicated``, one entry per stage."""
-    columns = stage_parameters(model, sizes)
-    columns.update(state_bytes(columns["parameters"], training, sizes.data_parallel))
-    columns["activations_bytes"] = activation_bytes(model, training, sizes, columns["layers"])
+def stage_memory(setups: Setups) -> dict[str, np.ndarray]:
+    """Every ``MEMORY_COLUMNS`` column plus ``replicated`` (set-ups x pipeline ranks) and ``layers`` (ranks)."""
+    columns = stage_parameters(setups)
+    columns.update(state_bytes(columns["parameters"], setups))
+    columns["activations_bytes"] = activation_bytes(setups)
     columns["total_bytes"] = (
         columns["weights_bytes"]
         + columns["gradients_bytes"]
         + columns["optimizer_bytes"]
         + columns["activations_bytes"]
     )
+    columns["layers"] = setups.rank_layers()
     return columns

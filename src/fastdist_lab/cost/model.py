@@ -12,7 +12,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import CostError, choice, flag, positive_int
+from ..errors import CostError
+from ..validation import check_choice, check_flag, check_int
 
 NORMALIZATIONS: tuple[str, ...] = ("LayerNorm", "RMSNorm")
 """Supported norms: LayerNorm has a weight and a bias per channel, RMSNorm only a weight."""
@@ -101,7 +102,7 @@ class Transformer:
 
     def __post_init__(self) -> None:
         for name in ("hidden_size", "num_layers", "num_attention_heads", "vocab_size", "seq_length"):
-            positive_int(name, getattr(self, name))
+            check_int(name, getattr(self, name), minimum=1, error=CostError)
         heads = self.num_attention_heads
         resolved = {
             "ffn_hidden_size": 4 * self.hidden_size if self.ffn_hidden_size is None else self.ffn_hidden_size,
@@ -113,25 +114,20 @@ class Transformer:
             )
         resolved["kv_channels"] = self.hidden_size // heads if self.kv_channels is None else self.kv_channels
         for name, value in resolved.items():
-            object.__setattr__(self, name, positive_int(name, value))
+            object.__setattr__(self, name, check_int(name, value, minimum=1, error=CostError))
         if heads % self.num_query_groups:
             raise CostError(f"num_query_groups={self.num_query_groups} must divide num_attention_heads={heads}")
-        flag("swiglu", self.swiglu)
-        flag("tied_embeddings", self.tied_embeddings)
-        choice("normalization", self.normalization, NORMALIZATIONS)
+        check_flag("swiglu", self.swiglu, error=CostError)
+        check_flag("tied_embeddings", self.tied_embeddings, error=CostError)
+        check_choice("normalization", self.normalization, NORMALIZATIONS, error=CostError)
 
     # ------------------------------------------------------------------ presets
     @classmethod
     def preset(cls, name: str, **changes: Any) -> Transformer:
-        """The published model ``name`` (see ``presets()``), with ``changes`` applied (e.g. ``seq_length``)."""
+        """The published model ``name`` (one of ``PRESETS``), with ``changes`` applied (e.g. ``seq_length``)."""
         if name not in PRESETS:
             raise CostError(f"model={name!r} is not a preset; use one of {', '.join(PRESETS)}")
         return cls(**{**PRESETS[name], **changes})
-
-    @staticmethod
-    def presets() -> tuple[str, ...]:
-        """The names of the presets."""
-        return tuple(PRESETS)
 
     def replace(self, **changes: Any) -> Transformer:
         """A copy with ``changes`` (resolved defaults such as ``ffn_hidden_size`` are kept unless changed)."""

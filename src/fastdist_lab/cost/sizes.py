@@ -7,8 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from .errors import CostError
+from ..errors import CostError
 from .model import Transformer
+from .schedules import check_schedule
+from .setups import chunk_layers
 from .training import Training
 
 ACTIVATION_BYTES = 2
@@ -44,6 +46,9 @@ class Sizes:
             raise CostError(f"layout={layout!r} must be a fastdist_lab.Layout") from None
         sequence_parallel = (training.sequence_tensor_parallel or layout_stp) and tp > 1
         model.check_split(tp, pp, sdp * (tp if sequence_parallel else 1))
+        v = training.virtual_pipeline_stages
+        check_schedule(training.schedule, pp, training.microbatches(pp), v)
+        chunk_layers(model.num_layers, pp, v, training.layers_per_stage)
         return cls(
             tensor_parallel=tp,
             pipeline_parallel=pp,
@@ -56,12 +61,7 @@ class Sizes:
         )
 
     def layers_per_stage(self, num_layers: int) -> np.ndarray:
-        """Layers of each pipeline stage: an even split, the first ``num_layers % pp`` stages one more."""
+        """Layers of each pipeline stage under the default split (``Training.layers_per_stage`` unset, one stage
+        per rank): an even split, the first ``num_layers % pp`` stages one more."""
         pp = self.pipeline_parallel
         return num_layers // pp + (np.arange(pp) < num_layers % pp).astype(np.int64)
-
-    def in_flight(self) -> np.ndarray:
-        """Micro-batches whose activations each stage holds at once under 1F1B: ``min(m, pp - stage)``
-        (Narayanan et al. 2021, Section 2.2.1; Megatron-LM's estimator's ``in_flight_microbatches``)."""
-        pp = self.pipeline_parallel
-        return np.minimum(self.microbatches, pp - np.arange(pp, dtype=np.int64))

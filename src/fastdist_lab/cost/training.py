@@ -1,15 +1,25 @@
-"""How the model is trained: micro-batches, optimizer sharding (ZeRO), sequence tensor parallel, recompute."""
+"""How the model is trained: micro-batches, optimizer sharding (ZeRO), sequence tensor parallel, recompute, the
+pipeline schedule, the attention kernel and which communication overlaps computation."""
 
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import CostError, choice, flag, positive_int
+from ..errors import CostError
+from ..validation import check_choice, check_flag, check_int
 
 RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
 """Activation recompute choices (Korthikanti et al. 2022, Section 5)."""
+
+SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved-1f1b", "zero-bubble")
+"""Pipeline schedules, as torch.distributed.pipelining names them: ``ScheduleGPipe``, ``Schedule1F1B``,
+``ScheduleInterleaved1F1B`` and ``ScheduleInterleavedZeroBubble`` (Qi et al. 2023); see ``cost.schedules``."""
+
+MULTI_STAGE_SCHEDULES: tuple[str, ...] = ("interleaved-1f1b", "zero-bubble")
+"""Schedules that accept several (virtual) stages per pipeline rank."""
 
 
 @dataclass(frozen=True)
@@ -32,6 +42,27 @@ class Training:
       the weights (bf16: 2), the gradients (fp32: 4) and the optimizer (fp32 master weights + Adam's two
       moments: 12), the mixed-precision recipe of Megatron-LM's estimator (18 bytes per parameter).
 
+    - ``schedule``: the pipeline schedule (``SCHEDULES``); ``virtual_pipeline_stages``: model chunks per pipeline
+      rank (Narayanan et al. 2021, Section 2.2.2), at least 2 for ``"interleaved-1f1b"``, 1 for ``"gpipe"`` and
+      ``"1f1b"``, any for ``"zero-bubble"``.
+    - ``layers_per_stage``: layers of each model chunk in stage order (``pipeline_parallel *
+      virtual_pipeline_stages`` entries), e.g. Llama 3 405B's 126 layers over 16 stages as ``(7,) + (8,) * 14 +
+      (7,)`` (Dubey et al. 2024, Section 3.3.2); ``None`` splits evenly, the first chunks one layer more.
+    - ``flash_attention``: a fused attention kernel that never stores the ``s x s`` scores (Dao et al. 2022); with
+      ``False`` the scores, their softmax and dropout mask are kept per layer unless recompute covers them
+      (Korthikanti et al. 2022, Table 2) and the softmax runs as separate memory-bound kernels.
+    - ``overlap_data_parallel``: gradient reduce-scatter / all-reduce and parameter all-gather overlap the
+      backward and forward passes (Megatron-LM ``--overlap-grad-reduce --overlap-param-gather``, PyTorch FSDP's
+      prefetching); ``False``: they run after the last backward, as Megatron-LM did before 2023.
+    - ``overlap_tensor_parallel``: tensor-parallel collectives overlap the GEMMs they feed (Megatron-LM
+      ``--tp-comm-overlap``, Transformer Engine userbuffers; Wang et al. 2022); ``False``: the forward ones are
+      exposed and the backward ones hide behind the weight-gradient GEMMs (Megatron-LM's asynchronous
+      all-reduce).
+    - ``overlap_pipeline_parallel``: the activations and gradients sent between pipeline stages travel while the
+      stages compute (Megatron-Core's ``--overlap-p2p-communication``, torch.distributed.pipelining's
+      asynchronous sends); ``False``: each forward and backward waits for its blocking send and receive, as
+      Megatron-LM's 1F1B did (``send_forward_recv_backward``).
+
     Bad values raise ``CostError`` naming the field.
     """
 
@@ -44,23 +75,51 @@ class Training:
     bytes_per_weight: int = 2
     bytes_per_gradient: int = 4
     bytes_per_optimizer_state: int = 12
+    schedule: str = "1f1b"
+    virtual_pipeline_stages: int = 1
+    layers_per_stage: tuple[int, ...] | None = None
+    flash_attention: bool = True
+    overlap_data_parallel: bool = True
+    overlap_tensor_parallel: bool = False
+    overlap_pipeline_parallel: bool = True
 
     def __post_init__(self) -> None:
-        positive_int("micro_batch_size", self.micro_batch_size)
+        check_int("micro_batch_size", self.micro_batch_size, minimum=1, error=CostError)
         if self.num_microbatches is not None:
-            positive_int("num_microbatches", self.num_microbatches)
-        flag("distributed_optimizer", self.distributed_optimizer)
-        flag("sequence_tensor_parallel", self.sequence_tensor_parallel)
-        choice("recompute", self.recompute, RECOMPUTE)
+            check_int("num_microbatches", self.num_microbatches, minimum=1, error=CostError)
+        check_flag("distributed_optimizer", self.distributed_optimizer, error=CostError)
+        check_flag("sequence_tensor_parallel", self.sequence_tensor_parallel, error=CostError)
+        check_choice("recompute", self.recompute, RECOMPUTE, error=CostError)
         for name in ("bytes_per_weight", "bytes_per_gradient", "bytes_per_optimizer_state"):
-            positive_int(name, getattr(self, name))
+            check_int(name, getattr(self, name), minimum=1, error=CostError)
+        for name in (
+            "flash_attention",
+            "overlap_data_parallel",
+            "overlap_tensor_parallel",
+            "overlap_pipeline_parallel",
+        ):
+            check_flag(name, getattr(self, name), error=CostError)
+        check_choice("schedule", self.schedule, SCHEDULES, error=CostError)
+        virtual = check_int("virtual_pipeline_stages", self.virtual_pipeline_stages, minimum=1, error=CostError)
+        if self.schedule == "interleaved-1f1b" and virtual < 2:
+            raise CostError(f"schedule='interleaved-1f1b' needs virtual_pipeline_stages >= 2, got {virtual}")
+        if self.schedule not in MULTI_STAGE_SCHEDULES and virtual != 1:
+            raise CostError(f"schedule={self.schedule!r} runs one stage per rank: virtual_pipeline_stages={virtual}")
+        if self.layers_per_stage is not None:
+            if isinstance(self.layers_per_stage, (str, bytes)) or not hasattr(self.layers_per_stage, "__iter__"):
+                raise CostError(f"layers_per_stage={self.layers_per_stage!r} must be a sequence of layer counts")
+            counts = tuple(self.layers_per_stage)
+            for count in counts:  # a stage may hold no layer (Llama 3's first and last chunks: embedding, loss)
+                if isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 0:
+                    raise CostError(f"layers_per_stage={self.layers_per_stage!r} must hold integers >= 0")
+            object.__setattr__(self, "layers_per_stage", tuple(int(c) for c in counts))
         stage = self.zero_stage
         if stage is None:
             stage = 1 if self.distributed_optimizer else 0
-        elif isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage <= 3:
-            raise CostError(f"zero_stage={stage!r} must be 0, 1, 2 or 3")
-        elif self.distributed_optimizer and stage == 0:
-            raise CostError("zero_stage=0 contradicts distributed_optimizer=True (ZeRO stage 1)")
+        else:
+            stage = check_int("zero_stage", self.zero_stage, minimum=0, maximum=3, error=CostError)
+            if self.distributed_optimizer and stage == 0:
+                raise CostError("zero_stage=0 contradicts distributed_optimizer=True (ZeRO stage 1)")
         object.__setattr__(self, "zero_stage", stage)
         object.__setattr__(self, "distributed_optimizer", stage >= 1)
 

@@ -5,22 +5,16 @@ A call on every rank of any cluster passes through five modules: ``cluster`` (th
 every rank), ``channel`` (typed messages and the controller's end over worker processes), ``rank_loop`` (a rank's
 loop and what each call runs there), ``verification`` (both halves of a layout verification) and ``pool``. Everything
 here imports torch, except ``verification``, ``results`` and ``supervisor`` (whose ``prewarm`` starts a worker server
-ahead of need); names are imported from their modules on first use.
+ahead of need); names are imported from their modules on first use. The exceptions are in ``fastdist_lab.errors``.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from ..lazy import lazy_attributes
 
 _LAZY: dict[str, str] = {
-    "BackendUnavailable": ".errors",
     "CLUSTER_MODES": ".modes",
-    "CapacityError": ".capacity",
-    "ClusterError": ".errors",
-    "ClusterTimeout": ".errors",
     "Distributed": ".pool",
-    "InProcessUnavailable": ".inprocess",
     "LocalCluster": ".local_cluster",
     "MODE_PROVES": ".modes",
     "ProcessGroupPool": ".pool",
@@ -43,12 +37,7 @@ _LAZY: dict[str, str] = {
 __all__ = [
     "CLUSTER_MODES",
     "MODE_PROVES",
-    "BackendUnavailable",
-    "CapacityError",
-    "ClusterError",
-    "ClusterTimeout",
     "Distributed",
-    "InProcessUnavailable",
     "LocalCluster",
     "ProcessGroupPool",
     "RankContext",
@@ -65,14 +54,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fastdist_lab.runtime' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, __all__)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 import torch.distributed
 
-from ..config import DistributedBackend, LayoutError
-from .errors import BackendUnavailable
+from ..config import DistributedBackend
+from ..errors import BackendUnavailable, LayoutError
 
 
 def _gpus(n: int) -> str:

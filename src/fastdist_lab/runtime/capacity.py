@@ -18,7 +18,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from .errors import ClusterError
+from ..errors import CapacityError
 from .procs import FILES_PER_PROCESS, file_limits, files_needed
 
 MIB = 2**20
@@ -36,16 +36,6 @@ FAKE_RANK_MEMORY = MIB // 4
 """One rank of a fake simulated world (no thread of its own)."""
 MEMORY_BUDGET_ENV = "FASTDIST_LAB_MEMORY_BUDGET"
 """Environment variable capping the memory a world may use (bytes, or a number with K, M, G, T: ``"2G"``)."""
-
-
-class CapacityError(ClusterError):
-    """A world does not fit on this machine; ``problems`` names each shortfall, ``alternative`` a mode that
-    would run it (``"threads"``, ``"fake"``, or ``None``)."""
-
-    def __init__(self, message: str, problems: list[str], alternative: str | None):
-        super().__init__(message)
-        self.problems = problems
-        self.alternative = alternative
 
 
 @dataclass

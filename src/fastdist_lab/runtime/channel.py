@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 
 import cloudpickle
 
-from .errors import ClusterError, ClusterTimeout
+from ..errors import ClusterTimeout, ProtocolError
 from .procs import hold_interrupts, interrupts_held, kill_quietly, pid_alive, process_running
 from .results import RankError, RankResult
 
@@ -42,10 +42,6 @@ STACK_WAIT = 1.5
 """Seconds to wait for the stack dumps of ranks that did not answer."""
 EXIT_WAIT = 0.5
 """Seconds workers get to leave on their own when the cluster closes."""
-
-
-class ProtocolError(ClusterError):
-    """A peer sent a message of a kind the receiver did not expect at that point."""
 
 
 # ----------------------------------------------------------------------------------------------- messages

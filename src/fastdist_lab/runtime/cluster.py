@@ -34,13 +34,15 @@ from typing import Any, Protocol, TypeVar
 
 import cloudpickle
 
-from ..config import DistributedConfig, LayoutError
+from ..config import DistributedConfig
+from ..errors import ClusterError, ClusterTimeout, LayoutError
+from ..formatting import ranks_text
 from ..layout import Layout
+from ..validation import check_int, check_number
 from .channel import Call, Reply, outcome_to_result
-from .errors import ClusterError, ClusterTimeout
 from .procs import hold_interrupts
 from .progress import ProgressCallback, finish, resolve_progress
-from .results import GROUPS_INTERRUPTED, STATUS_OK, RankError, RankResult, RankResults, call_failure, ranks_text
+from .results import GROUPS_INTERRUPTED, STATUS_OK, RankError, RankResult, RankResults, call_failure
 from .verification import Verification, apply_in_two_steps, layout_for_cluster, rank_coordinates
 
 DEATH_GRACE = 1.0
@@ -59,19 +61,16 @@ background when it starts (``procs.preload``), so that no interrupt can cut thos
 # ----------------------------------------------------------------------------------------------- arguments
 def cluster_sizes(world_size: Any, local_world_size: Any) -> tuple[int, int]:
     """``(world_size, local_world_size)`` checked (``LayoutError`` naming the value); local defaults to world."""
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise LayoutError(f"world_size={world_size!r} must be an integer > 0")
-    local = world_size if local_world_size is None else local_world_size
-    if isinstance(local, bool) or not isinstance(local, int) or local < 1 or world_size % local:
-        raise LayoutError(f"local_world_size={local_world_size!r} must be an integer > 0 dividing {world_size}")
+    world_size = check_int("world_size", world_size, minimum=1)
+    local = check_int("local_world_size", world_size if local_world_size is None else local_world_size, minimum=1)
+    if world_size % local:
+        raise LayoutError(f"local_world_size={local} must divide world_size={world_size}")
     return world_size, local
 
 
 def cluster_timeout(timeout: Any) -> float:
     """A cluster's default deadline in seconds (``LayoutError`` unless a number > 0)."""
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise LayoutError(f"timeout={timeout!r} must be a number of seconds > 0")
-    return float(timeout)
+    return check_number("timeout", timeout, unit="seconds")
 
 
 def check_progress(progress: Any) -> None:
@@ -82,10 +81,7 @@ def check_progress(progress: Any) -> None:
 
 def call_limit(timeout: Any, default: float) -> float:
     """One call's deadline: ``timeout`` or the cluster's ``default`` (``ValueError`` unless a number > 0)."""
-    limit = default if timeout is None else timeout
-    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 0:
-        raise ValueError(f"timeout={timeout!r} must be a number of seconds > 0")
-    return float(limit)
+    return check_number("timeout", default if timeout is None else timeout, unit="seconds", error=ValueError)
 
 
 @contextlib.contextmanager

@@ -34,16 +34,12 @@ from typing import Any
 import torch
 
 from ..config import DistributedBackend
+from ..errors import InProcessUnavailable
 from . import turns
-from .errors import ClusterError
 from .pool import ProcessGroup, ProcessGroupPool
 
 TESTED_TORCH = "2.13"
 """The torch release whose in-process groups the tests pin."""
-
-
-class InProcessUnavailable(ClusterError):
-    """This torch lacks (or changed) the in-process process groups that simulated worlds are built on."""
 
 
 @dataclass(frozen=True)

@@ -21,12 +21,12 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..errors import ClusterError
 from ..layout import Layout
 from .backends import resolve_backend
 from .capacity import check_capacity
 from .channel import Workers
 from .cluster import CALL_MODULES, Cluster, check_progress, cluster_sizes, cluster_timeout
-from .errors import ClusterError
 from .procs import FILES_PER_PROCESS, hold_interrupts, preload, raise_file_limit
 from .progress import ProgressCallback, finish, resolve_progress
 from .replay import SWEEP_SIZES

@@ -3,7 +3,7 @@
 A port of the pool of ServiceNow's Fast-LLM (commit 91b28fab, ``fast_llm/engine/distributed/distributed.py``):
 rendezvous through one store without ``init_process_group``, one ``PrefixStore`` per group, one group per
 distinct member list, every generator (and torch's default CPU generator) seeded from
-``fastdist_lab.generator_seeds``. Two bugs of the original are not reproduced: member lists are hashed as tuples,
+``fastdist_lab.seeds.generator_seeds``. Two bugs of the original are not reproduced: member lists are hashed as tuples,
 and a ``range`` and a ``tuple`` with the same members are the same group. Groups come into being in one method,
 ``ProcessGroupPool.create_group``, which a pool of another kind of group overrides; a group that cannot be made
 (its rendezvous values unreadable, a member gone) raises one ``ClusterError`` naming it.
@@ -29,11 +29,11 @@ from ..config import (
     PhaseType,
     check_ranks_in_range,
 )
+from ..errors import BackendUnavailable, ClusterError
+from ..formatting import first_line, members_text
 from ..seeds import generator_seeds
 from .backends import check_nccl
-from .errors import BackendUnavailable, ClusterError, first_line
 from .members import GroupRecord, group_prefix, member_tuple
-from .verification import members_text
 
 logger = logging.getLogger(__name__)
 
@@ -316,7 +316,7 @@ class Distributed:
     """One rank's process groups for every named dim, and its seeded random generators.
 
     Uses the default pool (``with pool:``) or ``pool`` when given, else creates its own pool from the config.
-    Generators are seeded with ``fastdist_lab.generator_seeds(config, step, phase)``. A group of another size or
+    Generators are seeded with ``fastdist_lab.seeds.generator_seeds(config, step, phase)``. A group of another size or
     group rank than its dim raises (as in Fast-LLM), or with ``strict=False`` is left unattached (``mismatched``).
     """
 

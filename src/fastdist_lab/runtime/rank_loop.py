@@ -38,6 +38,7 @@ import torch
 import torch.distributed
 
 from ..config import DIM_NAMES, DistributedBackend, DistributedConfig
+from ..formatting import members_text
 from ..layout import Layout
 from ..seeds import generator_seeds
 from .capture import OutputCapture
@@ -46,7 +47,7 @@ from .members import member_tuple
 from .pool import LOOPBACK, Distributed, ProcessGroup, ProcessGroupPool
 from .procs import die_with_parent
 from .results import GROUPS_INTERRUPTED, STATUS_ERROR, STATUS_INTERRUPTED, STATUS_OK, RankError
-from .verification import SKIP_KEY, layout_groups, members_text, reduction_terms
+from .verification import SKIP_KEY, layout_groups, reduction_terms
 
 
 class RankContext:

@@ -32,8 +32,8 @@ import torch
 
 from ..config import DIM_NAMES
 from ..cost import COLLECTIVES, Hardware, bus_factor, estimate, format_bytes
-from ..cost.errors import CostError, positive_int, positive_number
-from .errors import ClusterError
+from ..errors import ClusterError, CostError
+from ..validation import check_int, check_number
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -245,7 +245,7 @@ def _plans(report: Any, scale: float | None, max_message: int, warmup: int, iter
     largest = max(row.bytes_per_call for row in rows)
     if scale is None:
         scale = min(1.0, max_message / largest)
-    scale = positive_number("scale", scale)
+    scale = check_number("scale", scale, error=CostError)
     if scale > 1:
         raise CostError(f"scale={scale!r} must be in (0, 1]: the replay scales messages down")
     if largest * scale > MAX_MESSAGE:
@@ -311,8 +311,11 @@ def replay(
     """
     if per not in ("dim", "collective"):
         raise CostError(f"per={per!r} must be 'dim' or 'collective'")
-    iterations, warmup = positive_int("iterations", iterations), positive_int("warmup", warmup)
-    max_message = positive_int("max_message_bytes", max_message_bytes)
+    iterations, warmup = (
+        check_int("iterations", iterations, minimum=1, error=CostError),
+        check_int("warmup", warmup, minimum=1, error=CostError),
+    )
+    max_message = check_int("max_message_bytes", max_message_bytes, minimum=1, error=CostError)
     hw = Hardware.coerce(hardware)
     layout = _check_cluster(cluster, layout)
     report = estimate(layout, model, training)
@@ -434,10 +437,13 @@ def bandwidth(
     if not sizes or not collectives:
         raise CostError(f"sizes={sizes!r} and collectives={collectives!r} must not be empty")
     for size in sizes:
-        positive_int("size", size)
+        check_int("size", size, minimum=1, error=CostError)
         if size > MAX_MESSAGE:
             raise CostError(f"size={size!r} is over {format_bytes(MAX_MESSAGE)} per message")
-    iterations, warmup = positive_int("iterations", iterations), positive_int("warmup", warmup)
+    iterations, warmup = (
+        check_int("iterations", iterations, minimum=1, error=CostError),
+        check_int("warmup", warmup, minimum=1, error=CostError),
+    )
     layout = _check_cluster(cluster, None)
     groups = layout.groups(dim)
     if groups.shape[1] == 1:

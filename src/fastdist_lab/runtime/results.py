@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .errors import ClusterError, ClusterTimeout
+from ..errors import ClusterError, ClusterTimeout, RemoteTraceback
+from ..formatting import plural, ranks_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -33,38 +34,6 @@ REPR_CHARS = 80
 """Characters of a value's ``repr`` shown in ``repr(RankResult)``."""
 STACKS_SHOWN = 8
 """Distinct stacks written out in a timeout message (all of them stay in ``ClusterTimeout.stacks``)."""
-
-
-def ranks_text(ranks: Iterable[int]) -> str:
-    """``"rank 3"``, ``"ranks 0-4, 6, 7"``: sorted, runs of three or more written as a span."""
-    ordered = sorted({int(rank) for rank in ranks})
-    parts: list[str] = []
-    index = 0
-    while index < len(ordered):
-        end = index
-        while end + 1 < len(ordered) and ordered[end + 1] == ordered[end] + 1:
-            end += 1
-        if end - index >= 2:
-            parts.append(f"{ordered[index]}-{ordered[end]}")
-        else:
-            parts.extend(str(rank) for rank in ordered[index : end + 1])
-        index = end + 1
-    return ("rank " if len(ordered) == 1 else "ranks ") + ", ".join(parts)
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
-class RemoteTraceback(Exception):
-    """The traceback of an exception raised on a rank, attached as ``__cause__`` by ``raise_first``."""
-
-    def __init__(self, text: str):
-        super().__init__(text)
-        self.text = text
-
-    def __str__(self) -> str:
-        return "\n" + self.text
 
 
 @dataclass
@@ -86,7 +55,7 @@ class RankError:
 
 def _output_summary(text: str) -> str:
     lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
-    return f"{_plural(lines, 'line')}, {len(text)} chars"
+    return f"{plural(lines, 'line')}, {len(text):,} chars"
 
 
 @dataclass(repr=False)
@@ -271,7 +240,7 @@ class RankResults:
         for record in self.records:
             counts[record.status] = counts.get(record.status, 0) + 1
         parts = [f"{n} {status}" for status, n in counts.items()]
-        return f"{_plural(len(self.records), 'rank')}: " + ", ".join(parts)
+        return f"{plural(len(self.records), 'rank')}: " + ", ".join(parts)
 
     def __repr__(self) -> str:
         lines = [f"RankResults({self.label}; {self.summary()})"]

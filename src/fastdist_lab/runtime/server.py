@@ -42,6 +42,8 @@ from .channel import (
 )
 from .procs import become_subreaper, describe_status, die_with_parent, end_subtree, raise_file_limit, reap
 
+__all__ = ["BOOTSTRAP", "guard_main", "serve", "server_main"]  # the two mains are called by BOOTSTRAP's text
+
 GUARD_TICK = 0.25
 """Seconds between two looks of the guard at its parent (the controller) while nothing else happens."""
 

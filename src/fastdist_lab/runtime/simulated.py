@@ -28,11 +28,11 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from ..config import CLUSTER_MODES, LayoutError
+from ..config import CLUSTER_MODES
+from ..errors import ClusterError, LayoutError
 from ..layout import Layout
 from .capacity import check_capacity
 from .cluster import CALL_MODULES, Cluster, check_progress, cluster_sizes, cluster_timeout
-from .errors import ClusterError
 from .inprocess import FakeGroupPool, ThreadedGroupPool, fake_store, release_collectives, require_inprocess
 from .procs import preload
 from .progress import ProgressCallback

@@ -30,6 +30,8 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from ..errors import ClusterError, ClusterTimeout
+from ..formatting import ranks_text
 from .channel import (
     Channel,
     Exit,
@@ -46,9 +48,8 @@ from .channel import (
     WorkersKilled,
     WorkerSpec,
 )
-from .errors import ClusterError, ClusterTimeout
 from .procs import files_needed, hold_interrupts, kill_quietly, preload, process_running, wait_gone
-from .results import RankError, ranks_text
+from .results import RankError
 from .server import BOOTSTRAP
 
 Report = Callable[[int, str], None]

@@ -20,14 +20,15 @@ from typing import Any
 import cloudpickle
 
 from ..config import DistributedConfig
+from ..errors import ClusterError, ClusterTimeout
+from ..formatting import first_line, ranks_text
 from ..layout import Layout
 from .capture import quiet_harmless_c10d
 from .channel import outcome_to_result
 from .cluster import Cluster
-from .errors import ClusterError, ClusterTimeout, first_line
 from .pool import ProcessGroupPool
 from .rank_loop import RankContext, execute
-from .results import RankResults, ranks_text
+from .results import RankResults
 from .verification import rank_coordinates
 
 CALL_PREFIX = "fastdist_lab/calls"

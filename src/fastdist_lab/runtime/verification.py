@@ -30,10 +30,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..config import DIM_NAMES, DistributedConfig, LayoutError
+from ..config import DIM_NAMES, DistributedConfig
+from ..errors import LayoutError
+from ..formatting import members_text, plural, ranks_text
 from ..layout import Layout
 from .members import member_tuple
-from .results import RankResults, ranks_text
+from .results import RankResults
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -42,17 +44,11 @@ REPORT_KIND = "fastdist-lab-verification"
 REPORT_VERSION = 1
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
 VERIFICATION_COLUMNS = ("dim", "group", "members", "size", "ok", "seconds", "create_seconds", "created", "detail")
 """Columns of ``Verification.to_frame()``."""
 
 THREADS_GATHER_LIMIT = 4
 """Widest group a simulated (threaded) world also all-gathers; processes all-gather every group, as always."""
-MEMBERS_SHOWN = 8
-"""Members of one group written out in texts (longer groups are shortened in the middle)."""
 
 MODES = {
     "processes": "real process groups, one process per rank",
@@ -74,15 +70,6 @@ The sums equal ``(k, sum(G), k, k d, k d^2, k hi, k hi^2, k lo, k lo^2)`` exactl
 slots hold members that all check this dim's group ``G`` (a sum of squares equal to ``k`` times the square of the
 mean leaves no spread) and each sits at the slot ``G`` gives it: the members are ``G`` in ``G``'s order. That is as
 exact as an all-gather, in a few values per rank whatever the group's width."""
-
-
-def members_text(members: Any, limit: int = MEMBERS_SHOWN) -> str:
-    """``"0 1 2 3"``, or ``"0 1 2 3 ... 63 (64 ranks)"`` past ``limit`` members."""
-    size = len(members)
-    if size <= limit:
-        return " ".join(str(int(m)) for m in members)
-    head = " ".join(str(int(members[index])) for index in range(limit // 2))
-    return f"{head} ... {int(members[size - 1])} ({size} ranks)"
 
 
 def reduction_terms(dim_index: int, rank: int, at_slot: bool, first: int) -> list[int]:
@@ -215,8 +202,7 @@ def _row_problems(rank: int, row: dict[str, Any], members: list[int], dim_index:
         return [f"rank {rank}: {row['detail']}"]
     if "gathered" in row and row["gathered"] != list(members):
         gathered = row["gathered"]
-        shown = list(gathered) if len(gathered) <= MEMBERS_SHOWN else members_text(gathered)
-        problems.append(f"rank {rank}: all-gather gave {shown}")
+        problems.append(f"rank {rank}: all-gather gave {members_text(gathered)}")
     if "reduced" in row:
         expected = expected_reduction(dim_index, members)
         if list(row["reduced"]) != expected:
@@ -352,13 +338,6 @@ class Verification:
 
         return pd.DataFrame(self.rows, columns=list(VERIFICATION_COLUMNS))
 
-    def dim_seconds(self, column: str = "seconds") -> dict[str, float]:
-        """Per dim: the slowest group's ``seconds`` (creation plus checks) or ``create_seconds``."""
-        out: dict[str, float] = {}
-        for row in self.rows:
-            out[row["dim"]] = max(out.get(row["dim"], 0.0), float(row.get(column, 0.0)))
-        return out
-
     def summary(self) -> str:
         """One line: verdict, number of groups, backend."""
         failed = len(self.failures())
@@ -372,7 +351,7 @@ class Verification:
         took = "" if self.seconds is None else f" in {self.seconds:.2f} s"
         how = "" if self.mode == "processes" else f" ({MODES.get(self.mode, self.mode)})"
         return (
-            f"Verification {verdict}: {_plural(len(self.rows), 'group')}{extra}; {world} ranks, "
+            f"Verification {verdict}: {plural(len(self.rows), 'group')}{extra}; {world} ranks, "
             f"{self.backend}{took}{how}"
         )
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from .draws import DRAW_FUNCTION, draw_values
 from .predict import predict
 from .real import compare_on_cluster, comparison_text, draw
-from .report import StreamReport
+from .stream_report import StreamReport
 
 __all__ = [
     "DRAW_FUNCTION",

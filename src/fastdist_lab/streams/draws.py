@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..validation import check_int
+
 if TYPE_CHECKING:
     import torch
 
@@ -28,12 +30,7 @@ def draw_values(generator: torch.Generator, draws: int) -> np.ndarray:
 
 def check_draws(draws: object) -> int:
     """``draws`` as a positive int, else ``ValueError``."""
-    if isinstance(draws, bool) or not hasattr(draws, "__index__"):
-        raise ValueError(f"draws={draws!r} must be a positive integer")
-    count = draws.__index__()  # type: ignore[union-attr]
-    if count < 1:
-        raise ValueError(f"draws={count} must be a positive integer")
-    return count
+    return check_int("draws", draws, minimum=1, error=ValueError)
 
 
 def draw_seeds(seeds: np.ndarray, device: str, draws: int) -> np.ndarray:

@@ -11,7 +11,7 @@ from ..config import DistributedConfig, PhaseType
 from ..layout import Layout
 from ..seeds import GENERATORS, device_type, number_streams, stream_keys
 from .draws import MT_MAX_DRAWS, check_draws, cpu_draws, draw_seeds
-from .report import StreamReport
+from .stream_report import StreamReport
 
 logger = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ import numpy as np
 from ..config import PhaseType
 from ..seeds import GENERATORS, device_type
 from .draws import check_draws, draw_values
-from .report import StreamReport
+from .stream_report import StreamReport
 
 if TYPE_CHECKING:
     import pandas as pd

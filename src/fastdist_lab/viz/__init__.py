@@ -1,23 +1,25 @@
 """Pictures (matplotlib ``Figure`` objects, never pyplot): rank grids, per-dim small multiples, generator streams,
-conventions side by side, what a layout costs (memory per stage, inter-node traffic), and the notebook display
+conventions side by side, what a layout costs (memory per stage, inter-node traffic, the pipeline schedule as it
+runs), and the notebook display
 of a ``Layout``. One palette for all (``viz.colors``).
 
 The rank grids are composed pixel by pixel: ``grid_picture`` / ``stream_picture`` return a ``GridPicture``
 (pixels, PNG, ``Figure``) whose ``geometry`` maps a pixel back to the rank under it; ``Marks`` write results
-(``verdict_marks``, ``stream_marks``) on the cells.
+(``verdict_marks``, ``stream_marks``, ``training_marks``) on the cells.
 """
 
 from __future__ import annotations
 
-from .conventions import plot_conventions, plot_seed_sharing
-from .cost import plot_cost, plot_cost_comparison, plot_memory, plot_traffic
+from .convention_pictures import plot_conventions, plot_seed_sharing
+from .cost_pictures import plot_cost, plot_cost_comparison, plot_memory, plot_traffic
 from .grid import plot_dims
 from .layout_picture import grid_picture, plot_layout
-from .marks import stream_marks, verdict_marks
+from .marks import stream_marks, training_marks, verdict_marks
 from .notebook import layout_html
 from .picture import DETAIL_LIMIT, GridGeometry, GridPicture, Marks
+from .pipeline_schedule import plot_schedule, schedule_times
 from .render import to_pixels, to_png
-from .streams import plot_sharing, plot_streams, stream_picture
+from .stream_pictures import plot_sharing, plot_streams, stream_picture
 
 __all__ = [
     "DETAIL_LIMIT",
@@ -32,13 +34,16 @@ __all__ = [
     "plot_dims",
     "plot_layout",
     "plot_memory",
+    "plot_schedule",
     "plot_seed_sharing",
     "plot_sharing",
     "plot_streams",
+    "schedule_times",
     "stream_marks",
     "stream_picture",
     "plot_traffic",
     "to_pixels",
     "to_png",
+    "training_marks",
     "verdict_marks",
 ]

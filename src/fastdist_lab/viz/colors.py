@@ -39,3 +39,15 @@ def fade(rgb: np.ndarray, mask: np.ndarray, amount: float = 0.65) -> np.ndarray:
     out = rgb.copy()
     out[mask] = out[mask] * (1 - amount) + amount
     return out
+
+
+ACTION_COLORS: dict[str, tuple[float, float, float]] = {
+    "F": tuple(PALETTE[0]),  # light blue: forward
+    "B": tuple(PALETTE[1]),  # light orange: backward
+    "I": tuple(PALETTE[1]),  # backward of the input: the backward's colour
+    "W": tuple(PALETTE[13]),  # backward of the weights: a darker orange
+}
+"""The colours of a pipeline schedule's actions: forward, backward (split: input, weights)."""
+
+BUBBLE_COLOR: tuple[float, float, float] = tuple(PALETTE[9])
+"""The grey of a pipeline rank's idle time (the bubble)."""

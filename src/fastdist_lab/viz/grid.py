@@ -17,8 +17,11 @@ from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from ..config import DIM_NAMES, LayoutError
+from ..config import DIM_NAMES
+from ..errors import LayoutError
+from ..formatting import plural
 from ..layout import Layout
+from ..validation import check_int
 from .canvas import cell_edges
 from .colors import fade, group_colors
 from .text import atlas, text_image
@@ -146,11 +149,7 @@ def check_highlight(layout: Layout, highlight: int | None) -> int | None:
     """``highlight`` as a rank of ``layout`` (or None); ``LayoutError`` naming the value otherwise."""
     if highlight is None:
         return None
-    if isinstance(highlight, bool) or not isinstance(highlight, (int, np.integer)):
-        raise LayoutError(f"highlight={highlight!r} must be a global rank (an integer) or None")
-    if not 0 <= int(highlight) < layout.world_size:
-        raise LayoutError(f"highlight={highlight} must be in [0, world_size={layout.world_size})")
-    return int(highlight)
+    return check_int("highlight", highlight, minimum=0, maximum=layout.world_size - 1)
 
 
 def check_dim(dim: str) -> str:
@@ -273,9 +272,9 @@ def describe(layout: Layout) -> str:
 
 
 def dim_title(layout: Layout, dim: str) -> str:
-    """``"tensor: 4 group(s) of 2"``."""
+    """``"tensor: 4 groups of 2"``."""
     groups = layout.groups(dim)
-    return f"{dim}: {groups.shape[0]} group(s) of {groups.shape[1]}"
+    return f"{dim}: {plural(groups.shape[0], 'group')} of {groups.shape[1]}"
 
 
 def rank_colors(layout: Layout, dim: str, highlight: int | None) -> tuple[np.ndarray, np.ndarray | None]:

@@ -8,23 +8,17 @@ from functools import lru_cache, partial
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..config import LayoutError
+from ..errors import LayoutError
 from ..layout import Layout
 from .aggregate import compose_aggregate
 from .grid import cell_label, check_dim, check_highlight, describe, dim_title
-from .picture import BAD, DETAIL_LIMIT, GOOD, TEXT_DARK, Colouring, GridPicture, LayerCache, Marks, compose_detail
+from .picture import BAD, DETAIL_LIMIT, GOOD, TEXT_DARK, Colouring, GridPicture, Marks, compose_detail
 
 
 @lru_cache(maxsize=64)
 def dim_colouring(layout: Layout, dim: str) -> Colouring:
     """Every rank's group of ``dim`` (``layout.group_index``), with the rank and its coordinates as cell text."""
     return Colouring(layout.group_index(check_dim(dim)), f"{dim} group", partial(cell_label, layout))
-
-
-def clear_caches() -> None:
-    """Forget every cached colouring and layer: the next picture is drawn cold (benchmarks measure that)."""
-    dim_colouring.cache_clear()
-    LayerCache.clear_all()
 
 
 def check_ranks(layout: Layout, ranks: tuple[int, int] | None) -> tuple[int, int]:

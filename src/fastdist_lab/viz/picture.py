@@ -101,11 +101,6 @@ class GridGeometry:
         """Whether a cell holds several ranks."""
         return self.per_cell > 1 or self.unit != "rank"
 
-    @property
-    def zoomed(self) -> bool:
-        """Whether only part of the world is shown."""
-        return self.shown != (0, self.world_size)
-
     def cell_at(self, x: float, y: float) -> tuple[int, int] | None:
         """The (row, col) of the cell under pixel (x, y), None outside every cell."""
         col = int(np.floor((x - self.origin[0]) / self.cell[0]))
@@ -192,12 +187,6 @@ class LayerCache:
         self.size = size
         self._items: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         LayerCache.caches.append(self)
-
-    @classmethod
-    def clear_all(cls) -> None:
-        """Empty every layer cache (the next picture of any layout is composed from scratch)."""
-        for cache in cls.caches:
-            cache.clear()
 
     def clear(self) -> None:
         """Empty this cache."""

@@ -48,22 +48,12 @@ class Lab(widgets.VBox):
         self.cluster_panel = cluster_panel
         self.streams_panel = streams_panel
         self.cost_panel = cost_panel
-        layout_panel.observe(self._on_layout, names="layout")
-        cluster_panel.observe(self._on_cluster, names="cluster")
+        cluster_panel.follow(layout=layout_panel)
+        for panel in (streams_panel, cost_panel) if cost_panel is not None else (streams_panel,):
+            panel.follow(layout=layout_panel, cluster=cluster_panel)
         cluster_panel.show_grid = False  # the verdicts go on the layout panel's grid, the one you point at
         cluster_panel.draw_verdicts()
         cluster_panel.observe(self._on_verification, names="last_verification")
-
-    def _on_layout(self, change: dict) -> None:
-        self.cluster_panel.set_layout(change["new"])
-        self.streams_panel.set_layout(change["new"])
-        if self.cost_panel is not None:
-            self.cost_panel.set_layout(change["new"])
-
-    def _on_cluster(self, change: dict) -> None:
-        self.streams_panel.set_cluster(change["new"])
-        if self.cost_panel is not None:
-            self.cost_panel.set_cluster(change["new"])
 
     def _on_verification(self, change: dict) -> None:
         self.layout_panel.show_verification(change["new"], self.cluster_panel.verified_layout)

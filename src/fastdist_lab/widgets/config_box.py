@@ -16,9 +16,10 @@ from typing import Any
 import ipywidgets as widgets
 
 from ..conventions import TORCHTITAN_VERSIONS, LoadedConfig, load_config
-from ..fastllm import WorldSizeNeeded
+from ..errors import WorldSizeNeeded
+from ..formatting import members_text
 from ..layout import Layout
-from .common import TABLE_STYLE, error_html, html_table, members_text
+from .panel_parts import TABLE_STYLE, error_html, html_table
 
 CONFIG_BOX_TITLE = "Paste a config or a command line"
 """The title of the (collapsed) box."""
@@ -83,7 +84,7 @@ def groups_table_html(loaded: LoadedConfig, first: int = 2) -> str:
         return f"<i>{world:,} ranks: too many to list the framework's groups here (see load_config)</i>"
     rows = []
     for name, groups in loaded.named_groups().items():
-        shown = " | ".join(members_text(group, limit=16) for group in groups[:first])
+        shown = " | ".join(members_text(group) for group in groups[:first])
         more = f" | ... ({groups.shape[0] - first} more)" if groups.shape[0] > first else ""
         rows.append((name, groups.shape[0], groups.shape[1], shown + more))
     title = f"<b>{html.escape(loaded.framework)}'s groups</b> (world {world})"

@@ -22,12 +22,12 @@ from ..cost import (
     format_bytes,
     layout_name,
 )
+from ..errors import CostError
 from ..layout import Layout
 from ..viz import to_png
-from ..viz.cost import plot_memory, plot_traffic, traffic_dim, traffic_title
-from .cluster_panel import ClusterPanel
-from .common import TABLE_STYLE, Debouncer, Panel, error_html, frame_table, short_error
+from ..viz.cost_pictures import plot_memory, plot_traffic, traffic_dim, traffic_title
 from .layout_panel import LayoutPanel
+from .panel_parts import TABLE_STYLE, Debouncer, Panel, error_html, frame_table, short_error
 
 _ZERO = (("0: none", 0), ("1: distributed optimizer", 1), ("2: + gradients", 2), ("3: + weights", 3))
 _VIEWS = (("this layout", "single"), ("data-first vs pipeline-first", "compare"))
@@ -39,14 +39,28 @@ def other_order(layout: Layout) -> Layout:
     return Layout(**{**layout.fields(), "pipeline_first": not layout.pipeline_first})
 
 
+def step_html(report: CostReport, hardware: Any) -> str:
+    """One line: the step time on ``hardware`` (``CostReport.step``), or why there is none."""
+    try:
+        step = report.step(hardware)
+    except CostError as error:
+        return f"<i>no step time: {html.escape(str(error))}</i><br>"
+    fits = "" if step.fits else " &mdash; <b>does not fit in memory</b>"
+    return (
+        f"<b>Step time on {html.escape(step.hardware.name)}</b>: {step.seconds:.3f} s, "
+        f"{step.tflops_per_gpu:.0f} TFLOP/s per GPU, MFU {step.mfu:.1%}{fits}<br>"
+    )
+
+
 def communication_html(report: CostReport, hardware: Any) -> str:
-    """The communication rows (bytes in binary units) and the time per dim on ``hardware``, as HTML tables."""
+    """The step time, the communication rows (bytes in binary units) and the communication time per dim on
+    ``hardware``, as HTML."""
     comm = report.communication.copy()
     if comm.empty:
-        return "<i>no communication: every group has one rank</i>"
+        return step_html(report, hardware) + "<i>no communication: every group has one rank</i>"
     for name in _BYTES:
         comm[name] = comm[name].map(format_bytes)
-    time_frame = report.time(hardware)
+    time_frame = report.communication_time(hardware)
     time_frame = time_frame.assign(
         bytes_per_step=time_frame["bytes_per_step"].map(format_bytes),
         bus_bytes_per_step=time_frame["bus_bytes_per_step"].map(format_bytes),
@@ -54,9 +68,11 @@ def communication_html(report: CostReport, hardware: Any) -> str:
     )
     return (
         TABLE_STYLE
+        + step_html(report, hardware)
         + "<b>Communication per step</b> (per rank of the busiest stage)"
         + frame_table(comm)
-        + f"<b>Time per step on {html.escape(time_frame.attrs['hardware'].name)}</b>"
+        + f"<b>Communication time per step on {html.escape(time_frame.attrs['hardware'].name)}</b> "
+        + "(bytes over peak link rates; no compute, no overlap)"
         + frame_table(time_frame, index=True)
     )
 
@@ -66,7 +82,8 @@ def comparison_html(reports: list[CostReport], hardware: Any) -> str:
     frame = compare_reports(reports, hardware)
     for name in ("peak_bytes", "bytes_per_step", "inter_node_bytes_per_step"):
         frame[name] = frame[name].map(format_bytes)
-    frame["seconds"] = frame["seconds"].map(lambda v: f"{v * 1e3:.2f} ms")
+    for name in ("communication_seconds", "step_seconds"):
+        frame[name] = frame[name].map(lambda v: f"{v * 1e3:.2f} ms")
     table = frame.T
     table.index.name = "per rank"
     return TABLE_STYLE + "<b>Side by side</b>" + frame_table(table, index=True)
@@ -97,9 +114,10 @@ class CostPanel(Panel):
     runs the step's collectives on the linked running cluster.
 
     ``layout`` is a ``Layout`` or a ``LayoutPanel`` to follow, ``cluster`` a ``LocalCluster`` or a
-    ``ClusterPanel`` to follow. ``report`` (and ``other`` in the side-by-side view) are the last
-    ``CostReport``s, ``replayed`` the last replay's DataFrame, ``error`` the last problem (empty when none).
-    The traffic grid shows the groups of the dim that moves the most bytes across nodes (``viz.cost``).
+    ``ClusterPanel`` to follow (or assign ``panel.layout`` / ``panel.cluster``). ``report`` (and ``other`` in the
+    side-by-side view) are the last ``CostReport``s, ``replayed`` the last replay's DataFrame, ``error`` the last
+    problem (empty when none).
+    The traffic grid shows the groups of the dim that moves the most bytes across nodes (``viz.cost_pictures``).
     """
 
     layout = traitlets.Instance(Layout, allow_none=True)
@@ -184,15 +202,8 @@ class CostPanel(Panel):
         self.replay_button.on_click(lambda _: self.replay())
         self.observe(lambda _: self._estimate(), names="layout")
         self.observe(lambda _: self._refresh_button(), names="cluster")
-        if isinstance(layout, LayoutPanel):  # follow the panel's layout
-            layout.observe(lambda change: self.set_layout(change["new"]), names="layout")
-            layout = layout.layout
-        if isinstance(cluster, ClusterPanel):  # replay on the panel's cluster
-            cluster.observe(lambda change: self.set_cluster(change["new"]), names="cluster")
-            cluster = cluster.cluster
-        self.cluster = cluster
-        self.layout = layout
-        if layout is None:
+        self.follow(cluster=cluster, layout=layout)  # replay on a followed panel's cluster
+        if self.layout is None:
             self._estimate()
         self._refresh_button()
 
@@ -200,14 +211,6 @@ class CostPanel(Panel):
         return f"CostPanel(layout={self.layout!r}, model={self.model.value!r}, view={self.view.value!r})"
 
     # ----------------------------------------------------------------- public
-    def set_layout(self, layout: Layout | None) -> None:
-        """Estimate ``layout`` (None: no valid layout)."""
-        self.layout = layout
-
-    def set_cluster(self, cluster: Any) -> None:
-        """Replay on ``cluster`` (a running ``LocalCluster`` or None)."""
-        self.cluster = cluster
-
     def flush(self) -> None:
         """Draw a pending redraw now."""
         self._redraw.flush()

@@ -11,13 +11,16 @@ import ipywidgets as widgets
 import numpy as np
 import traitlets
 
-from ..config import DIM_NAMES, LayoutError
+from ..config import DIM_NAMES
+from ..errors import LayoutError
+from ..formatting import members_text, plural
 from ..layout import RANK_COLUMNS, Layout
+from ..validation import check_int
 from ..viz import grid_picture, verdict_marks
 from ..viz.layout_picture import check_ranks
-from .common import TABLE_STYLE, Debouncer, FactorDropdown, Panel, divisors, error_html, html_table, members_text
 from .config_box import ConfigBox, ConfigLoad
 from .grid_view import GridView
+from .panel_parts import TABLE_STYLE, Debouncer, FactorDropdown, Panel, divisors, error_html, html_table
 from .rank_card import CARD_HINT, hover_text, rank_card_html
 
 MAX_WORLD_SIZE = 65536
@@ -49,7 +52,7 @@ def groups_html(layout: Layout, dim: str, limit: int = MAX_GROUPS_SHOWN) -> str:
     groups = layout.groups(dim)
     rows = ((index, len(members), members_text(members)) for index, members in enumerate(groups[:limit]))
     note = "" if groups.shape[0] <= limit else f"<p>first {limit} of {groups.shape[0]} groups</p>"
-    title = f"<b>{html.escape(dim)}</b>: {groups.shape[0]} group(s) of {groups.shape[1]} rank(s)"
+    title = f"<b>{html.escape(dim)}</b>: {plural(groups.shape[0], 'group')} of {plural(groups.shape[1], 'rank')}"
     return TABLE_STYLE + title + html_table(("group", "size", "members"), rows) + note
 
 
@@ -305,9 +308,7 @@ class LayoutPanel(Panel):
             self.rank.value = -1
             return
         world = self.layout.world_size if self.layout is not None else self.world_size.value
-        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= int(rank) < world:
-            raise LayoutError(f"highlight={rank!r} must be a global rank in [0, {world}) or None")
-        self.rank.value = int(rank)
+        self.rank.value = check_int("highlight", rank, minimum=0, maximum=world - 1)
 
     def select_rank(self, rank: int | None) -> None:
         """Highlight ``rank`` (None: nothing) and draw at once: the grid, the outline of its group, its card."""

@@ -12,10 +12,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..config import DIM_NAMES
+from ..formatting import members_text, plural
 from ..layout import Layout
 from ..seeds import generator_seeds
 from ..viz.aggregate import unit_label
-from .common import TABLE_STYLE, html_table
+from .panel_parts import TABLE_STYLE, html_table
 
 CARD_HINT = (
     "<div style='color:#555;font-size:12px;line-height:1.4;max-width:360px'>Click a cell (or type a rank in "
@@ -31,15 +32,6 @@ _COORDINATES = (
     ("seq. data", "sequence_data_rank"),
     ("batch data", "batch_data_rank"),
 )
-
-
-def short_members(members: Sequence[int] | np.ndarray, limit: int = 10) -> str:
-    """``0, 2, 4`` or, for long groups, ``0, 2, 4, 6, ... (120 more) ..., 254``."""
-    values = [int(v) for v in members]
-    if len(values) <= limit:
-        return ", ".join(map(str, values))
-    head = values[: limit - 2]
-    return ", ".join(map(str, head)) + f", ... ({len(values) - limit + 1} more) ..., {values[-1]}"
 
 
 def coordinates_text(layout: Layout, rank: int) -> str:
@@ -63,8 +55,8 @@ def hover_text(layout: Layout, ranks: range, dim: str) -> str:
         )
     groups = np.unique(index[ranks.start : ranks.stop])
     where = unit_label(layout, ranks.start, len(ranks))
-    listed = short_members(groups, 6)
-    return f"{where}: ranks {ranks.start}-{ranks.stop - 1} · {len(groups)} {dim} group(s): {listed}"
+    listed = ", ".join(map(str, groups[:6])) + (", ..." if len(groups) > 6 else "")
+    return f"{where}: ranks {ranks.start}-{ranks.stop - 1} · {plural(len(groups), dim + ' group')}: {listed}"
 
 
 def rank_card_html(
@@ -86,7 +78,7 @@ def rank_card_html(
     rows = []
     for name in DIM_NAMES:
         members = layout.group_of(name, rank)
-        row = [name, int(layout.group_index(name)[rank]), short_members(members)]
+        row = [name, int(layout.group_index(name)[rank]), members_text(members)]
         if verdicts:
             row.append("FAILED" if name in failures else "ok")
         rows.append(row)

@@ -9,13 +9,13 @@ import ipywidgets as widgets
 import traitlets
 
 from ..config import PhaseType
+from ..formatting import members_text, plural
 from ..layout import Layout
 from ..seeds import GENERATORS
 from ..viz import plot_sharing, plot_streams, stream_marks, stream_picture, to_png
-from .cluster_panel import ClusterPanel
-from .common import TABLE_STYLE, Debouncer, Panel, error_html, frame_table, html_table, short_error
 from .grid_view import GridView
 from .layout_panel import LayoutPanel
+from .panel_parts import TABLE_STYLE, Debouncer, Panel, error_html, frame_table, html_table, short_error
 
 _VIEWS = (
     ("grid coloured by stream", "grid"),
@@ -53,11 +53,13 @@ def stream_card_html(report: Any, rank: int, differs: str = "") -> str:
 def sharing_html(report: Any, generator: str, limit: int = 64) -> str:
     """The groups of ranks sharing one ``generator`` stream, one line each (the first ``limit``)."""
     groups = report.sharing(generator)
-    lines = [", ".join(map(str, group)) for group in groups[:limit]]
+    lines = [members_text(group) for group in groups[:limit]]
     more = f"<br>... {len(groups) - limit} more" if len(groups) > limit else ""
     shared = sum(1 for g in groups if len(g) > 1)
-    head = f"<b>{html.escape(generator)}</b>: {len(groups)} distinct stream(s), {shared} shared by several ranks"
-    body = "<br>".join(f"[{html.escape(line)}]" for line in lines)
+    head = (
+        f"<b>{html.escape(generator)}</b>: {plural(len(groups), 'distinct stream')}, {shared} shared by several ranks"
+    )
+    body = "<br>".join(html.escape(line) for line in lines)
     return f"{head}<div style='font-family:monospace;font-size:12px'>{body}{more}</div>"
 
 
@@ -66,7 +68,7 @@ class StreamsPanel(Panel):
     a button that draws the same streams on a running cluster and compares real against predicted.
 
     ``layout`` is a ``Layout`` or a ``LayoutPanel`` to follow, ``cluster`` a running ``LocalCluster`` or a
-    ``ClusterPanel`` to follow; ``set_layout(layout)`` and ``set_cluster(cluster)`` change them. ``predicted`` and
+    ``ClusterPanel`` to follow; assigning ``panel.layout`` / ``panel.cluster`` changes them. ``predicted`` and
     ``real`` are the last ``StreamReport``s, ``error`` the last problem (empty when none).
 
     The default picture is the rank grid coloured by the chosen generator's stream; after a real draw, the
@@ -135,28 +137,13 @@ class StreamsPanel(Panel):
             control.observe(lambda _: self._redraw.schedule(), names="value")
         self.observe(lambda _: self._predict(), names="layout")
         self.observe(lambda _: self._refresh_button(), names="cluster")
-        if isinstance(layout, LayoutPanel):  # follow the panel's layout
-            layout.observe(lambda change: self.set_layout(change["new"]), names="layout")
-            layout = layout.layout
-        if isinstance(cluster, ClusterPanel):  # draw on the panel's cluster
-            cluster.observe(lambda change: self.set_cluster(change["new"]), names="cluster")
-            cluster = cluster.cluster
-        self.cluster = cluster
-        self.layout = layout
-        if layout is None:
+        self.follow(cluster=cluster, layout=layout)  # draw on a followed panel's cluster
+        if self.layout is None:
             self._predict()
         self._refresh_button()
 
     def __repr__(self) -> str:
         return f"StreamsPanel(layout={self.layout!r}, step={self.step.value}, phase={self.phase.value})"
-
-    def set_layout(self, layout: Layout | None) -> None:
-        """Predict the streams of ``layout`` (None: no valid layout)."""
-        self.layout = layout
-
-    def set_cluster(self, cluster: Any) -> None:
-        """Use ``cluster`` (a running ``LocalCluster`` or None) for real draws."""
-        self.cluster = cluster
 
     def flush(self) -> None:
         """Draw a pending redraw now."""

@@ -11,6 +11,8 @@ import ipywidgets as widgets
 import traitlets
 from traitlets import TraitError, validate
 
+from ..validation import check_int
+
 
 class Panel(traitlets.HasTraits):
     """A panel: Python state (traits other panels can observe) plus ``widget``, the ipywidgets box shown.
@@ -27,6 +29,15 @@ class Panel(traitlets.HasTraits):
         if isinstance(bundle, dict):
             bundle["text/plain"] = repr(self)
         return bundle
+
+    def follow(self, **sources: Any) -> None:
+        """Set traits from ``sources`` (``layout=``, ``cluster=``): a value is taken as it is; a panel is followed, its
+        trait of that name observed, so that this panel's changes with it (the lab links its panels this way)."""
+        for name, source in sources.items():
+            if isinstance(source, Panel):
+                source.observe(lambda change, name=name: setattr(self, name, change["new"]), names=name)
+                source = getattr(source, name)
+            setattr(self, name, source)
 
     def add_class(self, name: str) -> Panel:
         """Add a CSS class to the panel's widget."""
@@ -45,10 +56,6 @@ def divisors(n: int) -> list[int]:
                 large.append(n // d)
         d += 1
     return small + large[::-1]
-
-
-def _positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 class FactorDropdown(widgets.Dropdown):
@@ -85,8 +92,7 @@ class FactorDropdown(widgets.Dropdown):
     def _validate_value(self, proposal: Any) -> Any:
         value = proposal.value
         if value is not None and value not in self._options_values:
-            if not _positive_int(value):
-                raise TraitError(f"{self.description or 'value'}={value!r} must be a positive integer")
+            check_int(self.description or "value", value, minimum=1, error=TraitError)
             self._set_options_keep(sorted({*self._options_values, value}))
         return super()._validate_value(proposal)
 
@@ -140,16 +146,6 @@ def html_table(columns: Sequence[str], rows: Iterable[Sequence[Any]], css_class:
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in columns)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>" for row in rows)
     return f"<table class='{css_class}'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-def members_text(members: Any, limit: int = 48) -> str:
-    """A group's members as text: all of them up to ``limit``, else the first ``limit // 2``, how many more, the
-    last four."""
-    values = members.tolist() if hasattr(members, "tolist") else [int(v) for v in members]
-    if len(values) <= limit:
-        return ", ".join(map(str, values))
-    head, tail = values[: limit // 2], values[-4:]
-    return ", ".join(map(str, head)) + f", ... ({len(values) - limit // 2 - 4} more) ..., " + ", ".join(map(str, tail))
 
 
 def frame_table(frame: Any, css_class: str = "fdl-table", index: bool = False) -> str:

@@ -4,24 +4,29 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import warnings
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..errors import CostError
+from ..painters import paint
 from .communication import COMMUNICATION_COLUMNS, CollectiveRow, row_columns, step_rows
-from .errors import CostError
+from .efficiency import DEFAULT_EFFICIENCY, Efficiency
 from .hardware import Hardware
 from .memory import MEMORY_COLUMNS, stage_memory
 from .model import Transformer
+from .setups import Setups
 from .sizes import Sizes
+from .step import StepTime, step_columns
 from .training import Training
 
 if TYPE_CHECKING:
     import pandas as pd
 
 TIME_COLUMNS: tuple[str, ...] = ("bytes_per_step", "bus_bytes_per_step", "inter_node", "seconds", "dominant")
-"""Columns of ``CostReport.time(hardware)`` (one row per dim)."""
+"""Columns of ``CostReport.communication_time(hardware)`` (one row per dim)."""
 
 
 def format_bytes(value: float) -> str:
@@ -38,7 +43,10 @@ class CostReport:
     """Memory per stage and communication per (dim, collective) of one training step on one layout.
 
     Build it with ``estimate``. ``.memory`` and ``.communication`` are pandas DataFrames made on first use
-    from numpy columns; ``.peak_bytes`` and ``.groups(dim, collective)`` need no pandas.
+    from numpy columns; ``.peak_bytes`` and ``.groups(dim, collective)`` need no pandas. ``.step(hardware)`` is
+    the step time (``StepTime``), ``.fits(hardware)`` the memory table with whether each stage fits, and
+    ``.communication_time(hardware)`` the bytes of ``.communication`` over peak link rates (no compute, no
+    overlap: not a step time).
     """
 
     def __init__(
@@ -49,11 +57,13 @@ class CostReport:
         sizes: Sizes,
         stages: dict[str, np.ndarray],
         rows: list[CollectiveRow],
+        setups: Setups,
     ):
         self.layout = layout
         self.model = model
         self.training = training
         self.sizes = sizes
+        self.setups = setups
         self._stages = stages
         self._rows = rows
 
@@ -112,11 +122,62 @@ class CostReport:
         have = ", ".join(f"{r.dim}/{r.collective}" for r in self._rows) or "none"
         raise CostError(f"no communication row dim={dim!r}, collective={collective!r}; rows: {have}")
 
+    def fits(self, hardware: Hardware | str | None = None) -> pd.DataFrame:
+        """``memory`` with, for ``hardware``'s HBM, ``usable_bytes`` (HBM less what CUDA, NCCL and fragmentation
+        take: ``Hardware.usable_bytes``) and ``fits`` per stage."""
+        hw = Hardware.coerce(hardware)
+        frame = self.memory.copy()
+        frame["usable_bytes"] = hw.usable_bytes if hw.memory_GiB is not None else np.nan
+        frame["fits"] = hw.fits(frame["total_bytes"].to_numpy()) if hw.memory_GiB is not None else True
+        frame.attrs["hardware"] = hw
+        return frame
+
+    def step(self, hardware: Hardware | str | None = None, efficiency: Efficiency | None = None) -> StepTime:
+        """The time of one training step on ``hardware`` (a ``Hardware`` or preset name): compute, the pipeline
+        schedule's bubble from its own table, exposed communication and the optimizer (see ``cost.step``).
+
+        Example:
+            >>> from fastdist_lab import Layout
+            >>> layout = Layout(world_size=64, local_world_size=8, tensor_parallel=8, pipeline_parallel=2)
+            >>> training = Training(num_microbatches=16, recompute="full", sequence_tensor_parallel=True)
+            >>> step = estimate(layout, "llama2-70b", training).step("h100-sxm-80gb")
+            >>> step.mfu > 0.3, step.fits
+            (True, True)
+        """
+        hw = Hardware.coerce(hardware)
+        columns, timeline = step_columns(self.setups, hw, DEFAULT_EFFICIENCY if efficiency is None else efficiency)
+        first = {name: float(values[0]) for name, values in columns.items()}
+        return StepTime(
+            seconds=first["seconds"],
+            tokens_per_second=first["tokens_per_second"],
+            tflops_per_gpu=first["tflops_per_gpu"],
+            mfu=first["mfu"],
+            hardware=hw,
+            global_batch_size=int(first["global_batch_size"]),
+            critical_rank=int(first["critical_rank"]),
+            parts=first,
+            memory=self.fits(hw),
+            timeline=timeline,
+            schedule_kind=self.training.schedule,
+            sizes=(self.sizes.pipeline_parallel, self.sizes.microbatches, self.training.virtual_pipeline_stages),
+        )
+
     def time(self, hardware: Hardware | str | None = None) -> pd.DataFrame:
-        """Estimated communication seconds per step per dim on ``hardware`` (a ``Hardware`` or preset name).
+        """Deprecated name of ``communication_time`` (it never was a step time; see ``step``)."""
+        warnings.warn(
+            "CostReport.time() is communication time only and is renamed communication_time(); "
+            "step(hardware) gives the step time",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.communication_time(hardware)
+
+    def communication_time(self, hardware: Hardware | str | None = None) -> pd.DataFrame:
+        """Communication seconds per step per dim on ``hardware`` (a ``Hardware`` or preset name).
 
         Each row's bus bytes over the intra- or inter-node bus bandwidth (inter when its groups span
-        nodes), summed per dim without overlap; ``dominant`` marks the dim that takes longest.
+        nodes), summed per dim without overlap and without compute: what the links alone would need, not a
+        step time (``step`` is); ``dominant`` marks the dim that takes longest.
         """
         import pandas as pd
 
@@ -155,32 +216,35 @@ class CostReport:
         }
 
     def to_dict(self, hardware: Hardware | str | None = None) -> dict[str, Any]:
-        """Everything as plain Python (for JSON): summary, memory, communication, time on ``hardware``."""
+        """Everything as plain Python (for JSON): summary, memory (with ``fits`` on ``hardware``), communication,
+        communication time and step time on ``hardware``."""
         hw = Hardware.coerce(hardware)
-        time = self.time(hw)
-        memory = self.memory.reset_index()
+        time = self.communication_time(hw)
+        memory = self.fits(hw).reset_index()
         return {
             "summary": self.summary(),
             "memory": [{k: _plain(v) for k, v in row.items()} for row in memory.to_dict(orient="records")],
             "communication": [
                 {k: _plain(v) for k, v in row.items()} for row in self.communication.to_dict(orient="records")
             ],
-            "time": {
+            "communication_time": {
                 "hardware": dataclasses.asdict(hw),
                 "per_dim": [{k: _plain(v) for k, v in row.items()} for row in time.reset_index().to_dict("records")],
             },
+            "step": _step_document(self, hw),
         }
 
     def to_text(self, hardware: Hardware | str | None = None) -> str:
-        """Memory per stage, communication rows and time per dim as aligned text tables."""
+        """Memory per stage (and whether it fits ``hardware``), communication rows, communication time per dim and
+        the step time as aligned text tables."""
         hw = Hardware.coerce(hardware)
-        memory = self.memory.copy()
-        for name in MEMORY_COLUMNS[1:]:
-            memory[name] = memory[name].map(format_bytes)
+        memory = self.fits(hw)
+        for name in (*MEMORY_COLUMNS[1:], "usable_bytes"):
+            memory[name] = memory[name].map(lambda v: format_bytes(v) if v == v else "?")
         comm = self.communication.copy()
         for name in ("bytes_per_call", "bytes_per_step", "bus_bytes_per_step"):
             comm[name] = comm[name].map(format_bytes)
-        time = self.time(hw)
+        time = self.communication_time(hw)
         time_text = time.assign(
             bytes_per_step=time["bytes_per_step"].map(format_bytes),
             bus_bytes_per_step=time["bus_bytes_per_step"].map(format_bytes),
@@ -207,12 +271,19 @@ class CostReport:
                 "communication per step (per rank of the busiest stage):",
                 comm.to_string(index=False) if len(comm) else "(none: one rank)",
                 "",
-                f"time per step on {hw.name} ({hw.intra_node_GBps:g} GB/s in a node, "
-                f"{hw.inter_node_GBps:g} GB/s between nodes):",
+                f"communication time per step on {hw.name} (bytes over {hw.intra_node_GBps:g} GB/s in a node, "
+                f"{hw.inter_node_GBps:g} GB/s between nodes; no compute, no overlap):",
                 time_text.to_string() if len(time) else "(no communication)",
                 f"dominant: {dominant[0] if dominant else 'none'}",
+                "",
+                _step_text(self, hw),
             ]
         )
+
+    def plot(self) -> Any:
+        """Memory bars per stage and the rank grid coloured by the groups of the dim that moves the most bytes across
+        nodes (``fastdist_lab.viz.plot_cost``): a matplotlib ``Figure``."""
+        return paint("cost", self)
 
     def __repr__(self) -> str:
         return (
@@ -233,12 +304,40 @@ def _plain(value: Any) -> Any:
     return value.item() if hasattr(value, "item") else value
 
 
+def _step_document(report: CostReport, hw: Hardware) -> dict[str, Any] | None:
+    """The step time as plain Python, or ``None`` on hardware without compute figures."""
+    if hw.peak_tflops is None or hw.memory_GBps is None:
+        return None
+    step = report.step(hw)
+    return {
+        "seconds": step.seconds,
+        "tokens_per_second": step.tokens_per_second,
+        "tflops_per_gpu": step.tflops_per_gpu,
+        "mfu": step.mfu,
+        "fits": step.fits,
+        "breakdown": {name: float(row["seconds"]) for name, row in step.breakdown.iterrows()},
+    }
+
+
+def _step_text(report: CostReport, hw: Hardware) -> str:
+    """The step time and its breakdown, or why there is none."""
+    if hw.peak_tflops is None or hw.memory_GBps is None:
+        return f"no step time: hardware {hw.name!r} gives no peak_tflops / memory_GBps"
+    fits = report.fits(hw)
+    lines = [report.step(hw).to_text()]
+    if not fits["fits"].all():
+        stages = ", ".join(str(i) for i in fits.index[~fits["fits"]])
+        lines.append(f"stages {stages} need more than the {format_bytes(hw.usable_bytes)} usable of {hw.name}'s "
+                     f"{hw.memory_GiB:g} GiB")  # fmt: skip
+    return "\n".join(lines)
+
+
 def estimate(layout: Any, model: Transformer | str, training: Training | None = None) -> CostReport:
     """What one training step of ``model`` costs on ``layout``: memory per stage and bytes per group.
 
     Args:
         layout: a ``fastdist_lab.Layout`` (its real groups give group sizes and node spans).
-        model: a ``Transformer`` or a preset name (``Transformer.presets()``).
+        model: a ``Transformer`` or a preset name (one of ``fastdist_lab.cost.PRESETS``).
         training: a ``Training`` (default ``Training()``: micro-batch 1, ZeRO 0, no recompute).
 
     Returns:
@@ -258,6 +357,7 @@ def estimate(layout: Any, model: Transformer | str, training: Training | None = 
     if not isinstance(training, Training):
         raise CostError(f"training={training!r} must be a Training")
     sizes = Sizes.of(layout, model, training)
-    stages = stage_memory(model, training, sizes)
+    setups = Setups.single(layout, model, training, sizes.sequence_parallel)
+    stages = {name: values[0] if values.ndim == 2 else values for name, values in stage_memory(setups).items()}
     rows = step_rows(layout, model, training, sizes, stages)
-    return CostReport(layout, model, training, sizes, stages, rows)
+    return CostReport(layout, model, training, sizes, stages, rows, setups)

@@ -1,4 +1,5 @@
-"""The invariants a ``StreamReport`` is checked against, vectorised over the whole world.
+"""The cells of a world's generator streams (``StreamCells``) and the invariants they are checked against,
+vectorised over the whole world.
 
 Each check returns one row ``{"check", "ok", "detail"}``; a failing detail names the ranks, the generators
 and the seed. What "should" share a stream is Fast-LLM's design (commit 91b28fab; ``docs/formulas.md``):
@@ -9,39 +10,91 @@ ranks exactly when ``reproducible_init`` is set.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from ..config import PhaseType
+from ..formatting import members_text, plural
 from ..layout import Layout
-from ..seeds import stream_key
+from ..seeds import GENERATORS, number_streams, stream_key, stream_keys
 
 
-class StreamTable(Protocol):
-    """What the checks read of a ``streams.report.StreamReport`` (declared here so that checks and report do not
-    import each other: the report calls ``run_checks``)."""
+class StreamCells:
+    """The seed, device and first draws of every generator of every rank, with their stream ids: what the invariants
+    below read, and the base of ``StreamReport``.
 
-    layout: Layout
-    step: int
-    phase: PhaseType
-    generators: tuple[str, ...]
-    devices: tuple[str, ...]
-    seeds: np.ndarray
-    values: np.ndarray
-    stream_ids: np.ndarray
-    stream_first: np.ndarray
+    ``seeds`` is a ``uint64`` array (rank, generator), ``devices`` one device type per generator and
+    ``values`` a float64 array (rank, generator, draw). ``source`` says where the numbers come from
+    (``"predicted"`` or ``"real"``); ``origins``, for real reports, says per cell which state the draws
+    were taken from (see ``fastdist_lab.streams.real``). Two (rank, generator) cells share a stream id exactly
+    when their generators produce identical numbers: the same device type and the same seed, as far as that
+    device's generator reads it (torch's CPU generator uses only the low 32 bits; see ``streams.draws``).
+    """
 
+    def __init__(
+        self,
+        layout: Layout,
+        step: int,
+        phase: PhaseType | str,
+        seeds: np.ndarray,
+        devices: tuple[str, ...],
+        values: np.ndarray,
+        source: str = "predicted",
+        generators: tuple[str, ...] = GENERATORS,
+        origins: np.ndarray | None = None,
+        numbering: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+    ):
+        self.layout = layout
+        self.step = int(step)
+        self.phase = PhaseType.parse(phase)
+        self.generators = tuple(generators)
+        self.seeds = np.asarray(seeds, dtype=np.uint64)
+        self.devices = tuple(devices)
+        self.values = np.asarray(values, dtype=np.float64)
+        self.source = source
+        self.origins = None if origins is None else np.asarray(origins, dtype=object)
+        world, count = layout.world_size, len(self.generators)
+        if self.seeds.shape != (world, count) or len(self.devices) != count:
+            raise ValueError(
+                f"seeds of shape {self.seeds.shape} and {len(self.devices)} devices do not fit "
+                f"{world} ranks x {count} generators"
+            )
+        if self.origins is not None and self.origins.shape != self.seeds.shape:
+            raise ValueError(f"origins of shape {self.origins.shape} do not fit {world} ranks x {count} generators")
+        if self.values.ndim != 3 or self.values.shape[:2] != (world, count):
+            raise ValueError(f"values of shape {self.values.shape} do not fit {world} ranks x {count} generators")
+        if numbering is None:
+            names = sorted(set(self.devices))
+            codes = np.array([names.index(d) for d in self.devices], dtype=np.int64)
+            numbering = number_streams(stream_keys(self.seeds, self.devices), np.broadcast_to(codes, self.seeds.shape))
+        ids, first, counts = numbering
+        if ids.shape != self.seeds.shape:
+            raise ValueError(f"stream ids of shape {ids.shape} do not fit {world} ranks x {count} generators")
+        self.stream_ids: np.ndarray = ids
+        """The stream id of every (rank, generator) cell, numbered by first appearance (rank-major)."""
+        self.stream_first: np.ndarray = first
+        """For each stream id, the flat (rank-major) index of the first cell that has it."""
+        self.stream_counts: np.ndarray = counts
+        """For each stream id, how many cells have it."""
+
+    # ------------------------------------------------------------------ identity
     @property
     def draws(self) -> int:
-        """Values drawn per generator."""
+        """How many values were drawn from each generator."""
+        return self.values.shape[2]
 
     @property
     def num_streams(self) -> int:
-        """Distinct streams in the world."""
+        """How many distinct streams the world holds."""
+        return int(self.stream_first.size)
 
     def generator_index(self, generator: str) -> int:
-        """The column of ``generator``."""
+        """The column of ``generator`` (one of ``GENERATORS``); ``ValueError`` naming the choices otherwise."""
+        try:
+            return self.generators.index(generator)
+        except ValueError:
+            raise ValueError(f"generator={generator!r} is not one of {', '.join(self.generators)}") from None
 
 
 Row = dict[str, Any]
@@ -54,14 +107,7 @@ def _row(check: str, ok: bool, detail: str) -> Row:
     return {"check": check, "ok": bool(ok), "detail": detail}
 
 
-def _members(group: np.ndarray) -> str:
-    values = group.tolist()
-    if len(values) > 8:
-        return "[" + ", ".join(map(str, values[:8])) + f", ... ({len(values)} ranks)]"
-    return "[" + ", ".join(map(str, values)) + "]"
-
-
-def _cell(report: StreamTable, rank: int, generator: str) -> str:
+def _cell(report: StreamCells, rank: int, generator: str) -> str:
     index = report.generator_index(generator)
     return f"seed {int(report.seeds[rank, index])} on {report.devices[index]}"
 
@@ -75,7 +121,7 @@ def _seeds_text(first: int, second: int, device: str) -> str:
     )
 
 
-def _same_stream(report: StreamTable, a: tuple[int, str], b: tuple[int, str]) -> str:
+def _same_stream(report: StreamCells, a: tuple[int, str], b: tuple[int, str]) -> str:
     """How two cells that share one stream are seeded."""
     (ra, ga), (rb, gb) = a, b
     sa = int(report.seeds[ra, report.generator_index(ga)])
@@ -83,7 +129,7 @@ def _same_stream(report: StreamTable, a: tuple[int, str], b: tuple[int, str]) ->
     return _seeds_text(sa, sb, report.devices[report.generator_index(ga)])
 
 
-def _rank_generator(report: StreamTable, flat: int) -> tuple[int, str]:
+def _rank_generator(report: StreamCells, flat: int) -> tuple[int, str]:
     """The (rank, generator name) of a flat cell index into the rank x generator table."""
     rank, column = divmod(int(flat), len(report.generators))
     return rank, report.generators[column]
@@ -105,7 +151,7 @@ def _duplicate_in_rows(ids: np.ndarray) -> tuple[int, int, int] | None:
     return row, a, b
 
 
-def _distinct_within(report: StreamTable, generators: tuple[str, ...], dim: str, what: str) -> str | None:
+def _distinct_within(report: StreamCells, generators: tuple[str, ...], dim: str, what: str) -> str | None:
     """Failure text when some ``generators`` stream is shared by two ranks of one group of ``dim``."""
     groups = report.layout.groups(dim)
     for generator in generators:
@@ -115,13 +161,13 @@ def _distinct_within(report: StreamTable, generators: tuple[str, ...], dim: str,
             row, a, b = found
             ra, rb = int(groups[row, a]), int(groups[row, b])
             return (
-                f"{generator} streams shared {what} {dim} group {_members(groups[row])}: "
+                f"{generator} streams shared {what} {dim} group {members_text(groups[row])}: "
                 f"ranks {ra} and {rb} both have {_same_stream(report, (ra, generator), (rb, generator))}"
             )
     return None
 
 
-def check_pp_shared_in_tensor_groups(report: StreamTable) -> Row:
+def check_pp_shared_in_tensor_groups(report: StreamCells) -> Row:
     """pp streams are shared by every rank of a tensor group and by no rank outside it."""
     name = "pp streams shared exactly within each tensor group"
     groups = report.layout.groups("tensor")
@@ -134,8 +180,8 @@ def check_pp_shared_in_tensor_groups(report: StreamTable) -> Row:
         return _row(
             name,
             False,
-            f"pp streams differ inside tensor group {_members(groups[row])}: rank {ra} has {_cell(report, ra, 'pp')}, "
-            f"rank {rb} has {_cell(report, rb, 'pp')}",
+            f"pp streams differ inside tensor group {members_text(groups[row])}: "
+            f"rank {ra} has {_cell(report, ra, 'pp')}, rank {rb} has {_cell(report, rb, 'pp')}",
         )
     found = _duplicate_in_rows(ids[:, :1].T)
     if found is not None:
@@ -144,7 +190,7 @@ def check_pp_shared_in_tensor_groups(report: StreamTable) -> Row:
         return _row(
             name,
             False,
-            f"tensor groups {_members(groups[a])} and {_members(groups[b])} share one pp stream "
+            f"tensor groups {members_text(groups[a])} and {members_text(groups[b])} share one pp stream "
             f"({_same_stream(report, (ra, 'pp'), (rb, 'pp'))})",
         )
     return _row(
@@ -154,7 +200,7 @@ def check_pp_shared_in_tensor_groups(report: StreamTable) -> Row:
     )
 
 
-def check_tp_distinct_in_tensor_groups(report: StreamTable) -> Row:
+def check_tp_distinct_in_tensor_groups(report: StreamCells) -> Row:
     """tp streams (and tp_init streams, unless ``reproducible_init``) differ between the ranks of a tensor group."""
     name = "tp streams distinct inside every tensor group"
     tp = report.layout.tensor_parallel
@@ -167,7 +213,7 @@ def check_tp_distinct_in_tensor_groups(report: StreamTable) -> Row:
     return _row(name, True, f"the {tp} ranks of every tensor group draw different {' and '.join(generators)} streams")
 
 
-def check_distinct_across(report: StreamTable, dim: str) -> Row:
+def check_distinct_across(report: StreamCells, dim: str) -> Row:
     """pp and tp streams differ between the ranks of every ``dim`` group (``data`` or ``pipeline``)."""
     name = f"pp and tp streams distinct across {dim} ranks"
     size = report.layout.groups(dim).shape[1]
@@ -179,7 +225,7 @@ def check_distinct_across(report: StreamTable, dim: str) -> Row:
     return _row(name, True, f"in every {dim} group the {size} ranks draw different pp and tp streams")
 
 
-def check_init_generators(report: StreamTable) -> Row:
+def check_init_generators(report: StreamCells) -> Row:
     """Init generators equal across data and pipeline ranks exactly when ``reproducible_init``."""
     name = "init generators equal across data and pipeline ranks exactly when reproducible_init"
     layout = report.layout
@@ -213,7 +259,7 @@ def check_init_generators(report: StreamTable) -> Row:
     return _row(name, True, "reproducible_init=False: every init stream differs across data and pipeline ranks")
 
 
-def _other_moments(report: StreamTable) -> list[tuple[str, int, PhaseType]]:
+def _other_moments(report: StreamCells) -> list[tuple[str, int, PhaseType]]:
     moments = [(f"step {report.step + 1}", report.step + 1, report.phase)]
     test_like = {PhaseType.test, PhaseType.inference}
     for phase in (PhaseType.training, PhaseType.validation, PhaseType.test):
@@ -223,7 +269,7 @@ def _other_moments(report: StreamTable) -> list[tuple[str, int, PhaseType]]:
     return moments
 
 
-def check_streams_change(report: StreamTable) -> Row:
+def check_streams_change(report: StreamCells) -> Row:
     """Every rank's pp and tp streams change at the next step and in every other phase, and never reappear."""
     name = "streams change with step and with phase"
     columns = [report.generator_index(g) for g in _STEP_GENERATORS]
@@ -261,7 +307,7 @@ def check_streams_change(report: StreamTable) -> Row:
     )
 
 
-def _expected_classes(report: StreamTable) -> np.ndarray:
+def _expected_classes(report: StreamCells) -> np.ndarray:
     """For every cell, the class of cells that are meant to share its stream (same class = may share)."""
     layout = report.layout
     world = layout.world_size
@@ -284,7 +330,7 @@ def _expected_classes(report: StreamTable) -> np.ndarray:
     return classes
 
 
-def check_no_collisions(report: StreamTable) -> Row:
+def check_no_collisions(report: StreamCells) -> Row:
     """No two cells that are meant to have different streams share one, across all ranks and generators."""
     name = "no two streams that should differ collide anywhere in the world"
     ids = report.stream_ids.ravel()
@@ -332,7 +378,7 @@ def _equal_rows(rows: np.ndarray) -> tuple[int, int] | None:
     return min(a, b), max(a, b)
 
 
-def check_draws_agree(report: StreamTable) -> Row:
+def check_draws_agree(report: StreamCells) -> Row:
     """Cells with one stream id drew the same values; cells with different ids drew different values."""
     name = "draws agree with stream ids"
     values = report.values.reshape(-1, report.draws)
@@ -358,10 +404,14 @@ def check_draws_agree(report: StreamTable) -> Row:
             f"rank {ra}'s {ga} ({_cell(report, ra, ga)}) and rank {rb}'s {gb} ({_cell(report, rb, gb)}) "
             "drew the same values",
         )
-    return _row(name, True, f"{first.size} streams, each with its own {report.draws} draw(s), equal wherever shared")
+    return _row(
+        name,
+        True,
+        f"{plural(first.size, 'stream')}, each with its own {plural(report.draws, 'draw')}, equal wherever shared",
+    )
 
 
-def note_inference_reuses_test(report: StreamTable) -> Row:
+def note_inference_reuses_test(report: StreamCells) -> Row:
     """A note (always ok): the inference phase reuses the test phase's seed shift, hence its streams."""
     layout = report.layout
     test = layout.seed_table(report.step, PhaseType.test).iloc[0]
@@ -375,7 +425,7 @@ def note_inference_reuses_test(report: StreamTable) -> Row:
     return _row("note: inference reuses the test phase's streams", True, detail)
 
 
-def note_cpu_seed_bits(report: StreamTable) -> Row:
+def note_cpu_seed_bits(report: StreamCells) -> Row:
     """A note (always ok): torch's CPU generator reads only the low 32 bits of a seed; says what that merges here."""
     cpu = [i for i, device in enumerate(report.devices) if device == "cpu"]
     seeds = report.seeds[:, cpu]
@@ -412,6 +462,6 @@ CHECKS = (
 """Every check, in the order of the table."""
 
 
-def run_checks(report: StreamTable) -> list[Row]:
+def run_checks(report: StreamCells) -> list[Row]:
     """Every check's row for ``report``."""
     return [check(report) for check in CHECKS]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from ..config import DistributedConfig, LayoutError
+from ..config import DistributedConfig
+from ..errors import LayoutError
+from ..formatting import first_line
 from ..layout import Layout
 
 DEFAULT_LAYOUT = {"world_size": 8, "tensor_parallel": 2, "pipeline_parallel": 2, "sequence_data_parallel": 2}
@@ -140,9 +142,8 @@ def config_from_args(args: argparse.Namespace, rank: int) -> DistributedConfig:
 def error_line(error: BaseException) -> str:
     """The first line of an error, for a one-line CLI message; a backend the machine cannot run names the flag
     that picks another (``--backend gloo``)."""
-    text = str(error).strip()
-    first = text.splitlines()[0] if text else type(error).__name__
-    alternative = getattr(error, "alternative", None)  # runtime.BackendUnavailable, read duck-typed
+    first = first_line(error)
+    alternative = getattr(error, "alternative", None)  # errors.BackendUnavailable, read duck-typed
     if alternative in ("gloo", "nccl"):  # (a CapacityError's alternative is a mode, already named in its text)
         return f"{first} (--backend {alternative})"
     return first

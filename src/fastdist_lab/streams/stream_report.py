@@ -7,90 +7,19 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..config import PhaseType
-from ..layout import RANK_COLUMNS, Layout
-from ..seeds import GENERATORS, number_streams, stream_keys
-from .checks import run_checks
+from ..layout import RANK_COLUMNS
+from ..painters import paint
 from .draws import DRAW_FUNCTION
+from .invariants import StreamCells, run_checks
 
 if TYPE_CHECKING:
     import pandas as pd
 
 
-class StreamReport:
-    """The seed, device and first draws of every generator of every rank, with their stream ids.
-
-    ``seeds`` is a ``uint64`` array (rank, generator), ``devices`` one device type per generator and
-    ``values`` a float64 array (rank, generator, draw). ``source`` says where the numbers come from
-    (``"predicted"`` or ``"real"``); ``origins``, for real reports, says per cell which state the draws
-    were taken from (see ``fastdist_lab.streams.real``). Two (rank, generator) cells share a stream id exactly
-    when their generators produce identical numbers: the same device type and the same seed, as far as that
-    device's generator reads it (torch's CPU generator uses only the low 32 bits; see ``streams.draws``).
+class StreamReport(StreamCells):
+    """Every rank's generator streams at one step and phase (``StreamCells``) with what to do with them: the
+    invariant checks (``check``), tables, the comparison of real draws with the prediction, pictures.
     """
-
-    def __init__(
-        self,
-        layout: Layout,
-        step: int,
-        phase: PhaseType | str,
-        seeds: np.ndarray,
-        devices: tuple[str, ...],
-        values: np.ndarray,
-        source: str = "predicted",
-        generators: tuple[str, ...] = GENERATORS,
-        origins: np.ndarray | None = None,
-        numbering: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
-    ):
-        self.layout = layout
-        self.step = int(step)
-        self.phase = PhaseType.parse(phase)
-        self.generators = tuple(generators)
-        self.seeds = np.asarray(seeds, dtype=np.uint64)
-        self.devices = tuple(devices)
-        self.values = np.asarray(values, dtype=np.float64)
-        self.source = source
-        self.origins = None if origins is None else np.asarray(origins, dtype=object)
-        world, count = layout.world_size, len(self.generators)
-        if self.seeds.shape != (world, count) or len(self.devices) != count:
-            raise ValueError(
-                f"seeds of shape {self.seeds.shape} and {len(self.devices)} devices do not fit "
-                f"{world} ranks x {count} generators"
-            )
-        if self.origins is not None and self.origins.shape != self.seeds.shape:
-            raise ValueError(f"origins of shape {self.origins.shape} do not fit {world} ranks x {count} generators")
-        if self.values.ndim != 3 or self.values.shape[:2] != (world, count):
-            raise ValueError(f"values of shape {self.values.shape} do not fit {world} ranks x {count} generators")
-        if numbering is None:
-            names = sorted(set(self.devices))
-            codes = np.array([names.index(d) for d in self.devices], dtype=np.int64)
-            numbering = number_streams(stream_keys(self.seeds, self.devices), np.broadcast_to(codes, self.seeds.shape))
-        ids, first, counts = numbering
-        if ids.shape != self.seeds.shape:
-            raise ValueError(f"stream ids of shape {ids.shape} do not fit {world} ranks x {count} generators")
-        self.stream_ids: np.ndarray = ids
-        """The stream id of every (rank, generator) cell, numbered by first appearance (rank-major)."""
-        self.stream_first: np.ndarray = first
-        """For each stream id, the flat (rank-major) index of the first cell that has it."""
-        self.stream_counts: np.ndarray = counts
-        """For each stream id, how many cells have it."""
-
-    # ------------------------------------------------------------------ identity
-    @property
-    def draws(self) -> int:
-        """How many values were drawn from each generator."""
-        return self.values.shape[2]
-
-    @property
-    def num_streams(self) -> int:
-        """How many distinct streams the world holds."""
-        return int(self.stream_first.size)
-
-    def generator_index(self, generator: str) -> int:
-        """The column of ``generator`` (one of ``GENERATORS``); ``ValueError`` naming the choices otherwise."""
-        try:
-            return self.generators.index(generator)
-        except ValueError:
-            raise ValueError(f"generator={generator!r} is not one of {', '.join(self.generators)}") from None
 
     def sharing(self, generator: str) -> list[tuple[int, ...]]:
         """The groups of ranks that share one stream of ``generator``, each sorted, sorted by first rank."""
@@ -213,6 +142,13 @@ class StreamReport:
             f"StreamReport({s['source']}, world_size={s['world_size']}, step={s['step']}, phase={s['phase']}, "
             f"draws={s['draws']}; streams per generator: {streams}; {s['distinct_streams']} distinct)"
         )
+
+    def plot(self, generator: str | None = None, **options: Any) -> Any:
+        """Every rank's stream of every generator (``fastdist_lab.viz.plot_streams``); with a ``generator``, which
+        ranks share its streams (``fastdist_lab.viz.plot_sharing``). A matplotlib ``Figure``."""
+        if generator is None:
+            return paint("streams", self, **options)
+        return paint("sharing", self, generator, **options)
 
     def _repr_html_(self) -> str:
         checks = self.check().to_html(index=False)

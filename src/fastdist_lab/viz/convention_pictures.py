@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 from ..conventions import Convention, as_convention, equivalent, seed_streams
 from ..conventions.base import normalise_mapping
 from ..conventions.equivalence import differing_ranks
-from ..conventions.seeds import STREAMS
+from ..conventions.framework_seeds import STREAMS
 from ..seeds import stream_ids
 from .colors import group_colors
 
@@ -108,7 +108,7 @@ def plot_conventions(
     if a.world_size != b.world_size:
         raise ValueError(f"world sizes differ: {a.name} has {a.world_size} ranks, {b.name} {b.world_size}")
     world = a.world_size
-    ga, gb = a.groups_of_axes(left_axes), b.groups_of_axes(right_axes)
+    ga, gb = a.rank_grid.groups(left_axes), b.rank_grid.groups(right_axes)
     differs = differing_ranks(a, left_axes, b, right_axes)
     ids_a = a.rank_grid.group_index(left_axes)
     # match colours: a right group identical (as a set) to a left group takes that group's colour
@@ -149,7 +149,7 @@ def plot_seed_sharing(
     data_parallel_random_init: bool = False,
     device: str = "cuda",
 ) -> Figure:
-    """One panel per random stream (``conventions.seeds.STREAMS`` or the names in ``streams``) on ``layout``'s
+    """One panel per random stream (``conventions.framework_seeds.STREAMS`` or the names in ``streams``) on ``layout``'s
     GPUs: ranks of one colour share that stream (on ``device``: CPU generators read only 32 bits of the seed).
     Cell text: the rank and its stream id."""
     names = list(STREAMS) if streams is None else [streams] if isinstance(streams, str) else list(streams)

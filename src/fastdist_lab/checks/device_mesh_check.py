@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..conventions import ConventionError, layout_mesh_dims
+from ..conventions import layout_mesh_dims
+from ..errors import ConventionError
 
 if TYPE_CHECKING:
     import pandas as pd

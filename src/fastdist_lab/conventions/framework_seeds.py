@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..config import MAX_SEED
+from ..errors import ConventionError
 from ..seeds import DEVICE_TYPES, stream_ids
-from .base import ConventionError
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -1,0 +1,74 @@
+"""Validation of the step-time model: its prediction next to every measured published run (issue 21, item 7).
+
+Prints one row per run (source, layout, settings the source leaves out and the model chose, measured and
+predicted seconds, error), then the mean and worst absolute error of the calibration runs and of the held-out
+runs. ``--markdown`` prints the table of ``docs/validation.md``; ``--calibrate`` fits the calibrated constants
+again on the calibration runs (a minute) and prints them. The performance figure: the time to validate every
+run, with a ratio against a baseline measured in the same run (one run, all its candidate settings, one by one).
+
+Run: python benchmarks/bench_validation.py [--markdown] [--calibrate]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from fastdist_lab.cost import PUBLISHED_RUNS, calibrate, error_summary, predict, validate
+
+
+def markdown(table) -> str:
+    """The runs and the error summary as the Markdown tables of docs/validation.md."""
+    lines = [
+        "| run | source | hardware | layout | settings chosen | measured s | predicted s | error | set |",
+        "| --- | --- | --- | --- | --- | ---: | ---: | ---: | --- |",
+    ]
+    for row in table.itertuples(index=False):
+        lines.append(
+            f"| {row.run} | {row.source} | {row.hardware} x {row.gpus:,} | {row.layout} | {row.settings or '-'} "
+            f"| {row.measured_seconds:.3f} | {row.predicted_seconds:.3f} | {row.error:+.1%} "
+            f"| {'calibration' if row.calibration else 'held out'} |"
+        )
+    summary = error_summary(table)
+    lines += [
+        "",
+        "| set | runs | sources | mean absolute error | worst absolute error |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for name, row in summary.iterrows():
+        lines.append(f"| {name} | {int(row['runs'])} | {int(row['sources'])} | {row['mean_abs_error']:.1%} "
+                     f"| {row['worst_abs_error']:.1%} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main() -> None:
+    """Print the table (or its Markdown), the summary, and the timing ratio."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--markdown", action="store_true", help="print the tables of docs/validation.md")
+    parser.add_argument("--calibrate", action="store_true", help="fit the calibrated constants again")
+    args = parser.parse_args()
+    if args.calibrate:
+        print(calibrate(progress=print))
+        return
+    start = time.perf_counter()
+    table = validate()
+    elapsed = time.perf_counter() - start
+    if args.markdown:
+        print(markdown(table))
+        return
+    import pandas as pd
+
+    with pd.option_context("display.width", 200, "display.max_colwidth", 48):
+        print(table[["run", "layout", "settings", "measured_seconds", "predicted_seconds", "error", "calibration"]])
+        print()
+        print(error_summary(table))
+    run = next(r for r in PUBLISHED_RUNS if r.choices)
+    base = time.perf_counter()
+    predict(run)
+    one = time.perf_counter() - base
+    print(f"\nvalidate(): {len(table)} runs in {elapsed:.2f} s; one run with {len(run.choices)} unknown settings: "
+          f"{one * 1e3:.0f} ms (ratio all / one: {elapsed / one:.1f})")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

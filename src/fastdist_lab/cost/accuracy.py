@@ -1,0 +1,161 @@
+"""The step-time model next to measured runs: predictions, errors, and the fit of the calibrated constants.
+
+``validate()`` predicts every ``PUBLISHED_RUNS`` entry and returns one row per run with the measured and
+predicted seconds and the error; ``error_summary`` gives the mean and worst absolute error of the calibration
+runs and of the others (held out); ``calibrate`` fits the constants ``Efficiency`` marks as calibrated on the
+calibration runs only (``benchmarks/bench_validation.py --calibrate``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..layout import Layout
+from .cost_report import estimate
+from .efficiency import DEFAULT_EFFICIENCY, Efficiency
+from .hardware import SUSTAINED, Hardware
+from .published import PUBLISHED_RUNS, PublishedRun
+from .training import Training
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+CALIBRATED: tuple[str, ...] = ("sustained[ampere]", "sustained[hopper]", "memory_efficiency", "kernel_overhead_s")
+"""The constants fitted on the calibration runs: ``hardware.SUSTAINED`` of each family with published runs and
+the ``Efficiency`` fields marked calibrated."""
+
+VALIDATION_COLUMNS: tuple[str, ...] = (
+    "run", "hardware", "gpus", "layout", "settings", "measured_seconds", "predicted_seconds", "error", "fits",
+    "calibration", "source", "measured_from",
+)  # fmt: skip
+"""Columns of ``validate``."""
+
+
+def _training(run: PublishedRun, combo: dict[str, Any]) -> Training:
+    fields = {**run.training, **combo}
+    v = fields.get("virtual_pipeline_stages", 1)
+    fields.setdefault("schedule", "interleaved-1f1b" if v > 1 else "1f1b")
+    if run.lighter_ends:
+        layers = run.model["num_layers"] + 2
+        chunks = run.pipeline_parallel * v
+        split = [layers // chunks] * chunks
+        split[0] -= 1
+        split[-1] -= 1
+        fields["layers_per_stage"] = tuple(split)
+    return Training(**fields)
+
+
+def predict(run: PublishedRun, efficiency: Efficiency | None = None,
+            sustained: dict[str, float] | None = None) -> dict[str, Any]:  # fmt: skip
+    """The predicted step of ``run``: the fastest of its ``choices``, as ``seconds``, ``fits`` (whether the
+    memory model says it fits; the run did) and the ``settings`` taken. ``sustained`` overrides
+    ``hardware.SUSTAINED`` per family."""
+    hardware = Hardware.preset(run.hardware)
+    if sustained and hardware.family in sustained:
+        hardware = hardware.replace(sustained=sustained[hardware.family])
+    layout = Layout(
+        world_size=run.gpus,
+        local_world_size=8,
+        tensor_parallel=run.tensor_parallel,
+        pipeline_parallel=run.pipeline_parallel,
+        sequence_data_parallel=run.sequence_data_parallel,
+    )
+    model = run.transformer()
+    names = list(run.choices)
+    best: dict[str, Any] | None = None
+    for values in itertools.product(*(run.choices[name] for name in names)):
+        combo = dict(zip(names, values))
+        if "micro_batch_size" in combo:
+            per_rank = run.global_batch_size // (layout.data_parallel // layout.sequence_data_parallel)
+            if per_rank % combo["micro_batch_size"]:
+                continue
+            combo["num_microbatches"] = per_rank // combo["micro_batch_size"]
+        try:
+            report = estimate(layout, model, _training(run, combo))
+        except ValueError:
+            continue
+        step = report.step(hardware, efficiency)
+        found = {"seconds": step.seconds, "fits": step.fits, "settings": combo}
+        if best is None or found["seconds"] < best["seconds"]:
+            best = found
+    if best is None:
+        raise ValueError(f"no set-up of run {run.name!r} splits over its layout")
+    return best
+
+
+def validate(runs: Sequence[PublishedRun] = PUBLISHED_RUNS, efficiency: Efficiency | None = None,
+             sustained: dict[str, float] | None = None) -> pd.DataFrame:  # fmt: skip
+    """One row per run (``VALIDATION_COLUMNS``): measured and predicted seconds, ``error`` = predicted /
+    measured - 1 (``efficiency`` and ``sustained`` as in ``predict``)."""
+    import pandas as pd
+
+    rows = []
+    for run in runs:
+        found = predict(run, efficiency, sustained)
+        dp = run.gpus // (run.tensor_parallel * run.pipeline_parallel)
+        rows.append({
+            "run": run.name, "hardware": run.hardware, "gpus": run.gpus,
+            "layout": f"tp{run.tensor_parallel} pp{run.pipeline_parallel} dp{dp}"
+                      + (f" (sdp{run.sequence_data_parallel})" if run.sequence_data_parallel > 1 else ""),
+            "settings": ", ".join(f"{k}={v}" for k, v in found["settings"].items() if k != "num_microbatches"),
+            "measured_seconds": run.seconds, "predicted_seconds": found["seconds"],
+            "error": found["seconds"] / run.seconds - 1, "fits": found["fits"], "calibration": run.calibration,
+            "source": run.source, "measured_from": run.measured_from,
+        })  # fmt: skip
+    return pd.DataFrame(rows, columns=list(VALIDATION_COLUMNS))
+
+
+def error_summary(frame: pd.DataFrame) -> pd.DataFrame:
+    """Runs, sources, mean and worst absolute error of the calibration runs, the held-out runs and all."""
+    import pandas as pd
+
+    parts = {"calibration": frame[frame["calibration"]], "held out": frame[~frame["calibration"]], "all": frame}
+    rows = {
+        name: {
+            "runs": len(part),
+            "sources": part["source"].str.split(",").str[0].nunique(),
+            "mean_abs_error": float(part["error"].abs().mean()) if len(part) else float("nan"),
+            "worst_abs_error": float(part["error"].abs().max()) if len(part) else float("nan"),
+        }
+        for name, part in parts.items()
+    }
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def calibrate(
+    runs: Sequence[PublishedRun] = PUBLISHED_RUNS,
+    start: Efficiency = DEFAULT_EFFICIENCY,
+    rounds: int = 4,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, float]:
+    """The ``CALIBRATED`` constants fitted to the calibration runs of ``runs``: the mean absolute log error, by
+    coordinate search (each constant in turn on a multiplicative grid that halves every round), starting from
+    ``start`` and ``hardware.SUSTAINED``. Returns ``{name: value}``."""
+    chosen = [run for run in runs if run.calibration]
+    values = {f"sustained[{family}]": value for family, value in SUSTAINED.items()}
+    values.update({name: getattr(start, name) for name in CALIBRATED if not name.startswith("sustained")})
+
+    def loss(trial: dict[str, float]) -> float:
+        efficiency = start.replace(**{k: v for k, v in trial.items() if not k.startswith("sustained")})
+        sustained = {k[len("sustained[") : -1]: v for k, v in trial.items() if k.startswith("sustained")}
+        errors = [np.log(predict(run, efficiency, sustained)["seconds"] / run.seconds) for run in chosen]
+        return float(np.mean(np.abs(errors)))
+
+    score, step = loss(values), 0.2
+    for round_ in range(rounds):
+        for name in CALIBRATED:
+            for factor in (1 - step, 1 + step):
+                trial = {**values, name: values[name] * factor}
+                if name != "kernel_overhead_s" and trial[name] > 1:
+                    continue
+                trial_score = loss(trial)
+                if trial_score < score:
+                    values, score = trial, trial_score
+        if progress is not None:
+            progress(f"round {round_ + 1}: mean |log error| {score:.4f} with {values}")
+        step /= 2
+    return values

@@ -1,0 +1,232 @@
+"""Seconds of one micro-batch's forward and backward on each pipeline stage, split into what they are made of.
+
+A layer is a list of kernels, each timed by a roofline with a fixed cost (Williams et al. 2009): a GEMM takes
+``max(flops / (peak * matmul_efficiency * tensor_core_sustained), bytes / (hbm * memory_efficiency))``
+``+ kernel_overhead_s``, a memory-bound kernel ``bytes / (hbm * memory_efficiency) + kernel_overhead_s``. Per
+GPU, with ``T`` the tokens of a micro-batch on the rank (``micro_batch_size * seq_length / sdp``), ``t`` tensor
+parallel, ``a`` heads, ``g`` key/value groups, ``d`` head size, ``f`` the MLP width:
+
+- GEMMs (Shoeybi et al. 2019, Figure 3): QKV ``T x h x (a + 2g) d / t``, projection ``T x (a d / t) x h``, MLP
+  ``T x h x f / t`` (twice as wide with SwiGLU's gate) and ``T x (f / t) x h``; the backward runs each twice
+  (input and weight gradients), the weight half being what a zero-bubble ``W`` action does.
+- Attention with a fused kernel (Dao et al. 2022): causal, ``4 T (a / t) d s / 2`` FLOPs forward at
+  ``attention_efficiency[0]`` of peak, 2.5 times that backward (it recomputes the scores) at ``[1]``. Without:
+  two batched GEMMs (scores ``s_local x s x d``, context ``s_local x d x s``), the fused scale-mask-softmax and
+  dropout reading and writing 9 bytes per score forward, 11 backward (Korthikanti et al. 2022, Section 4.1).
+- Memory-bound: two norms (4 bytes per value each) and two dropout-residual adds (7) per token of width ``h``,
+  split by ``t`` under sequence tensor parallel only; the activation (GeLU 4, SwiGLU 6 bytes per value of
+  width ``f / t``); backward twice the forward bytes.
+- Tensor communication: per layer 2 all-reduces forward and 2 backward of ``T h`` bf16 values, or with sequence
+  tensor parallel 2 all-gathers and 2 reduce-scatters forward, 4 all-gathers (2 of them the inputs gathered
+  again for the weight gradients) and 2 reduce-scatters backward (Korthikanti et al. 2022, Section 4.2.2).
+  Forward ones are exposed unless ``overlap_tensor_parallel`` (then only what the GEMMs cannot cover); backward
+  all-reduces (reduce-scatters) hide behind the weight-gradient GEMMs (Megatron-LM's asynchronous all-reduce)
+  up to their time, the gathering again before them only under ``overlap_tensor_parallel``.
+- Sequence-data (context) parallel: each layer all-gathers the other chunks' keys and values forward and
+  reduce-scatters their gradients backward (Fast-LLM ``attention.py``; Dubey et al. 2024, Section 3.3.2: the
+  all-gather form of context parallelism), exposed.
+- Recompute: ``"full"`` runs the layer's forward again in its backward, communication included;
+  ``"selective"`` the attention core (only without a fused kernel, which already recomputes it).
+- Stage 0 adds the embedding (a lookup forward, an fp32 scatter-add backward, a tensor all-reduce or
+  reduce-scatter); the last stage the final norm, the output GEMM ``T x h x V / t`` and the vocabulary-parallel
+  cross-entropy (20 bytes per logit, forward and backward).
+- ZeRO 3 gathers a stage's weights before each micro-batch's forward and backward and reduce-scatters its
+  gradients after; ZeRO 2 reduce-scatters gradients after each backward (Rajbhandari et al. 2020, Section 5):
+  what the micro-batch's compute cannot cover is exposed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .efficiency import Efficiency
+from .hardware import Hardware
+from .links import collective_seconds
+from .setups import Setups
+from .sizes import ACTIVATION_BYTES
+
+COMPONENTS: tuple[str, ...] = ("forward", "backward", "recompute", "tensor", "sequence_data", "data", "pipeline")
+"""What a stage's action time is made of: compute of the forward, of the backward, of the recompute, and the
+exposed tensor, sequence-data, data-parallel (ZeRO 2-3) and blocking pipeline communication (the last added by
+``step.action_components``)."""
+
+
+def gemm(
+    m: np.ndarray, n: np.ndarray, k: np.ndarray, hw: Hardware, eff: Efficiency, batch: np.ndarray | int = 1
+) -> np.ndarray:
+    """Seconds of ``batch`` GEMMs of ``m x k`` by ``k x n`` in bf16 (roofline plus a fixed cost)."""
+    flops = 2.0 * batch * m * n * k
+    moved = ACTIVATION_BYTES * batch * (m * k + k * n + m * n)
+    compute = flops / (hw.peak_tflops * 1e12 * hw.matmul_efficiency * hw.tensor_core_sustained)
+    memory = moved / (hw.memory_GBps * 1e9 * eff.memory_efficiency)
+    return np.maximum(compute, memory) + eff.kernel_overhead_s
+
+
+def streamed(moved: np.ndarray, kernels: int, hw: Hardware, eff: Efficiency) -> np.ndarray:
+    """Seconds of ``kernels`` memory-bound kernels moving ``moved`` bytes in all."""
+    return moved / (hw.memory_GBps * 1e9 * eff.memory_efficiency) + kernels * eff.kernel_overhead_s
+
+
+def layer_times(setups: Setups, hw: Hardware, eff: Efficiency) -> dict[str, np.ndarray]:
+    """One layer, one micro-batch, per set-up: compute and exposed communication of each pass (seconds)."""
+    model = setups.model
+    h, a, g, d, f = (model.hidden_size, model.num_attention_heads, model.num_query_groups, model.kv_channels,
+                     model.ffn_hidden_size)  # fmt: skip
+    t, sp = setups.tensor_parallel, setups.sequence_parallel
+    s, s_local = model.seq_length, setups.tokens
+    tokens = s_local * setups.micro_batch_size
+    up = (2 if model.swiglu else 1) * f // t
+    linear = (
+        gemm(tokens, (a + 2 * g) * d // t, h, hw, eff)
+        + gemm(tokens, h, a * d // t, hw, eff)
+        + gemm(tokens, up, h, hw, eff)
+        + gemm(tokens, h, f // t, hw, eff)
+    )
+    heads = setups.micro_batch_size * (a // t)
+    flash_flops = 4.0 * heads * s_local * s * d / 2
+    attention = hw.peak_tflops * 1e12 * hw.tensor_core_sustained
+    flash_fwd = flash_flops / (attention * hw.attention_efficiency[0]) + eff.kernel_overhead_s
+    flash_bwd = 2.5 * flash_flops / (attention * hw.attention_efficiency[1]) + eff.kernel_overhead_s
+    scores = heads * s_local * s
+    batched = gemm(s_local, s, d, hw, eff, heads) + gemm(s_local, d, s, hw, eff, heads)
+    core_fwd = np.where(setups.flash_attention, flash_fwd, batched + streamed(9.0 * scores, 2, hw, eff))
+    core_bwd = np.where(setups.flash_attention, flash_bwd, 2 * batched + streamed(11.0 * scores, 2, hw, eff))
+    norm_width = np.where(sp, h / t, h)
+    elementwise = streamed(tokens * (22.0 * norm_width + (6.0 if model.swiglu else 4.0) * f / t), 6, hw, eff)
+    compute_fwd = linear + core_fwd + elementwise
+    compute_bwd = 2 * linear + core_bwd + 2 * elementwise
+
+    tensor = setups.placement["tensor"]
+    message = ACTIVATION_BYTES * tokens * h
+    reduce = collective_seconds("all_reduce", message, tensor.per_node, tensor.nodes, hw, eff)
+    gather = collective_seconds("all_gather", message, tensor.per_node, tensor.nodes, hw, eff)
+    scatter = collective_seconds("reduce_scatter", message, tensor.per_node, tensor.nodes, hw, eff)
+    comm_fwd = np.where(sp, 2 * gather + 2 * scatter, 2 * reduce)
+    comm_bwd = np.where(sp, 2 * gather + 2 * scatter, 2 * reduce)  # what the backward GEMMs can hide
+    regather = np.where(sp, 2 * gather, 0.0)  # the inputs gathered again before the weight gradients
+    overlap = setups.overlap_tensor_parallel
+    tensor_fwd = np.where(overlap, np.maximum(comm_fwd - linear, 0.0), comm_fwd)
+    tensor_bwd = np.maximum(comm_bwd - linear, 0.0) + np.where(overlap, np.maximum(regather - linear, 0.0), regather)
+    tensor_input = comm_bwd + regather  # zero bubble: the weight GEMMs that would hide them run later
+
+    context = setups.placement["sequence_data"]
+    kv = ACTIVATION_BYTES * 2 * s * setups.micro_batch_size * g * d / t
+    sdp_fwd = collective_seconds("all_gather", kv, context.per_node, context.nodes, hw, eff)
+    sdp_bwd = collective_seconds("reduce_scatter", kv, context.per_node, context.nodes, hw, eff)
+
+    full, selective = setups.recompute == 2, setups.recompute == 1
+    recompute = np.where(full, compute_fwd, np.where(selective & ~setups.flash_attention, core_fwd, 0.0))
+    return {
+        "forward": compute_fwd,
+        "backward": compute_bwd,
+        "weight": linear,
+        "recompute": recompute,
+        "tensor_forward": tensor_fwd,
+        "tensor_backward": tensor_bwd + np.where(full, tensor_fwd, 0.0),
+        "tensor_input": tensor_input + np.where(full, tensor_fwd, 0.0),
+        "sequence_forward": sdp_fwd,
+        "sequence_backward": sdp_bwd + np.where(full, sdp_fwd, 0.0),
+    }
+
+
+def end_times(setups: Setups, hw: Hardware, eff: Efficiency) -> dict[str, np.ndarray]:
+    """The embedding (stage 0) and the output layer with the loss (last stage): forward and backward compute and
+    exposed tensor communication, per set-up."""
+    model = setups.model
+    h, t, sp = model.hidden_size, setups.tensor_parallel, setups.sequence_parallel
+    tokens = setups.tokens * setups.micro_batch_size
+    vocab = -(-model.vocab_size // (128 * t)) * 128 * t
+    tensor = setups.placement["tensor"]
+    message = ACTIVATION_BYTES * tokens * h
+    reduce = collective_seconds("all_reduce", message, tensor.per_node, tensor.nodes, hw, eff)
+    gather = collective_seconds("all_gather", message, tensor.per_node, tensor.nodes, hw, eff)
+    scatter = collective_seconds("reduce_scatter", message, tensor.per_node, tensor.nodes, hw, eff)
+    norm_width = np.where(sp, h / t, h)
+    logits = gemm(tokens, vocab // t, h, hw, eff)
+    loss = streamed(20.0 * tokens * vocab / t, 4, hw, eff)
+    return {
+        "embedding_forward": streamed(4.0 * tokens * h, 1, hw, eff),
+        "embedding_backward": streamed(10.0 * tokens * h, 1, hw, eff),
+        "embedding_tensor_forward": np.where(sp, scatter, reduce),
+        "embedding_tensor_backward": np.where(sp, gather, 0.0),
+        "output_forward": logits + streamed(4.0 * tokens * norm_width, 1, hw, eff) + loss * 0.6,
+        "output_backward": 2 * logits + streamed(8.0 * tokens * norm_width, 1, hw, eff) + loss * 0.4,
+        "output_tensor_forward": np.where(sp, gather, 0.0),
+        "output_tensor_backward": np.where(sp, scatter, reduce),
+    }
+
+
+def chunk_parameters(setups: Setups) -> np.ndarray:
+    """Parameters per GPU of each stage (set-ups x stages): layers, norms, embedding on the first, output (or the
+    tied copy) on the last."""
+    model, tp = setups.model, setups.tensor_parallel[:, None]
+    layer = (model.attention_parameters + model.mlp_parameters) // tp + model.layer_norm_parameters
+    params = setups.chunk_layers[None, :] * layer
+    vocab = -(-model.vocab_size // (128 * tp)) * 128 * tp
+    embedding = model.hidden_size * vocab // tp
+    params[:, :1] += embedding
+    params[:, -1:] += model.final_norm_parameters
+    if not model.tied_embeddings or setups.num_stages > 1:
+        params[:, -1:] += embedding
+    return params
+
+
+def stage_components(setups: Setups, hw: Hardware, eff: Efficiency) -> np.ndarray:
+    """Seconds of one ``F``, ``B``, ``I`` and ``W`` action of each stage, split into ``COMPONENTS``: an array
+    ``(set-ups, stages, 4 kinds, components)``; the action's duration is the sum over components."""
+    layer, ends = layer_times(setups, hw, eff), end_times(setups, hw, eff)
+    n, stages = setups.size, setups.num_stages
+    layers = setups.chunk_layers[None, :].astype(np.float64)
+    out = np.zeros((n, stages, 4, len(COMPONENTS)))
+    col = {name: i for i, name in enumerate(COMPONENTS)}
+
+    def per_stage(values: np.ndarray) -> np.ndarray:
+        return layers * values[:, None]
+
+    forward, backward = per_stage(layer["forward"]), per_stage(layer["backward"])
+    weight = per_stage(layer["weight"])
+    forward[:, 0] += ends["embedding_forward"]
+    backward[:, 0] += ends["embedding_backward"]
+    forward[:, -1] += ends["output_forward"]
+    backward[:, -1] += ends["output_backward"]
+    tensor_f = per_stage(layer["tensor_forward"])
+    tensor_b, tensor_i = per_stage(layer["tensor_backward"]), per_stage(layer["tensor_input"])
+    tensor_f[:, 0] += ends["embedding_tensor_forward"]
+    tensor_f[:, -1] += ends["output_tensor_forward"]
+    for array in (tensor_b, tensor_i):
+        array[:, 0] += ends["embedding_tensor_backward"]
+        array[:, -1] += ends["output_tensor_backward"]
+    recompute = per_stage(layer["recompute"])
+    sequence_f, sequence_b = per_stage(layer["sequence_forward"]), per_stage(layer["sequence_backward"])
+
+    data_f, data_b = _zero_exposure(setups, hw, eff, forward, backward + recompute)
+    for kind, comp in ((0, forward), (1, backward), (2, backward - weight), (3, weight)):
+        out[:, :, kind, col["forward" if kind == 0 else "backward"]] = comp
+    out[:, :, 1, col["recompute"]] = out[:, :, 2, col["recompute"]] = recompute
+    out[:, :, 0, col["tensor"]] = tensor_f
+    out[:, :, 1, col["tensor"]] = tensor_b
+    out[:, :, 2, col["tensor"]] = tensor_i
+    out[:, :, 0, col["sequence_data"]] = sequence_f
+    out[:, :, 1, col["sequence_data"]] = out[:, :, 2, col["sequence_data"]] = sequence_b
+    out[:, :, 0, col["data"]] = data_f
+    out[:, :, 1, col["data"]] = out[:, :, 2, col["data"]] = data_b
+    return out
+
+
+def _zero_exposure(
+    setups: Setups, hw: Hardware, eff: Efficiency, forward: np.ndarray, backward: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Exposed per-micro-batch data-parallel seconds of ZeRO 2 and 3 on each stage (forward, backward)."""
+    data = setups.placement["data"]
+    params = chunk_parameters(setups).astype(np.float64)
+    per_node, nodes = data.per_node[:, None], data.nodes[:, None]
+    gather = collective_seconds("all_gather", params * setups.bytes_per_weight, per_node, nodes, hw, eff)
+    scatter = collective_seconds("reduce_scatter", params * setups.bytes_per_gradient, per_node, nodes, hw, eff)
+    zero = setups.zero_stage[:, None]
+    forward_exposed = np.where(zero == 3, np.maximum(gather - forward, 0.0), 0.0)
+    backward_exposed = np.where(
+        zero == 3,
+        np.maximum(gather + scatter - backward, 0.0),
+        np.where(zero == 2, np.maximum(scatter - backward, 0.0), 0.0),
+    )
+    return forward_exposed, backward_exposed

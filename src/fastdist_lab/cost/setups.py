@@ -1,0 +1,205 @@
+"""Many training set-ups of one model as columns: what the memory and step-time formulas read, one entry each.
+
+``Setups`` holds numpy arrays (one entry per set-up) for the sizes that vary and plain values for what the
+set-ups share: the model, the pipeline schedule, pipeline size, virtual stages, micro-batches and the layers of
+each stage. ``CostReport`` builds a one-row ``Setups`` for its layout; ``search`` builds one per schedule table
+with thousands of rows, so the formulas are written once, for arrays.
+
+Where groups sit on nodes follows the layout's rank numbering (Fast-LLM at commit 91b28fab, ``docs/formulas.md``):
+tensor is the fastest axis; data-first puts sequence-data, batch-data, then pipeline after it, pipeline-first
+pipeline, sequence-data, batch-data. ``placement`` computes from those strides, for every group of a dim, the
+most nodes one group spans and its members per node, and whether each pipeline link crosses nodes; tests hold it
+to the ``Layout``'s real groups.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import CostError
+from .model import Transformer
+from .training import RECOMPUTE, Training
+
+
+@dataclass(frozen=True)
+class Spread:
+    """How the groups of one dim sit on nodes: ``nodes`` (the most one group spans) and ``per_node`` (members of
+    a group on one node, ``size / nodes``), as arrays over set-ups."""
+
+    nodes: np.ndarray
+    per_node: np.ndarray
+
+    @property
+    def inter_node(self) -> np.ndarray:
+        """Whether the groups span nodes."""
+        return self.nodes > 1
+
+
+@functools.lru_cache(maxsize=4096)
+def group_spread(stride: int, size: int, local_world_size: int) -> int:
+    """The most nodes one group spans when its members are ``start + i * stride`` (``i < size``) and group starts
+    are every rank whose coordinate along the group's axis is 0 (the pattern repeats every
+    ``lcm(local_world_size, stride * size)`` ranks, so only those starts are looked at)."""
+    if size == 1:
+        return 1
+    block = stride * size
+    if block <= local_world_size and local_world_size % block == 0:
+        return 1
+    if stride % local_world_size == 0:
+        return size
+    period = math.lcm(local_world_size, block)
+    starts = (np.arange(stride)[None, :] + np.arange(0, period, block)[:, None]).ravel()
+    nodes = (starts[:, None] + stride * np.arange(size)[None, :]) // local_world_size
+    return int(((nodes[:, 1:] != nodes[:, :-1]).sum(axis=1) + 1).max())
+
+
+@functools.lru_cache(maxsize=4096)
+def link_crossings(stride: int, size: int, local_world_size: int) -> tuple[bool, ...]:
+    """For each pipeline link ``j`` (rank ``j`` of a group to rank ``j + 1``, the last back to the first), whether
+    it joins two nodes in some group (members ``start + i * stride``, starts as in ``group_spread``)."""
+    block = stride * size
+    period = math.lcm(local_world_size, block)
+    starts = (np.arange(stride)[None, :] + np.arange(0, period, block)[:, None]).ravel()
+    nodes = (starts[:, None] + stride * np.arange(size)[None, :]) // local_world_size
+    return tuple(bool(x) for x in (nodes != np.roll(nodes, -1, axis=1)).any(axis=0))
+
+
+def placement(
+    tensor_parallel: Any,
+    pipeline_parallel: int,
+    sequence_data_parallel: Any,
+    data_parallel: Any,
+    local_world_size: Any,
+    pipeline_first: Any,
+) -> dict[str, Any]:
+    """``Spread`` of the tensor, sequence_data and data groups and the pipeline links' crossings, ``(n, pp)``,
+    for set-ups given as arrays (or numbers) of the layout's sizes and order."""
+    tp, sdp, dp, local, first = np.broadcast_arrays(
+        np.asarray(tensor_parallel), np.asarray(sequence_data_parallel), np.asarray(data_parallel),
+        np.asarray(local_world_size), np.asarray(pipeline_first, dtype=bool),
+    )  # fmt: skip
+    tp, sdp, dp, local, first = (np.atleast_1d(x) for x in (tp, sdp, dp, local, first))
+    pp = int(pipeline_parallel)
+    data_stride = np.where(first, tp * pp, tp)
+    pipeline_stride = np.where(first, tp, tp * dp)
+
+    def spread(strides: np.ndarray, sizes: np.ndarray) -> Spread:
+        nodes = np.array([group_spread(int(s), int(n), int(w)) for s, n, w in zip(strides, sizes, local)])
+        return Spread(nodes=nodes, per_node=np.maximum(sizes // nodes, 1))
+
+    links = np.array([link_crossings(int(s), pp, int(w)) for s, w in zip(pipeline_stride, local)], dtype=bool)
+    return {
+        "tensor": spread(np.ones_like(tp), tp),
+        "sequence_data": spread(data_stride, sdp),
+        "data": spread(data_stride, dp),
+        "pipeline_links": links.reshape(len(tp), pp),
+    }
+
+
+def chunk_layers(
+    num_layers: int, pipeline_parallel: int, virtual_stages: int, explicit: tuple[int, ...] | None
+) -> np.ndarray:
+    """Layers of each stage (model chunk) in stage order: ``explicit`` (checked), or ``num_layers`` split evenly
+    over ``pipeline_parallel * virtual_stages`` chunks, the first ``num_layers % chunks`` one layer more."""
+    chunks = pipeline_parallel * virtual_stages
+    if explicit is not None:
+        if len(explicit) != chunks or sum(explicit) != num_layers:
+            raise CostError(
+                f"layers_per_stage={explicit!r} must give {chunks} stages (pipeline_parallel * "
+                f"virtual_pipeline_stages) summing to num_layers={num_layers}"
+            )
+        return np.array(explicit, dtype=np.int64)
+    if chunks > num_layers:
+        raise CostError(
+            f"pipeline_parallel * virtual_pipeline_stages = {chunks} stages is more than num_layers={num_layers}"
+        )
+    return num_layers // chunks + (np.arange(chunks) < num_layers % chunks).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class Setups:
+    """Set-ups of one model sharing a schedule table; arrays have one entry per set-up.
+
+    Shared: ``model``, ``schedule``, ``pipeline_parallel``, ``virtual_pipeline_stages``, ``microbatches``,
+    ``chunk_layers`` (layers of each stage, stage ``s`` on pipeline rank ``s % pipeline_parallel``) and the bytes
+    per weight, gradient and optimizer state. Per set-up: ``tensor_parallel``, ``data_parallel`` (sequence-data x
+    batch-data), ``sequence_data_parallel``, ``micro_batch_size``, ``sequence_parallel`` (sequence tensor parallel
+    as it takes effect), ``recompute`` (index into ``RECOMPUTE``), ``zero_stage``, ``flash_attention``, the three
+    ``overlap_*`` flags, and ``placement`` (``placement()``'s result).
+    """
+
+    model: Transformer
+    schedule: str
+    pipeline_parallel: int
+    virtual_pipeline_stages: int
+    microbatches: int
+    chunk_layers: np.ndarray
+    tensor_parallel: np.ndarray
+    data_parallel: np.ndarray
+    sequence_data_parallel: np.ndarray
+    micro_batch_size: np.ndarray
+    sequence_parallel: np.ndarray
+    recompute: np.ndarray
+    zero_stage: np.ndarray
+    flash_attention: np.ndarray
+    overlap_data_parallel: np.ndarray
+    overlap_tensor_parallel: np.ndarray
+    overlap_pipeline_parallel: np.ndarray
+    placement: dict[str, Any]
+    bytes_per_weight: int = 2
+    bytes_per_gradient: int = 4
+    bytes_per_optimizer_state: int = 12
+
+    @classmethod
+    def single(cls, layout: Any, model: Transformer, training: Training, sequence_parallel: bool) -> Setups:
+        """The one set-up of ``training`` on ``layout`` (already checked by ``Sizes.of``)."""
+        pp, v = int(layout.pipeline_parallel), training.virtual_pipeline_stages
+        tp, sdp, dp = int(layout.tensor_parallel), int(layout.sequence_data_parallel), int(layout.data_parallel)
+        one = lambda value, dtype=np.int64: np.array([value], dtype=dtype)  # noqa: E731
+        return cls(
+            model=model,
+            schedule=training.schedule,
+            pipeline_parallel=pp,
+            virtual_pipeline_stages=v,
+            microbatches=training.microbatches(pp),
+            chunk_layers=chunk_layers(model.num_layers, pp, v, training.layers_per_stage),
+            tensor_parallel=one(tp),
+            data_parallel=one(dp),
+            sequence_data_parallel=one(sdp),
+            micro_batch_size=one(training.micro_batch_size),
+            sequence_parallel=one(sequence_parallel, bool),
+            recompute=one(RECOMPUTE.index(training.recompute)),
+            zero_stage=one(training.zero_stage),
+            flash_attention=one(training.flash_attention, bool),
+            overlap_data_parallel=one(training.overlap_data_parallel, bool),
+            overlap_tensor_parallel=one(training.overlap_tensor_parallel, bool),
+            overlap_pipeline_parallel=one(training.overlap_pipeline_parallel, bool),
+            placement=placement(tp, pp, sdp, dp, int(layout.local_world_size), bool(layout.pipeline_first)),
+            bytes_per_weight=training.bytes_per_weight,
+            bytes_per_gradient=training.bytes_per_gradient,
+            bytes_per_optimizer_state=training.bytes_per_optimizer_state,
+        )
+
+    @property
+    def size(self) -> int:
+        """Number of set-ups."""
+        return int(self.tensor_parallel.shape[0])
+
+    @property
+    def num_stages(self) -> int:
+        """Stages (model chunks) over all pipeline ranks."""
+        return int(self.chunk_layers.shape[0])
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """Tokens of one sequence a rank holds: ``seq_length / sequence_data_parallel``."""
+        return self.model.seq_length // self.sequence_data_parallel
+
+    def rank_layers(self) -> np.ndarray:
+        """Layers of each pipeline rank (the sum of its stages)."""
+        return self.chunk_layers.reshape(self.virtual_pipeline_stages, self.pipeline_parallel).sum(axis=0)

@@ -1,0 +1,54 @@
+"""Names a package serves on first use, written once for every package whose parts import heavy libraries.
+
+``lazy_attributes`` gives a package its module ``__getattr__`` and ``__dir__`` (PEP 562): a public name is imported
+from its module when first read (then kept), a subpackage is imported when first read, an old name still works with a
+``DeprecationWarning`` naming the new spelling, and ``dir()`` lists exactly the public names.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import warnings
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
+
+
+def lazy_attributes(
+    package: str,
+    names: Mapping[str, str],
+    public: Collection[str],
+    *,
+    submodules: Collection[str] = (),
+    deprecated: Mapping[str, tuple[str, str]] | None = None,
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """``(__getattr__, __dir__)`` for ``package``.
+
+    ``names`` maps each lazily served name to the module (relative to ``package``) that defines it;
+    ``submodules`` are imported when read as attributes; ``deprecated`` maps an old name to (its module, the new
+    spelling). ``__dir__`` returns ``public`` (the package's ``__all__``) and nothing else.
+    """
+    namespace = sys.modules[package].__dict__
+    moved = dict(deprecated or {})
+
+    def __getattr__(name: str) -> Any:
+        if name in names:
+            value = getattr(importlib.import_module(names[name], package), name)
+            namespace[name] = value
+            return value
+        if name in submodules:
+            return importlib.import_module(f".{name}", package)
+        if name in moved:
+            module, spelling = moved[name]
+            warnings.warn(
+                f"{package}.{name} is deprecated: use {spelling} (the old name goes in the next release)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return getattr(importlib.import_module(module, package), name)
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    def __dir__() -> list[str]:
+        return sorted(public)
+
+    return __getattr__, __dir__

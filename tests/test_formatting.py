@@ -1,0 +1,87 @@
+"""Texts and value checks written once for every layer: ``fastdist_lab.formatting`` and ``fastdist_lab.validation``."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fastdist_lab.errors import CostError, LayoutError
+from fastdist_lab.formatting import MEMBERS_SHOWN, first_line, members_text, plural, ranks_text
+from fastdist_lab.validation import check_choice, check_flag, check_int, check_number, env_int
+
+
+def test_a_group_prints_the_same_way_everywhere():
+    assert members_text([0, 2, 4, 6]) == "[0, 2, 4, 6]"
+    assert members_text(np.arange(64)) == "[0, 1, 2, 3, 4, 5, 6, 7, ..., 63] (64 ranks)"
+    assert members_text(range(0, 2**30, 2)) == "[0, 2, 4, 6, 8, 10, 12, 14, ..., 1073741822] (536,870,912 ranks)"
+    assert (
+        plural(1, "group") == "1 group" and plural(16384, "rank") == "16,384 ranks" and plural(0, "rank") == "0 ranks"
+    )
+    assert first_line(RuntimeError("gloo failed\n  frame 1\n  frame 2")) == "gloo failed"
+    assert first_line(RuntimeError()) == "RuntimeError"
+
+
+@given(st.lists(st.integers(0, 10**6), max_size=3 * MEMBERS_SHOWN))
+def test_members_text_shows_every_member_or_the_ends_and_the_size(members):
+    text = members_text(members)
+    if len(members) <= MEMBERS_SHOWN:
+        assert text == str(members)
+    else:
+        head = ", ".join(map(str, members[: MEMBERS_SHOWN // 2]))
+        assert text == f"[{head}, ..., {members[-1]}] ({len(members):,} ranks)"
+
+
+@given(st.sets(st.integers(0, 300), min_size=1))
+def test_ranks_text_names_exactly_the_ranks(ranks):
+    text = ranks_text(ranks)
+    assert text.startswith("rank " if len(ranks) == 1 else "ranks ")
+    named = set()
+    for part in text.split(" ", 1)[1].split(", "):
+        low, _, high = part.partition("-")
+        named |= set(range(int(low), int(high or low) + 1))
+    assert named == ranks
+
+
+def test_check_int_takes_integers_and_names_the_bad_value():
+    assert check_int("tp", np.int64(4), minimum=1) == 4 and type(check_int("tp", np.int32(4))) is int
+    for value, message in (
+        (True, "tp=True must be an integer, not a bool"),
+        (np.bool_(True), "tp=np.True_ must be an integer, not a bool"),
+        (2.0, "tp=2.0 must be an integer"),
+        ("2", "tp='2' must be an integer"),
+        (0, "tp=0 must be > 0"),
+    ):
+        with pytest.raises(LayoutError) as caught:
+            check_int("tp", value, minimum=1)
+        assert str(caught.value) == message
+    with pytest.raises(LayoutError, match=r"^step=-1 must be >= 0$"):
+        check_int("step", -1, minimum=0)
+    with pytest.raises(CostError, match=r"^zero_stage=4 must be <= 3$"):
+        check_int("zero_stage", 4, minimum=0, maximum=3, error=CostError)
+
+
+def test_numbers_flags_choices_and_the_environment():
+    assert check_number("timeout", 60) == 60.0
+    for value in (0, -1.0, math.nan, math.inf, True, "60"):
+        with pytest.raises(LayoutError, match="must be a finite number of seconds > 0"):
+            check_number("timeout", value, unit="seconds")
+    assert check_flag("pipeline_first", np.bool_(True)) is True
+    for value in (1, 0, "yes", None):
+        with pytest.raises(LayoutError, match="must be True or False"):
+            check_flag("pipeline_first", value)
+    with pytest.raises(CostError, match="recompute='some' must be one of 'none', 'full'"):
+        check_choice("recompute", "some", ("none", "full"), error=CostError)
+
+
+def test_env_int(monkeypatch):
+    monkeypatch.delenv("FASTDIST_LAB_TEST_INT", raising=False)
+    assert env_int("FASTDIST_LAB_TEST_INT", 7) == 7
+    monkeypatch.setenv("FASTDIST_LAB_TEST_INT", " 12 ")
+    assert env_int("FASTDIST_LAB_TEST_INT") == 12
+    monkeypatch.setenv("FASTDIST_LAB_TEST_INT", "twelve")
+    with pytest.raises(LayoutError, match="FASTDIST_LAB_TEST_INT='twelve' is not an integer"):
+        env_int("FASTDIST_LAB_TEST_INT")
