@@ -52,9 +52,10 @@ _default_pool: ProcessGroupPool | None = None
 class ProcessGroupPool:
     """One rank's pool of process groups: one store, at most one group per distinct ordered member list.
 
-    ``store`` may be given (a connected ``TCPStore``); otherwise ``init_method`` (``env://`` by default, as
-    under torchrun) is used for the rendezvous when ``world_size > 1``. ``gloo_hostname`` pins gloo's
-    transport to one address (``"127.0.0.1"`` for a local cluster); ``None`` lets gloo pick from the host name.
+    ``store`` may be given (any c10d store: a ``FileStore``, a connected ``TCPStore``); otherwise ``init_method``
+    (``env://`` by default, as under torchrun) is used for the rendezvous when ``world_size > 1``. ``gloo_hostname``
+    pins gloo's transport to one address (``"127.0.0.1"`` for a local cluster); ``None`` lets gloo pick from the
+    host name.
     """
 
     def __init__(

@@ -342,7 +342,7 @@ def _reader(channel: Channel, inbox: queue.Queue) -> None:
 
 
 def _detach_in_children(fd: int) -> None:
-    """Processes forked by user code must not hold the control socket: its end would then go unnoticed."""
+    """Processes forked by user code must not hold the channel to the controller: its end would go unnoticed."""
     devnull = os.open(os.devnull, os.O_RDWR)
 
     def detach() -> None:
