@@ -31,9 +31,9 @@ def _temporary_dirs() -> set[str]:
 
 
 def test_only_the_workers_gloo_devices_listen_and_only_on_loopback(cluster):
-    me = psutil.Process()
-    processes = [me, *me.children(recursive=True)]
-    assert len(processes) >= cluster.world_size + 3  # controller, guard, server, workers
+    server = psutil.Process(cluster.server_pid)
+    processes = [psutil.Process(), server.parent(), server, *server.children(recursive=True)]  # this cluster's own
+    assert len(processes) == cluster.world_size + 3  # controller, guard, server, workers
     workers = set(cluster.pids)
     sockets = [c for p in processes for c in _listening(p)]
     assert len(sockets) == cluster.world_size  # one gloo device per rank; the store is a file, the channels pairs
