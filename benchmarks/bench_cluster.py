@@ -131,13 +131,18 @@ def panel_start(world_size: int) -> tuple[float, float]:
 
 
 def torch_import() -> float:
-    """Seconds a fresh interpreter takes to import torch: the floor under any cold start of a worker server."""
+    """Seconds from starting a fresh interpreter until it has imported torch (not until it exits: torch's teardown
+    is slow): the floor under any cold start of a worker server."""
     import subprocess
     import sys
 
     begin = time.monotonic()
-    subprocess.run([sys.executable, "-c", "import torch"], check=True)
-    return time.monotonic() - begin
+    child = subprocess.Popen([sys.executable, "-c", "import torch; print(flush=True)"], stdout=subprocess.PIPE)
+    assert child.stdout is not None
+    child.stdout.readline()
+    seconds = time.monotonic() - begin
+    child.wait()
+    return seconds
 
 
 def _median(values: list[float]) -> str:
