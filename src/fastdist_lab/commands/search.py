@@ -15,7 +15,7 @@ from ..errors import CostError
 HELP = (
     "rank every layout and training set-up of a model on some GPUs (tensor, pipeline, virtual stages, "
     "sequence-data, data, micro-batch, recompute, sequence tensor parallel, ZeRO, schedule, rank order) that fits "
-    "the GPU's memory, by predicted step time"
+    "the GPU's memory, by predicted step time; exits 1 when none fits"
 )
 
 _BOTH = "; default: both are tried"
@@ -109,7 +109,8 @@ def search_limits(args: argparse.Namespace) -> dict[str, object]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Search and print the best rows; 0 on success, 2 for bad input (one line on stderr)."""
+    """Search and print the best rows; 0 on success, 1 when no set-up fits the memory, 2 for bad input (one line on
+    stderr)."""
     from ..cost import search
     from ..cost.ranking import RANKED_LEGEND, ranked_lines, search_summary
     from ..runtime.progress import finish, resolve_progress
@@ -148,8 +149,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         title = f"{args.model} (sequence {result.model.seq_length}), global batch {args.global_batch_size} on "
         print(textwrap.fill(title + search_summary(result), 120))
-        print()
-        print("\n".join(ranked_lines(result)))
-        print()
-        print(textwrap.fill(RANKED_LEGEND, 120))
-    return 0
+        if len(result):
+            print()
+            print("\n".join(ranked_lines(result)))
+            print()
+            print(textwrap.fill(RANKED_LEGEND, 120))
+    return 0 if len(result) else 1
