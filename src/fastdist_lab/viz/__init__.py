@@ -19,7 +19,7 @@ from .notebook import layout_html
 from .picture import DETAIL_LIMIT, GridGeometry, GridPicture, Marks
 from .pipeline_schedule import plot_schedule, schedule_times
 from .render import to_pixels, to_png
-from .search_pictures import plot_search, point_pixels
+from .search_pictures import SearchPicture, plot_search, point_pixels
 from .stream_pictures import plot_sharing, plot_streams, stream_picture
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "GridGeometry",
     "GridPicture",
     "Marks",
+    "SearchPicture",
     "grid_picture",
     "layout_html",
     "plot_cost",

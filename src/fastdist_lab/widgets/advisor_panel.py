@@ -36,7 +36,7 @@ from ..errors import CostError
 from ..layout import Layout
 from ..runtime.progress import BAR_DELAY
 from ..validation import check_int
-from ..viz import plot_search, point_pixels, to_png
+from ..viz import SearchPicture
 from .panel_parts import Debouncer, Panel, error_html, short_error
 
 SEARCH_DELAY = 0.4
@@ -146,6 +146,7 @@ class AdvisorPanel(Panel):
         """Seconds a search runs before its progress shows."""
         self._searched: dict[str, Any] = {}
         self._pixels = np.zeros((0, 2))
+        self._scatter: tuple[Any, SearchPicture] | None = None
         self._generation = 0
         self._wanted: tuple[int, dict[str, Any]] | None = None
         self._worker: threading.Thread | None = None
@@ -381,13 +382,13 @@ class AdvisorPanel(Panel):
             self.select(change["new"])
 
     def _draw(self) -> None:
-        """The scatter of the result, the chosen row ringed."""
+        """The scatter of the result (drawn once per result), the chosen row ringed."""
         start = time.perf_counter()
-        highlight = self.selected if self.selected >= 0 else None
-        figure = plot_search(self.result, highlight=highlight)
-        self.picture.value = to_png(figure)
-        self._pixels = point_pixels(figure)
-        figure.clear()
+        if self._scatter is None or self._scatter[0] is not self.result:
+            self._scatter = (self.result, SearchPicture(self.result))
+        picture = self._scatter[1]
+        self.picture.value = picture.png(self.selected if self.selected >= 0 else None)
+        self._pixels = picture.points
         self.render_seconds = time.perf_counter() - start
 
     def _on_click_event(self, event: dict[str, Any]) -> None:

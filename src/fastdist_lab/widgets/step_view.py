@@ -14,12 +14,8 @@ from ..viz import plot_schedule, to_png
 from .panel_parts import TABLE_STYLE, html_table
 
 
-def step_html(report: CostReport, hardware: Any) -> str:
-    """One line: the step time on ``hardware`` (``CostReport.step``), or why there is none."""
-    try:
-        step = report.step(hardware)
-    except CostError as error:
-        return f"<i>no step time: {html.escape(str(error))}</i><br>"
+def step_html(step: Any) -> str:
+    """One line: the step time (a ``StepTime``), its TFLOP/s per GPU and MFU, and whether it fits the memory."""
     fits = "" if step.fits else " &mdash; <b>does not fit in memory</b>"
     return (
         f"<b>Step time on {html.escape(step.hardware.name)}</b>: {step.seconds:.3f} s, "
@@ -57,15 +53,16 @@ class StepView:
     def show(self, report: CostReport, hardware: Any) -> None:
         """Draw the step of ``report`` on ``hardware``: its figures, breakdown and schedule (nothing but the reason
         when the hardware gives no step time)."""
-        self.headline.value = step_html(report, hardware)
         try:
             step = report.step(hardware)
-        except CostError:
+        except CostError as error:
             self.step = None
+            self.headline.value = f"<i>no step time: {html.escape(str(error))}</i><br>"
             self.breakdown.value = ""
             self.picture.layout.display = "none"
             return
         self.step = step
+        self.headline.value = step_html(step)
         self.breakdown.value = breakdown_html(step)
         key = (step.schedule_kind, step.sizes, step.seconds, step.critical_rank, step.hardware.name)
         if key != self._drawn:
