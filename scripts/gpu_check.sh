@@ -5,8 +5,10 @@
 #
 # Steps: (1) `fastdist-lab check --backend nccl`; (2) a LocalCluster with backend="auto" must pick NCCL, give
 # each rank its own GPU, run an all-reduce on CUDA tensors and draw from CUDA generators; (3) the torchrun path
-# writes a report that load_report reads; (4) asking NCCL for more ranks than GPUs fails with a one-line message.
-# Exit code 0 when every step passed. Reports go to $GPU_CHECK_OUT (default: a temporary directory).
+# writes a report that load_report reads; (4) asking NCCL for more ranks than GPUs fails with a one-line message;
+# (5) one real training step on the NCCL groups (torch's pipeline schedules, point-to-point on the pool's NCCL
+# pipeline group) agrees with one process, and with dropout every mask is the draw of the CUDA generator the
+# layout seeds. Exit code 0 when every step passed. Reports go to $GPU_CHECK_OUT (default: a temporary directory).
 set -uo pipefail
 
 PY=${PYTHON:-python3}
@@ -115,6 +117,20 @@ CODE=$?
 echo "exit $CODE: $MESSAGE"
 if [ "$CODE" -ne 2 ] || ! grep -q "NCCL needs one GPU per rank: $((NGPU * 2)) ranks" <<<"$MESSAGE"; then
     fail "oversubscribed NCCL was not refused clearly"
+fi
+
+step "5. fastdist-lab train-step --backend nccl ${LAYOUT[*]}: one training step against one process"
+for schedule in 1f1b interleaved-1f1b; do
+    if timeout 600 "$PY" -m fastdist_lab train-step --backend nccl "${LAYOUT[@]}" --schedule "$schedule" --quiet; then
+        echo "train-step ($schedule): OK"
+    else
+        fail "train-step --backend nccl --schedule $schedule (exit $?)"
+    fi
+done
+if timeout 600 "$PY" -m fastdist_lab train-step --backend nccl "${LAYOUT[@]}" --dropout 0.1 --quiet; then
+    echo "train-step with dropout (CUDA generators): OK"
+else
+    fail "train-step --backend nccl --dropout 0.1 (exit $?)"
 fi
 
 step "summary"

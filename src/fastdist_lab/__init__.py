@@ -26,6 +26,7 @@ _LAZY: dict[str, str] = {
     "SimulatedCluster": ".runtime",
     "open_cluster": ".runtime",
     "check_layout": ".checks",
+    "check_training": ".checks",
     "load_config": ".conventions",
     "lab": ".widgets",
     "estimate": ".cost",

@@ -89,6 +89,10 @@ class InProcessUnavailable(ClusterError):
     """This torch lacks (or changed) the in-process process groups that simulated worlds are built on."""
 
 
+class PipeliningUnavailable(ClusterError):
+    """This torch lacks (or changed) what the training check uses of ``torch.distributed.pipelining`` / c10d."""
+
+
 class ProtocolError(ClusterError):
     """A peer of a cluster's control channel sent a message of a kind the receiver did not expect at that point."""
 

@@ -4,6 +4,11 @@ with what the layout predicts.
 ``check_layout(cluster, layout)`` is the main job (``fastdist-lab check``): every group verified with real
 collectives, then every rank's real generator streams compared with the prediction.
 
+``check_training(cluster, layout)`` runs one real training step of a small GPT (``TinyGPT``) on the layout's groups
+(tensor, sequence-tensor, pipeline with torch's schedules, sequence-data and data parallel) and the same step in one
+process, and compares every rank's gradients and updated weights (``TrainingCheck``); ``TrainingFault`` breaks one
+thing on purpose. These names import torch, so they are served on first use.
+
 ``device_mesh_check(cluster)`` builds torch's real ``DeviceMesh`` from ``Layout.device_mesh_spec()`` on every rank
 and checks each named dim's mesh group with a real collective; ``rank_summary`` is what the cluster panel asks
 every rank after an apply.
@@ -11,8 +16,31 @@ every rank after an apply.
 
 from __future__ import annotations
 
+from ..lazy import lazy_attributes
 from .device_mesh_check import device_mesh_check
 from .layout_check import LayoutCheck, check_layout
 from .ranks import rank_summary
 
-__all__ = ["LayoutCheck", "check_layout", "device_mesh_check", "rank_summary"]
+_LAZY: dict[str, str] = {
+    "SCHEDULES": ".pipeline_carrier",
+    "TinyGPT": ".tiny_gpt",
+    "TrainingCheck": ".train_step",
+    "TrainingFault": ".train_rank",
+    "check_training": ".train_step",
+}
+"""The training check's public names and their modules (they import torch: served on first use)."""
+
+__all__ = [
+    "SCHEDULES",
+    "LayoutCheck",
+    "TinyGPT",
+    "TrainingCheck",
+    "TrainingFault",
+    "check_layout",
+    "check_training",
+    "device_mesh_check",
+    "rank_summary",
+]
+
+
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, __all__)

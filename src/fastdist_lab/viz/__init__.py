@@ -5,7 +5,7 @@ of a ``Layout``. One palette for all (``viz.colors``).
 
 The rank grids are composed pixel by pixel: ``grid_picture`` / ``stream_picture`` return a ``GridPicture``
 (pixels, PNG, ``Figure``) whose ``geometry`` maps a pixel back to the rank under it; ``Marks`` write results
-(``verdict_marks``, ``stream_marks``) on the cells.
+(``verdict_marks``, ``stream_marks``, ``training_marks``) on the cells.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from .convention_pictures import plot_conventions, plot_seed_sharing
 from .cost_pictures import plot_cost, plot_cost_comparison, plot_memory, plot_traffic
 from .grid import plot_dims
 from .layout_picture import grid_picture, plot_layout
-from .marks import stream_marks, verdict_marks
+from .marks import stream_marks, training_marks, verdict_marks
 from .notebook import layout_html
 from .picture import DETAIL_LIMIT, GridGeometry, GridPicture, Marks
 from .pipeline_schedule import plot_schedule, schedule_times
@@ -48,5 +48,6 @@ __all__ = [
     "point_pixels",
     "to_pixels",
     "to_png",
+    "training_marks",
     "verdict_marks",
 ]

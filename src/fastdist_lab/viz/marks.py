@@ -1,6 +1,7 @@
-"""Results written on the rank grid (``Marks``): the verdict of a layout verification per rank, and the ranks
-whose real generator draws differ from the prediction. Inputs are duck-typed (a ``Verification``'s ``rows``,
-``rank_failures()``, ``summary()``; ``StreamReport.diff``), so this module imports no runtime."""
+"""Results written on the rank grid (``Marks``): the verdict of a layout verification per rank, the ranks
+whose real generator draws differ from the prediction, and each rank's worst error in a training step. Inputs are
+duck-typed (a ``Verification``'s ``rows``, ``rank_failures()``, ``summary()``; ``StreamReport.diff``; a
+``TrainingCheck``'s ``rank_errors``), so this module imports no runtime."""
 
 from __future__ import annotations
 
@@ -81,3 +82,31 @@ def stream_marks(predicted: Any, real: Any) -> Marks:
         else f"real draws of all {world} rank(s) match the prediction exactly"
     )
     return Marks(notes=notes, bad=bad, headline=headline)
+
+
+def error_note(error: float, tolerance: float) -> str:
+    """A cell's training verdict: ``"✓ 3e-07"`` within ``tolerance``, ``"✗ 0.2"`` outside, ``"✗ shard"`` for a rank
+    that started from a wrong shard (``inf``), ``"–"`` when nothing was compared (NaN)."""
+    if np.isnan(error):
+        return "\u2013"
+    if np.isinf(error):
+        return f"{FAILED_MARK} shard"
+    return f"{OK_NOTE[0] if error <= tolerance else FAILED_MARK} {error:.0e}"
+
+
+def training_marks(check: Any) -> Marks:
+    """Every rank coloured by its worst relative error in a training step (green within the tolerance, red
+    outside), from a ``TrainingCheck`` (duck-typed: ``rank_errors``, ``tolerance``, ``ok``, ``problems``)."""
+    errors = np.asarray(check.rank_errors, dtype=float)
+    tolerance = float(check.tolerance)
+    bad = ~(np.isnan(errors) | (errors <= tolerance))
+    compared = int((~np.isnan(errors)).sum())
+    if compared:
+        headline = (
+            f"every rank's tensors within {tolerance:g} relative of one process"
+            if not bad.any()
+            else f"{int(bad.sum())} rank(s) outside {tolerance:g} relative of one process, marked {FAILED_MARK}"
+        )
+    else:
+        headline = "dropout judged on the real masks: " + ("all passed" if check.ok else check.problems[0])
+    return Marks(notes=[error_note(float(e), tolerance) for e in errors], bad=bad, headline=headline)

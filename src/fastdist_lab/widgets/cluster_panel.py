@@ -1,5 +1,6 @@
 """``ClusterPanel``: start / stop a real ``LocalCluster`` (or a simulated world: ``SimulatedCluster`` with threads
-or fake groups), apply the layout, show each rank's verdict on the grid (the verification table one click away)."""
+or fake groups), apply the layout, show each rank's verdict on the grid (the verification table one click away),
+and run one real training step against one process (*Train step*, ``train_view.TrainStepView``)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from .grid_view import GridView
 from .layout_panel import LayoutPanel
 from .panel_parts import TABLE_STYLE, Panel, error_html, frame_table, short_error
 from .rank_card import CARD_HINT, hover_text, rank_card_html
+from .train_view import TrainStepView
 
 if TYPE_CHECKING:
     from ..runtime import RankResults, Verification
@@ -66,7 +68,9 @@ class ClusterPanel(Panel):
     the panel proposes (selects) ``threads`` and says why. Start launches ``layout.world_size`` ranks (``backend``:
     gloo on CPU, for processes; ``timeout`` defaults to each mode's default) and applies the layout;
     Apply re-applies it to the running workers (when the world size changed, the panel says a restart is
-    needed). Every error and timeout is shown as text in ``status``, never as a traceback.
+    needed). *Train step* (``train_step()``) runs one training step of a small GPT on the running ranks and in this
+    process and shows what differs (``train``: the table and a grid of each rank's worst error). Every error and
+    timeout is shown as text in ``status``, never as a traceback.
 
     After Apply every rank's verdict is drawn on the rank grid (``✓ ok`` or ``✗`` and the dims that failed,
     failing groups outlined in red): on the followed ``LayoutPanel``'s grid, or on the panel's own grid
@@ -130,11 +134,14 @@ class ClusterPanel(Panel):
         self.start_button.on_click(lambda _: self.start())
         self.apply_button.on_click(lambda _: self.apply())
         self.stop_button.on_click(lambda _: self.stop())
+        self.train = TrainStepView()
+        self.train.button.on_click(lambda _: self.train_step())
         self.widget.children = [
             widgets.HBox([self.mode, self.start_button, self.apply_button, self.stop_button, self.progress]),
             self.status,
             self.view.widget,
             self.tables,
+            self.train.widget,
         ]
         self.last_results: RankResults | None = None
         self.verified_layout: Layout | None = None
@@ -191,6 +198,7 @@ class ClusterPanel(Panel):
         self.start_button.disabled = running or layout is None
         self.stop_button.disabled = not running
         self.apply_button.disabled = not running or layout is None
+        self.train.enable(running and layout is not None)
         if layout is None:
             self._say("no valid layout to run: fix the layout first", error=True)
         elif not running:
@@ -245,7 +253,7 @@ class ClusterPanel(Panel):
         self._say(f"starting: {message}")
 
     def _guard(self, action: Callable[[], Any]) -> bool:
-        for button in (self.start_button, self.apply_button, self.stop_button):
+        for button in (self.start_button, self.apply_button, self.stop_button, self.train.button):
             button.disabled = True
         try:
             action()
@@ -349,6 +357,28 @@ class ClusterPanel(Panel):
         self._refresh_buttons()
         return outcome.get("results")
 
+    def train_step(self, **options: Any) -> Any:
+        """One training step of the layout on the running cluster against one process (``check_training``;
+        ``options`` go to it), shown under *Train step*; returns the ``TrainingCheck`` (None, and a message, on
+        failure)."""
+        layout, cluster = self.layout, self.cluster
+        if layout is None or not self.running:
+            self._say("start a cluster with a valid layout first", error=True)
+            return None
+        if cluster.world_size != layout.world_size:
+            self._refresh()
+            return None
+        outcome: dict[str, Any] = {}
+
+        def action() -> None:
+            outcome["check"] = check = self.train.run(cluster, layout, **options)
+            verdict = "everything agrees with one process" if check.ok else "something differs (see Train step)"
+            self._say(f"running: {cluster.world_size} rank(s); train step: {verdict}")
+
+        self._guard(action)
+        self._refresh_buttons()
+        return outcome.get("check")
+
     def stop(self) -> None:
         """Close the cluster (no process left behind)."""
         cluster = self.cluster
@@ -402,6 +432,7 @@ class ClusterPanel(Panel):
     def _refresh_buttons(self) -> None:
         running = self.running
         layout = self.layout
+        self.train.enable(running and layout is not None)
         self.start_button.disabled = running or layout is None
         self.stop_button.disabled = not running
         self.apply_button.disabled = (

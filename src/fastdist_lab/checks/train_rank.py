@@ -1,0 +1,278 @@
+"""What every rank runs for ``check_training``: its stages of a ``TinyGPT`` with its tensor shards, one training
+step under torch's pipeline schedule, the gradients reduced over its data group (all-reduce, or ZeRO-1's
+reduce-scatter then all-gather of the updated weights, as Fast-LLM does by default; Rajbhandari et al. 2020), one
+SGD step, and what it holds afterwards.
+
+Every group is the one the rank's ``Distributed`` holds from the cluster's pool (a fault may ask the pool for a group
+of other members, through the pool's own ``get_process_group``). ``TrainingFault`` breaks one thing on purpose so
+that tests can show the check names it; it is part of the API, not a patch.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..config import DistributedConfig, PhaseType
+from ..seeds import generator_seeds
+from .pipeline_carrier import MULTI_STAGE, build_stages, make_schedule, pipeline_carrier, registered
+from .tiny_gpt import Parallel, Recorder, StageModule, TinyGPT, split_dim, token_losses
+
+TRAINING_DIMS = ("tensor", "sequence_data", "data", "pipeline")
+"""The dims whose groups a training step uses."""
+
+
+@dataclass(frozen=True)
+class TrainingFault:
+    """One thing broken on purpose (every field ``None``: nothing broken).
+
+    - ``wrong_shard``: this global rank loads the next tensor rank's shard of every split parameter;
+    - ``skip_layer``: the pipeline stage holding this layer leaves it out of the forward pass;
+    - ``unreduced``: this global rank takes part in the data group's reduction but keeps its own gradients;
+    - ``tp_seed_shift``: ``(rank, shift)``, that rank's tensor generator seeded with another ``tp_seed_shift``;
+    - ``swapped``: ``(dim, rank)``, the members of that rank's group of ``dim`` use the group with its first two
+      members swapped (a group the pool creates for that member list).
+    """
+
+    wrong_shard: int | None = None
+    skip_layer: int | None = None
+    unreduced: int | None = None
+    tp_seed_shift: tuple[int, int] | None = None
+    swapped: tuple[str, int] | None = None
+
+
+@dataclass
+class TrainingPlan:
+    """Everything a rank needs for the step: the model, the whole model's initial ``weights``, the global batch
+    ``tokens`` (``[sequences, sequence_length + 1]``), the schedule and optimizer settings, the fault."""
+
+    model: TinyGPT
+    weights: dict[str, torch.Tensor]
+    tokens: torch.Tensor
+    schedule: str = "1f1b"
+    micro_batches: int = 2
+    micro_batch_size: int = 1
+    virtual_stages: int = 2
+    dropout: float = 0.0
+    zero_stage: int = 1
+    learning_rate: float = 0.1
+    fault: TrainingFault = field(default_factory=TrainingFault)
+
+    def num_stages(self, pipeline: int) -> int:
+        """Pipeline stages of this plan on ``pipeline`` ranks."""
+        return pipeline * (self.virtual_stages if self.schedule in MULTI_STAGE else 1)
+
+
+def stage_layers(layers: int, stage: int, stages: int) -> range:
+    """The layers of ``stage`` out of ``stages``: as even a split as ``layers`` allows, earlier stages smaller."""
+    return range(layers * stage // stages, layers * (stage + 1) // stages)
+
+
+def _group(ctx: Any, dim: str, fault: TrainingFault) -> tuple[Any, tuple[int, ...], int]:
+    """This rank's group of ``dim``: the group object, its members as the pool created it, this rank's place."""
+    if ctx.distributed is None:
+        raise RuntimeError(f"rank {ctx.rank} has no layout applied; apply one to the cluster first")
+    distributed_dim = ctx.config.distributed_dims[dim]
+    members = tuple(int(r) for r in distributed_dim.global_ranks)
+    group = ctx.distributed.group(dim)
+    if fault.swapped is not None and fault.swapped[0] == dim and fault.swapped[1] in members and len(members) > 1:
+        members = (members[1], members[0], *members[2:])
+        group = ctx.pool.get_process_group(members, members.index(ctx.rank))
+    if group is None:
+        return None, (ctx.rank,), 0
+    record = ctx.pool.record_of(group)  # what the pool created this very object for
+    members = record.members if record is not None else members
+    return group, members, members.index(ctx.rank)
+
+
+def rank_groups(ctx: Any, fault: TrainingFault) -> dict[str, tuple[int, ...]]:
+    """Before any step: the member list of each group this rank is about to use, as its pool created the group (a
+    rank function; no communication)."""
+    return {dim: _group(ctx, dim, fault)[1] for dim in TRAINING_DIMS}
+
+
+def _metas(plan: TrainingPlan, stage: int, stages: int, par: Parallel, device: torch.device) -> dict[str, Any]:
+    """The static shapes torch's ``PipelineStage`` takes: one micro-batch in and out of ``stage``."""
+    model, batch = plan.model, plan.micro_batch_size
+    length = model.sequence_length // par.sequence_data_size
+    hidden_length = length // par.tensor_size if par.sequence_tensor_parallel else length
+
+    def hidden(grad: bool) -> torch.Tensor:
+        return torch.zeros(batch, hidden_length, model.hidden_size, device=device, requires_grad=grad)
+
+    if stage == stages - 1:
+        logits = torch.zeros(batch, length, model.vocab_size // par.tensor_size, device=device, requires_grad=True)
+        output, output_grad = logits, torch.zeros_like(logits).detach()
+    else:
+        output, output_grad = hidden(True), hidden(False)
+    if stage == 0:
+        inputs = torch.zeros(batch, length, dtype=torch.long, device=device)
+        return {"input_args": inputs, "output_args": output, "output_grads": output_grad}
+    return {
+        "input_args": hidden(True),
+        "output_args": output,
+        "input_grads": hidden(False),
+        "output_grads": output_grad,
+    }
+
+
+def _generators(ctx: Any, fault: TrainingFault) -> dict[str, torch.Generator]:
+    """The rank's ``pp`` and ``tp`` generators, reseeded for step 0 of training (``Distributed.set_step``)."""
+    distributed = ctx.distributed
+    distributed.set_step(0, PhaseType.training)
+    if fault.tp_seed_shift is not None and fault.tp_seed_shift[0] == ctx.rank:
+        wrong = DistributedConfig(**{**ctx.config.fields(), "tp_seed_shift": fault.tp_seed_shift[1]})
+        distributed.tp_generator.manual_seed(generator_seeds(wrong, 0, PhaseType.training)["tp"])
+    return {"pp": distributed.pp_generator, "tp": distributed.tp_generator}
+
+
+def _flat(tensors: list[torch.Tensor], parts: int) -> torch.Tensor:
+    """The tensors flattened one after another, padded with zeros to a multiple of ``parts`` elements."""
+    flat = torch.cat([tensor.detach().reshape(-1) for tensor in tensors])
+    return torch.nn.functional.pad(flat, (0, -flat.numel() % parts))
+
+
+def _unflatten(flat: torch.Tensor, targets: list[torch.Tensor]) -> None:
+    """Copy consecutive slices of ``flat`` into ``targets`` (each its own shape)."""
+    offset = 0
+    with torch.no_grad():
+        for target in targets:
+            target.copy_(flat[offset : offset + target.numel()].view_as(target))
+            offset += target.numel()
+
+
+def _reduce(params: list[torch.nn.Parameter], group: Any, group_rank: int, plan: TrainingPlan, keep_own: bool) -> list:
+    """Sum the gradients over the data group and take one SGD step: all-reduce then every rank updates every
+    weight (``zero_stage=0``), or reduce-scatter, each rank updating its slice of the flattened weights, then
+    all-gather of the updated slices (ZeRO-1). ``keep_own``: this rank's own gradient stands in for the sum.
+    Returns, per parameter, the part of its flattened shard whose reduced gradient this rank holds
+    (``(first, last, gradient)``, or ``None``)."""
+    size = 1 if group is None else group.size()
+    own = _flat([param.grad for param in params], size)
+    reduced = own.clone()
+    if plan.zero_stage == 0:
+        first = 0
+        if group is not None:
+            options = torch.distributed.AllreduceOptions()
+            options.reduceOp = torch.distributed.ReduceOp.SUM
+            group.allreduce([reduced], options).wait()
+        reduced = own if keep_own else reduced
+        _unflatten(reduced, [param.grad for param in params])
+        torch.optim.SGD(params, lr=plan.learning_rate).step()
+    else:
+        chunk = own.numel() // size
+        first = group_rank * chunk
+        if group is not None:
+            piece = torch.empty(chunk, dtype=own.dtype, device=own.device)
+            options = torch.distributed.ReduceScatterOptions()
+            options.reduceOp = torch.distributed.ReduceOp.SUM
+            group.reduce_scatter([piece], [list(own.chunk(size))], options).wait()
+        reduced = own[first : first + chunk] if keep_own or group is None else piece
+        shard = torch.nn.Parameter(_flat(params, size)[first : first + chunk].clone())
+        shard.grad = reduced.clone()
+        torch.optim.SGD([shard], lr=plan.learning_rate).step()
+        gathered = [shard.detach()]
+        if group is not None:
+            gathered = [torch.empty_like(shard.detach()) for _ in range(size)]
+            group.allgather([gathered], [shard.detach()]).wait()
+        _unflatten(torch.cat(gathered), params)
+    pieces, offset, last = [], 0, first + reduced.numel()
+    for param in params:
+        begin, end = max(offset, first), min(offset + param.numel(), last)
+        held = (begin - offset, end - offset, reduced[begin - first : end - first].clone()) if begin < end else None
+        pieces.append(held)
+        offset += param.numel()
+    return pieces
+
+
+def train_rank(ctx: Any, plan: TrainingPlan) -> dict[str, Any]:
+    """One training step on this rank (a rank function for ``cluster.run``); returns its shards (initial, reduced
+    gradient, updated), its loss when it holds the last stage, the groups it used and its dropout records."""
+    begin = time.perf_counter()
+    config, fault, model = ctx.config, plan.fault, plan.model
+    used = {dim: _group(ctx, dim, fault) for dim in TRAINING_DIMS}
+    recorder = Recorder()
+    par = Parallel(
+        tensor=used["tensor"][0],
+        tensor_rank=used["tensor"][2],
+        tensor_size=len(used["tensor"][1]),
+        sequence_data=used["sequence_data"][0],
+        sequence_data_rank=used["sequence_data"][2],
+        sequence_data_size=len(used["sequence_data"][1]),
+        sequence_tensor_parallel=bool(config.sequence_tensor_parallel),
+        dropout=plan.dropout,
+        generators=_generators(ctx, fault),
+        recorder=recorder,
+    )
+    pipe_group, pipe_members, pipe_rank = used["pipeline"]
+    stages = plan.num_stages(len(pipe_members))
+    mine = [stage for stage in range(stages) if stage % len(pipe_members) == pipe_rank]
+    shard_rank = (par.tensor_rank + 1) % par.tensor_size if fault.wrong_shard == ctx.rank else par.tensor_rank
+    skip = frozenset() if fault.skip_layer is None else frozenset({fault.skip_layer})
+    modules = {}
+    for stage in mine:
+        layers = stage_layers(model.layers, stage, stages)
+        module = StageModule(model, layers, stage == 0, stage == stages - 1, par, skip).to(ctx.device)
+        module.load({name: value.to(ctx.device) for name, value in plan.weights.items()}, shard_rank, par.tensor_size)
+        modules[stage] = module
+    named = sorted((name, param) for module in modules.values() for name, param in module.named_parameters())
+    initial = {name: param.detach().clone() for name, param in named}
+
+    batch_rank = config.batch_data_rank
+    rows = plan.micro_batches * plan.micro_batch_size
+    length = model.sequence_length // par.sequence_data_size
+    columns = slice(par.sequence_data_rank * length, (par.sequence_data_rank + 1) * length)
+    sequences = plan.tokens[batch_rank * rows : (batch_rank + 1) * rows].to(ctx.device)
+    inputs, targets = sequences[:, :-1][:, columns], sequences[:, 1:][:, columns]
+    total_tokens = plan.tokens.shape[0] * model.sequence_length
+
+    def loss_fn(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return token_losses(logits, target, par).sum() / total_tokens
+
+    metas = {stage: _metas(plan, stage, stages, par, ctx.device) for stage in mine}
+    carrier = pipeline_carrier(ctx.pool, pipe_group, pipe_members, pipe_rank)
+    losses: list[torch.Tensor] = []
+    with registered(carrier, pipe_members):
+        pipeline_stages = build_stages(modules, stages, carrier, metas)
+        schedule = make_schedule(plan.schedule, pipeline_stages, plan.micro_batches, loss_fn)
+        last = stages - 1 in modules
+        args = (inputs,) if 0 in modules else ()
+        schedule.step(*args, target=targets if last else None, losses=losses if last else None)
+    stepped = time.perf_counter()
+
+    params = [param for _, param in named]
+    for param in params:
+        if param.grad is None:  # a layer the forward pass left out
+            param.grad = torch.zeros_like(param)
+    if par.sequence_tensor_parallel and par.tensor is not None:
+        for param in params:
+            if split_dim(param) is None:  # each tensor rank saw other tokens: the gradient is partial
+                options = torch.distributed.AllreduceOptions()
+                par.tensor.allreduce([param.grad], options).wait()
+    data_group, _, data_rank = used["data"]
+    pieces = _reduce(params, data_group, data_rank, plan, keep_own=fault.unreduced == ctx.rank)
+    shards = [
+        {
+            "name": name,
+            "split": split_dim(param),
+            "tensor_index": par.tensor_rank if split_dim(param) is not None else 0,
+            "tensor_parts": par.tensor_size if split_dim(param) is not None else 1,
+            "initial": initial[name].cpu(),
+            "updated": param.detach().cpu().clone(),
+            "grad": None if piece is None else (piece[0], piece[1], piece[2].cpu()),
+        }
+        for (name, param), piece in zip(named, pieces)
+    ]
+    return {
+        "rank": ctx.rank,
+        "stages": mine,
+        "loss": float(sum(loss.detach() for loss in losses)) if losses else None,
+        "groups": {dim: members for dim, (_, members, _) in used.items()},
+        "shards": shards,
+        "masks": recorder.masks,
+        "activations": recorder.activations,
+        "seconds": {"step": stepped - begin, "total": time.perf_counter() - begin},
+    }

@@ -1,0 +1,289 @@
+"""Does the layout train the same model? One real training step on the layout's groups against one process.
+
+``check_training(cluster, layout)`` runs one step of a ``TinyGPT`` (forward, backward under torch's pipeline
+schedule, the data group's reduction, one SGD step) on every rank of a running cluster (processes or a simulated
+world of threads) and the same step in this process from the same initial weights and data, then compares every
+rank's shards: its gradient, its updated weights and the shard it started from (``TrainingCheck``). Fast-LLM tests
+its engine the same way: about forty distributed configurations against one GPU, every tensor within a tolerance
+(``tests/utils/distributed_configs.py``, commit 91b28fab).
+
+With dropout the two sides draw different masks, so instead of the reference the check judges the seed design on
+the real tensors (``dropout_check``): replicated activations identical across each tensor group, masks different
+across each data group, every mask the draw of the generator the layout seeds.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+import torch
+
+from ..errors import ClusterError, LayoutError
+from ..layout import Layout
+from .dropout_check import dropout_rows, mask_ids
+from .pipeline_carrier import MULTI_STAGE, check_schedule, require_pipelining
+from .tiny_gpt import TinyGPT, reference_step
+from .train_compare import (
+    RANK_COLUMNS,
+    RELATIVE_TOLERANCE,
+    group_problems,
+    parameter_table,
+    rank_rows,
+    rank_worst,
+    shard_problems,
+    zero_problems,
+)
+from .train_rank import TrainingFault, TrainingPlan, rank_groups, train_rank
+
+SUMMARY_ROWS = 5
+"""How many of the worst parameter rows a summary shows."""
+SUMMARY_PROBLEMS = 8
+"""How many problems a summary spells out (the most telling come first)."""
+
+
+@dataclass
+class TrainingCheck:
+    """What ``check_training`` found.
+
+    ``loss`` (the layout's, summed over the last stage's data ranks) and ``reference_loss`` (one process; ``None``
+    with dropout); ``table``: one row per parameter tensor (largest gradient and weight errors over every rank's
+    shard, relative and absolute, the worst rank, the tolerance, ``ok``), ``None`` with dropout; ``tensors``: one
+    row per (rank, parameter tensor); ``dropout``: the judgments of a step with dropout (else ``None``) and
+    ``mask_sharing``, per rank the id of the first mask it drew from ``pp`` (equal ids: the same mask);
+    ``problems``: what does not add up, in words, most telling first. When a rank's groups are not the layout's,
+    no step runs (its peers would wait for it in collectives): the problems name the groups. ``seconds``: the
+    time of each phase.
+    """
+
+    layout: Layout
+    mode: str
+    schedule: str
+    settings: dict[str, Any]
+    loss: float | None
+    reference_loss: float | None
+    table: pd.DataFrame | None
+    tensors: pd.DataFrame
+    dropout: pd.DataFrame | None
+    problems: list[str]
+    tolerance: float = RELATIVE_TOLERANCE
+    mask_sharing: Any = None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """Whether every check passed (every tensor within tolerance, or every dropout judgment)."""
+        return not self.problems
+
+    @property
+    def rank_errors(self) -> pd.Series:
+        """Each rank's worst relative error over its tensors (``inf``: it started from a wrong shard; NaN: not
+        compared, as with dropout)."""
+        if self.table is None:
+            return pd.Series(float("nan"), index=pd.RangeIndex(self.layout.world_size, name="rank"), name="worst_rel")
+        return rank_worst(self.tensors, self.layout.world_size)
+
+    def rank_tensors(self, rank: int) -> pd.DataFrame:
+        """The tensors ``rank`` holds, with their errors (one row each)."""
+        return self.tensors[self.tensors["rank"] == rank].drop(columns="rank").reset_index(drop=True)
+
+    def summary(self, rows: int = SUMMARY_ROWS) -> str:
+        """The verdict, the losses, the ``rows`` worst parameter rows and how many there are (or the dropout
+        judgments), and every problem: what ``fastdist-lab train-step`` prints."""
+        lines = [
+            f"layout: {self.layout!r}",
+            f"ranks: {self.mode}; schedule: {self.schedule}; "
+            + "; ".join(f"{k}={v}" for k, v in self.settings.items()),
+        ]
+        if self.reference_loss is not None and self.loss is not None:
+            error = abs(self.loss - self.reference_loss) / max(abs(self.reference_loss), 1e-30)
+            lines.append(
+                f"loss: {self.loss:.7f} (layout) vs {self.reference_loss:.7f} (one process), relative error {error:.1e}"
+            )
+        elif self.loss is not None:
+            lines.append(f"loss: {self.loss:.7f} (layout, dropout on: no one-process reference)")
+        if self.table is not None:
+            worst = self.table.assign(worst=self.table[["grad_rel", "weight_rel"]].max(axis=1))
+            worst = worst.sort_values("worst", ascending=False).head(rows)
+            bad = int((~self.table["ok"]).sum())
+            lines.append(
+                f"{len(self.table)} parameter tensors compared on {len(self.tensors)} shards, "
+                f"tolerance {self.tolerance:g} relative: {len(self.table) - bad} ok, {bad} outside"
+            )
+            lines.append(f"worst {len(worst)}:")
+            lines.append(_format_table(worst))
+        if self.dropout is not None:
+            lines.append(self.dropout[["check", "scope", "compared", "failed", "ok"]].to_string(index=False))
+        lines += [f"problem: {problem}" for problem in self.problems[:SUMMARY_PROBLEMS]]
+        if len(self.problems) > SUMMARY_PROBLEMS:
+            lines.append(f"... and {len(self.problems) - SUMMARY_PROBLEMS} more problem(s) (TrainingCheck.problems)")
+        lines.append("result: OK" if self.ok else "result: FAILED")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.summary()
+
+
+def _format_table(frame: pd.DataFrame) -> str:
+    shown = frame[["name", "shape", "split", "ranks", "grad_rel", "weight_rel", "worst_rank", "ok", "note"]].copy()
+    for column in ("grad_rel", "weight_rel"):
+        shown[column] = shown[column].map(lambda v: "-" if math.isnan(v) else f"{v:.1e}")
+    return shown.to_string(index=False)
+
+
+def _applied(cluster: Any, layout: Layout, timeout: float | None) -> Layout:
+    """``layout`` applied on ``cluster`` (not re-applied when it already is); the layout as the cluster runs it."""
+    current = getattr(cluster, "layout", None)
+    if isinstance(current, Layout) and current == layout.replace(backend=current.backend):
+        return current
+    verification = cluster.apply(layout, timeout=timeout)
+    if not verification.ok:
+        raise ClusterError(f"the layout's groups failed their check, so no training step ran:\n{verification}")
+    return getattr(cluster, "layout", None) or layout
+
+
+def training_settings(
+    layout: Layout,
+    model: TinyGPT | None = None,
+    schedule: str = "1f1b",
+    micro_batches: int | None = None,
+    micro_batch_size: int = 1,
+    virtual_stages: int = 2,
+    dropout: float = 0.0,
+    zero_stage: int = 1,
+) -> tuple[TinyGPT, int]:
+    """The model and the micro-batches per data rank of a training step of ``layout`` with these settings (the
+    defaults of ``check_training`` filled in); ``LayoutError`` naming the first bad value, before anything runs."""
+    model = TinyGPT() if model is None else model
+    if not isinstance(model, TinyGPT):
+        raise LayoutError(f"model={model!r} must be a TinyGPT")
+    if isinstance(dropout, bool) or not (isinstance(dropout, (int, float)) and 0.0 <= dropout < 1.0):
+        raise LayoutError(f"dropout={dropout!r} must be a probability in [0, 1)")
+    if zero_stage not in (0, 1) or isinstance(zero_stage, bool):
+        raise LayoutError(f"zero_stage={zero_stage!r}: the training check runs ZeRO stage 0 or 1")
+    if isinstance(micro_batch_size, bool) or not isinstance(micro_batch_size, int) or micro_batch_size < 1:
+        raise LayoutError(f"micro_batch_size={micro_batch_size!r} must be a positive integer")
+    micro_batches = 2 * layout.pipeline_parallel if micro_batches is None else micro_batches
+    stages = check_schedule(schedule, layout.pipeline_parallel, micro_batches, virtual_stages)
+    model.check_layout(
+        layout.tensor_parallel, layout.sequence_data_parallel, bool(layout.sequence_tensor_parallel), stages
+    )
+    return model, micro_batches
+
+
+def check_training(
+    cluster: Any,
+    layout: Layout,
+    *,
+    model: TinyGPT | None = None,
+    schedule: str = "1f1b",
+    micro_batches: int | None = None,
+    micro_batch_size: int = 1,
+    virtual_stages: int = 2,
+    dropout: float = 0.0,
+    zero_stage: int = 1,
+    learning_rate: float = 0.1,
+    seed: int = 0,
+    tolerance: float = RELATIVE_TOLERANCE,
+    fault: TrainingFault | None = None,
+    timeout: float | None = None,
+) -> TrainingCheck:
+    """One training step of ``model`` (default ``TinyGPT()``) on every rank of ``cluster`` with ``layout`` applied
+    (applied first when it is not), and the same step in this process; see ``TrainingCheck``.
+
+    ``schedule``: one of ``pipeline_carrier.SCHEDULES`` (``"gpipe"``, ``"1f1b"``, ``"interleaved-1f1b"``,
+    ``"looped-bfs"``; the last two with ``virtual_stages`` stages per pipeline rank). ``micro_batches`` per data
+    rank (default: twice the pipeline size) of ``micro_batch_size`` sequences. ``zero_stage``: 1 (Fast-LLM's
+    default: gradients reduce-scattered over the data group, each rank updating its slice, the weights
+    all-gathered) or 0 (gradients all-reduced). ``seed`` draws the initial weights and the tokens. ``fault``
+    breaks one thing on purpose (``TrainingFault``). Bad arguments raise ``LayoutError`` naming the value; a rank
+    that raises or hangs, ``ClusterError`` / ``ClusterTimeout``.
+    """
+    require_pipelining()
+    if getattr(cluster, "mode", None) == "fake":
+        raise ClusterError("fake process groups run no collective, so no training step: use threads or processes")
+    model, micro_batches = training_settings(
+        layout, model, schedule, micro_batches, micro_batch_size, virtual_stages, dropout, zero_stage
+    )
+    begin = time.perf_counter()
+    applied = _applied(cluster, layout, timeout)
+    weights = model.initial_weights(seed)
+    sequences = layout.batch_data_parallel * micro_batches * micro_batch_size
+    generator = torch.Generator().manual_seed(seed + 1)
+    tokens = torch.randint(model.vocab_size, (sequences, model.sequence_length + 1), generator=generator)
+    plan = TrainingPlan(
+        model,
+        weights,
+        tokens,
+        schedule,
+        micro_batches,
+        micro_batch_size,
+        virtual_stages,
+        float(dropout),
+        zero_stage,
+        learning_rate,
+        fault or TrainingFault(),
+    )
+    settings = {"micro_batches": micro_batches, "micro_batch_size": micro_batch_size, "dropout": dropout}
+    settings.update(zero_stage=zero_stage, seed=seed)
+    if schedule in MULTI_STAGE:
+        settings["virtual_stages"] = virtual_stages
+    check = TrainingCheck(applied, str(getattr(cluster, "mode", "processes")), schedule, settings, None, None, None,
+                          _empty_tensors(), None, [], tolerance)  # fmt: skip
+    started = time.perf_counter()
+    groups = _ran(cluster.run(rank_groups, plan.fault, timeout=timeout))
+    check.problems = group_problems(applied, [{"rank": rank, "groups": used} for rank, used in enumerate(groups)])
+    if check.problems:  # ranks would wait in collectives their peers never join: name the groups, run no step
+        check.problems.append("no training step ran: the ranks' groups are not the layout's")
+        check.seconds = {"apply": started - begin, "groups": time.perf_counter() - started}
+        return check
+    values = sorted(_ran(cluster.run(train_rank, plan, timeout=timeout)), key=lambda value: value["rank"])
+    ran = time.perf_counter()
+    last = [v for v in values if v["loss"] is not None and applied.coordinates["tensor_rank"][v["rank"]] == 0]
+    check.loss = float(sum(v["loss"] for v in last)) if last else None
+    if dropout == 0.0:
+        reference = reference_step(model, weights, tokens, learning_rate)
+        reference["initial"] = weights
+        _judge_reference(check, reference, values)
+    else:
+        check.dropout = dropout_rows(applied, values, float(dropout), str(getattr(cluster, "device_type", "cpu")))
+        check.problems += [f"{row.check}: {row.detail}" for row in check.dropout.itertuples() if not row.ok]
+        check.mask_sharing = mask_ids(values, applied.world_size)
+    check.seconds = {"apply": started - begin, "step": ran - started, "compare": time.perf_counter() - ran}
+    return check
+
+
+def _judge_reference(check: TrainingCheck, reference: dict[str, Any], values: list[dict[str, Any]]) -> None:
+    """Fill ``check``'s tables and problems from every rank's shards against the one-process ``reference``."""
+    tolerance, world = check.tolerance, check.layout.world_size
+    check.reference_loss = reference["loss"]
+    check.tensors = frame = rank_rows(reference, values)
+    check.table = table = parameter_table(frame, reference, values, tolerance)
+    problems = shard_problems(frame) + zero_problems(frame)
+    bad = [int(rank) for rank, value in rank_worst(frame, world).items() if not value <= tolerance]
+    if bad and len(bad) < world:
+        problems.append(f"ranks outside the tolerance: {bad}")
+    loss, ref_loss = check.loss, check.reference_loss
+    if loss is None or abs(loss - ref_loss) > tolerance * max(abs(ref_loss), 1e-30):
+        problems.append(f"the loss differs: {loss} on the layout, {ref_loss} in one process")
+    for row in table[~table["ok"]].itertuples():
+        worst = row.weight_rel if math.isnan(row.grad_rel) else max(row.grad_rel, row.weight_rel)
+        note = f"; {row.note}" if row.note else ""
+        problems.append(
+            f"{row.name}: relative error {worst:.1e} > {tolerance:g} (worst on rank {row.worst_rank}){note}"
+        )
+    check.problems += problems
+
+
+def _ran(results: Any) -> list[Any]:
+    """Every rank's value, or ``ClusterError`` with the results when a rank raised."""
+    if not results.ok:
+        raise ClusterError(f"the training step failed on some ranks:\n{results!r}", results)
+    return list(results.values)
+
+
+def _empty_tensors() -> pd.DataFrame:
+    return pd.DataFrame(columns=list(RANK_COLUMNS))

@@ -1,0 +1,125 @@
+"""The cluster panel's *Train step*: one real training step on the running cluster against one process
+(``checks.check_training``), shown as the per-parameter table and the rank grid coloured by each rank's worst
+error (green within the tolerance, red outside: ``viz.training_marks``); clicking a rank lists its tensors."""
+
+from __future__ import annotations
+
+import html
+import math
+from typing import Any
+
+import ipywidgets as widgets
+
+from ..layout import Layout
+from ..viz import grid_picture, training_marks
+from .grid_view import GridView
+from .panel_parts import TABLE_STYLE, frame_table
+from .rank_card import hover_text
+
+TRAIN_HINT = "<i>click a rank to list its tensors and their errors</i>"
+"""What the side card says before a rank is chosen."""
+
+
+def _number(value: Any) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{float(value):.1e}"
+
+
+def parameter_html(check: Any) -> str:
+    """The per-parameter table of a ``TrainingCheck`` (or its dropout judgments), with the verdict above."""
+    verdict = "everything agrees" if check.ok else "FAILED: " + check.problems[0]
+    head = f"<b>{html.escape(verdict)}</b>"
+    if check.reference_loss is not None and check.loss is not None:
+        head += f"<br>loss {check.loss:.7f} (layout) vs {check.reference_loss:.7f} (one process)"
+    if check.table is None:
+        return TABLE_STYLE + head + frame_table(check.dropout[["check", "scope", "compared", "failed", "ok"]])
+    frame = check.table[["name", "shape", "split", "ranks", "grad_rel", "weight_rel", "worst_rank", "ok", "note"]]
+    frame = frame.assign(grad_rel=frame["grad_rel"].map(_number), weight_rel=frame["weight_rel"].map(_number))
+    scroll = "<div style='max-height:320px;overflow:auto'>" + frame_table(frame) + "</div>"
+    return TABLE_STYLE + head + f"<br>tolerance {check.tolerance:g} relative" + scroll
+
+
+def rank_tensors_html(check: Any, rank: int) -> str:
+    """The tensors ``rank`` holds after the step, with their errors."""
+    frame = check.rank_tensors(rank)
+    if frame.empty:
+        return TABLE_STYLE + f"<b>rank {rank}</b>: no tensor compared (dropout judged on masks)"
+    frame = frame[["name", "tensor_shard", "grad_rel", "weight_rel", "initial_abs"]]
+    frame = frame.assign(**{column: frame[column].map(_number) for column in ("grad_rel", "weight_rel", "initial_abs")})
+    return TABLE_STYLE + f"<b>rank {rank}</b>: {len(frame)} tensors" + frame_table(frame)
+
+
+class TrainStepView:
+    """The *Train step* button with its settings (``schedule``, ``dropout``), a status line, the rank grid of the
+    last step (``view``) and the per-parameter table (``table``); ``check`` is the last ``TrainingCheck``."""
+
+    def __init__(self) -> None:
+        self.button = widgets.Button(description="Train step", icon="graduation-cap", disabled=True)
+        self.button.add_class("fdl-train-step")
+        self.schedule = widgets.Dropdown(description="schedule", layout=widgets.Layout(width="240px"))
+        self.schedule.add_class("fdl-train-schedule")
+        self.dropout = widgets.BoundedFloatText(
+            value=0.0, min=0.0, max=0.9, step=0.05, description="dropout", layout=widgets.Layout(width="160px")
+        )
+        self.dropout.add_class("fdl-train-dropout")
+        self.status = widgets.HTML()
+        self.status.add_class("fdl-train-status")
+        self.view = GridView(self.select, self._zoom_to, self._hover_text)
+        self.view.widget.layout.display = "none"
+        self.table = widgets.HTML()
+        self.table.add_class("fdl-train-table")
+        self.widget = widgets.VBox(
+            [widgets.HBox([self.button, self.schedule, self.dropout]), self.status, self.view.widget, self.table]
+        )
+        self.check: Any = None
+        self._highlight: int | None = None
+        self._zoom: tuple[int, int] | None = None
+
+    def enable(self, running: bool) -> None:
+        """Offer the button while a cluster runs (the schedules are read from ``checks`` then: torch is loaded)."""
+        self.button.disabled = not running
+        if running and not self.schedule.options:
+            from ..checks import SCHEDULES
+
+            self.schedule.options = list(SCHEDULES)
+            self.schedule.value = "1f1b"
+
+    def run(self, cluster: Any, layout: Layout, **options: Any) -> Any:
+        """One training step of ``layout`` on ``cluster`` with the chosen schedule and dropout (``options`` go to
+        ``check_training`` and win over them); shows and returns the ``TrainingCheck``."""
+        from ..checks import check_training
+
+        chosen = {"schedule": self.schedule.value or "1f1b", "dropout": float(self.dropout.value)}
+        self.status.value = html.escape(f"one training step on {cluster.world_size} rank(s) and in one process...")
+        check = check_training(cluster, layout, **{**chosen, **options})
+        self.check, self._highlight, self._zoom = check, None, None
+        seconds = sum(check.seconds.values())
+        verdict = "everything agrees" if check.ok else f"{len(check.problems)} problem(s)"
+        self.status.value = html.escape(f"train step ({check.schedule}, {check.mode}): {verdict} in {seconds:.1f} s")
+        self.table.value = parameter_html(check)
+        self.draw()
+        return check
+
+    def draw(self) -> None:
+        """The grid of the last step: each rank's worst error as its verdict (selected rank outlined)."""
+        check = self.check
+        if check is None:
+            self.view.widget.layout.display = "none"
+            return
+        layout = check.layout
+        picture = grid_picture(layout, "tensor", self._highlight, ranks=self._zoom, marks=training_marks(check))
+        self.view.show(picture)
+        self.view.set_world(layout, self._zoom)
+        self.view.card.value = TRAIN_HINT if self._highlight is None else rank_tensors_html(check, self._highlight)
+        self.view.widget.layout.display = "flex"
+
+    def select(self, rank: int | None) -> None:
+        """Outline ``rank`` and list its tensors beside the grid (None: nothing selected); a click on the grid."""
+        self._highlight = rank
+        self.draw()
+
+    def _zoom_to(self, ranks: tuple[int, int] | None) -> None:
+        self._zoom = ranks
+        self.draw()
+
+    def _hover_text(self, ranks: range) -> str:
+        return hover_text(self.check.layout, ranks, "tensor") if self.check is not None else ""

@@ -1,0 +1,53 @@
+"""``fastdist-lab train-step``: exit 0 when the layout trains like one process, 1 when not, 2 on bad input (one
+line on stderr, before any rank starts); the worst parameter rows and a count on stdout."""
+
+from __future__ import annotations
+
+import pytest
+
+from fastdist_lab.cli import main
+
+THREADS = ["train-step", "--simulate", "threads", "--quiet"]
+
+
+def test_the_default_layout_agrees(capsys):
+    assert main(THREADS) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].startswith("layout: Layout(world_size=8, local_world_size=8, tensor_parallel=2")
+    assert lines[1].startswith("ranks: threads; schedule: 1f1b; micro_batches=4")
+    assert "65 parameter tensors compared on 260 shards, tolerance 1e-05 relative: 65 ok, 0 outside" in out
+    assert "worst 5:" in out and lines[-1] == "result: OK"
+
+
+def test_a_tolerance_nothing_meets_exits_1(capsys):
+    assert main([*THREADS, "--tp", "2", "--pp", "1", "--sdp", "1", "--world-size", "2", "--tolerance", "1e-12",
+                 "--rows", "2"]) == 1  # fmt: skip
+    out = capsys.readouterr().out
+    assert "worst 2:" in out and "more problem(s) (TrainingCheck.problems)" in out
+    assert out.splitlines()[-1] == "result: FAILED"
+
+
+def test_dropout_prints_the_judgments(capsys):
+    assert main([*THREADS, "--dropout", "0.1", "--schedule", "gpipe"]) == 0
+    out = capsys.readouterr().out
+    assert "dropout on: no one-process reference" in out
+    assert "masks different across each data group" in out and out.splitlines()[-1] == "result: OK"
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--schedule", "zb"], "schedule='zb' is not a schedule; use one of gpipe, 1f1b, interleaved-1f1b"),
+        (["--simulate", "fake"], "--simulate fake runs no collective"),
+        (["--dropout", "1.5"], "dropout=1.5 must be a probability in [0, 1)"),
+        (["--tp", "8", "--pp", "1", "--sdp", "1"], "tensor_parallel=8 must divide the model's heads=4"),
+        (["--layers", "1"], "2 pipeline stages need at least 2 layers; the model has 1"),
+        (["--tolerance", "0"], "--tolerance=0.0 must be > 0"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(capsys, flags, message):
+    code = main([*THREADS, *flags])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("fastdist-lab train-step: error: ") and message in err
+    assert len(err.strip().splitlines()) == 1
