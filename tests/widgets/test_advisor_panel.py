@@ -142,7 +142,7 @@ def test_in_an_event_loop_a_search_runs_on_a_thread_one_at_a_time_with_progress(
     """As in a kernel: input changes are debounced into one search on a thread; the loop keeps running meanwhile
     (a ticker); a newer request abandons the running search; progress shows; the result is applied on the loop's
     thread."""
-    panel = AdvisorPanel(**{**SMALL, "gpus": 64, "global_batch_size": 256}, debounce=0.05)
+    panel = AdvisorPanel(**{**SMALL, "gpus": 512, "global_batch_size": 1024}, debounce=0.05)
     panel.bar_delay = 0.0  # show progress from the start (a real search shows it once it takes a second)
     seen: dict[str, list] = {"progress": [], "result_thread": []}
     panel.progress.observe(lambda c: seen["progress"].append((c["new"], panel.progress.layout.display)), "value")
@@ -150,9 +150,9 @@ def test_in_an_event_loop_a_search_runs_on_a_thread_one_at_a_time_with_progress(
 
     async def scenario() -> int:
         ticks = 0
-        panel.gpus.value = 32  # three changes inside the debounce: one search
-        panel.global_batch_size.value = 128
-        panel.gpus.value = 64
+        panel.gpus.value = 256  # three changes inside the debounce: one search (75,912 set-ups: seconds)
+        panel.global_batch_size.value = 512
+        panel.gpus.value = 512
         await asyncio.sleep(0.2)
         assert panel.searching and panel._worker is not None
         panel.search()  # the running search is abandoned; this one runs
