@@ -1,6 +1,6 @@
 """Pictures (matplotlib ``Figure`` objects, never pyplot): rank grids, per-dim small multiples, generator streams,
 conventions side by side, what a layout costs (memory per stage, inter-node traffic, the pipeline schedule as it
-runs), and the notebook display
+runs), the set-ups a layout search found (memory against step time), and the notebook display
 of a ``Layout``. One palette for all (``viz.colors``).
 
 The rank grids are composed pixel by pixel: ``grid_picture`` / ``stream_picture`` return a ``GridPicture``
@@ -19,6 +19,7 @@ from .notebook import layout_html
 from .picture import DETAIL_LIMIT, GridGeometry, GridPicture, Marks
 from .pipeline_schedule import plot_schedule, schedule_times
 from .render import to_pixels, to_png
+from .search_pictures import SearchPicture, plot_search, point_pixels
 from .stream_pictures import plot_sharing, plot_streams, stream_picture
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "GridGeometry",
     "GridPicture",
     "Marks",
+    "SearchPicture",
     "grid_picture",
     "layout_html",
     "plot_cost",
@@ -35,6 +37,7 @@ __all__ = [
     "plot_layout",
     "plot_memory",
     "plot_schedule",
+    "plot_search",
     "plot_seed_sharing",
     "plot_sharing",
     "plot_streams",
@@ -42,6 +45,7 @@ __all__ = [
     "stream_marks",
     "stream_picture",
     "plot_traffic",
+    "point_pixels",
     "to_pixels",
     "to_png",
     "training_marks",
