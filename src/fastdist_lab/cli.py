@@ -1,4 +1,4 @@
-"""The fastdist-lab command line: layout, check, streams, cost and train-step.
+"""The fastdist-lab command line: layout, check, streams, cost, search and train-step.
 
 Bad input prints one line on stderr naming the problem and exits with code 2, never a traceback.
 """
@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-from .commands import check, cost, layout, streams, train_step
+from .commands import check, cost, layout, search, streams, train_step
 from .errors import LayoutError
 
 COMMANDS: dict[str, ModuleType] = {
@@ -20,6 +20,7 @@ COMMANDS: dict[str, ModuleType] = {
     "check": check,
     "streams": streams,
     "cost": cost,
+    "search": search,
     "train-step": train_step,
 }
 """Sub-command name -> module (each has ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``)."""

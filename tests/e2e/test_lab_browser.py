@@ -4,8 +4,8 @@ Opens ``notebooks/00_quickstart.ipynb`` in a private JupyterLab, runs every cell
 the panel ``fastdist_lab.lab()`` shows through its DOM (the ``fdl-*`` CSS classes of the widgets): the grid
 picture and the ranks table follow the tensor-parallel control, an impossible combination shows the readable
 error, a 4-rank gloo cluster started from the cluster panel verifies every group, and a Megatron-LM launch line
-pasted into the panel's *paste a config* box becomes the panel's layout. Each step is saved as a
-screenshot in the folder printed at the end of the run.
+pasted into the panel's *paste a config* box becomes the panel's layout, and a row of the *Advisor*'s search becomes
+the layout and cost panels' set-up. Each step is saved as a screenshot in the folder printed at the end of the run.
 
 Run: ``python -m pytest tests/e2e`` (Chromium from ``scripts/install_browser.sh``; skipped without it unless
 ``CI`` is set).
@@ -26,6 +26,7 @@ import pytest
 
 from fastdist_lab import Layout, LayoutError
 
+from .advisor import search_and_choose_a_row
 from .conftest import JupyterLab, skip_or_fail
 from .paste import paste_config_and_check
 from .pointing import check_big_worlds, click_cell_and_check, hover_cell_and_check, read_verdicts
@@ -586,6 +587,11 @@ def test_lab_in_chromium(page: Any, jupyter_lab: JupyterLab, screenshots: Path) 
 
     # 6. big worlds: 256, 4,096 and 16,384 ranks stay within 1,000 pixels; a double-click zooms into nodes
     check_big_worlds(page, lambda: picture(page), lambda t: set_layout(page, lab, t), shot, act, wait_until)
+
+    # 7. the Advisor: a small search, a row chosen; the layout panel and the cost panel take its set-up
+    search_and_choose_a_row(page, act, wait_until, reveal, read_values, wait_table_shows)
+    shot("advisor_row_chosen", page.locator(".fdl-advisor-rows").first)
+    shot("advisor_row_in_the_cost_panel", page.locator(".fdl-step-headline").first)
 
 
 @pytest.mark.parametrize("ci", ["", "0", "false", "true", "1", "yes"])

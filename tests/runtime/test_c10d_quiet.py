@@ -1,6 +1,6 @@
 """torch's ``[c10d] The hostname of the client socket cannot be retrieved. err=-3`` never reaches a user:
-``quiet_harmless_c10d`` filters it where the project's ranks connect to the store (``runtime.rank_loop``,
-``runtime.torchrun``), and passes every other line.
+``quiet_harmless_c10d`` filters it where the project's ranks connect to a TCP store (``runtime.torchrun``: the
+launcher's; a ``LocalCluster``'s store is a file), and passes every other line.
 
 The warning comes from a store client whose process resolves a host name for the first time while many of its
 threads connect at once (the resolver answers EAI_AGAIN, -3); a later storm in the same process prints nothing, so
@@ -18,16 +18,19 @@ CLIENTS = 128
 """Store clients connecting at once (here 15 to 25 of 128 print the warning)."""
 
 _STORM = r"""
-import contextlib, os, sys, threading
+import contextlib, datetime, os, sys, threading
+import torch.distributed as dist
 from fastdist_lab.runtime.capture import quiet_harmless_c10d
-from fastdist_lab.runtime.pool import client_store, loopback_listener, master_store
 
 count, filtered = int(sys.argv[1]), sys.argv[2] == "filtered"
-store = master_store(loopback_listener(count), count + 1, 60.0)
+timeout = datetime.timedelta(seconds=60)
+store = dist.TCPStore("127.0.0.1", 0, count + 1, is_master=True, timeout=timeout, wait_for_workers=False)
 clients = []
 with quiet_harmless_c10d() if filtered else contextlib.nullcontext():
     threads = [
-        threading.Thread(target=lambda: clients.append(client_store(store.port, count + 1, 60.0)))
+        threading.Thread(
+            target=lambda: clients.append(dist.TCPStore("127.0.0.1", store.port, count + 1, False, timeout))
+        )
         for _ in range(count)
     ]
     for thread in threads:

@@ -30,13 +30,17 @@ def _temporary_dirs() -> set[str]:
     return set(glob.glob(os.path.join(tempfile.gettempdir(), "fastdist-lab-*")))
 
 
-def test_every_listening_socket_of_a_cluster_is_on_loopback(cluster):
-    me = psutil.Process()
-    processes = [me, *me.children(recursive=True)]
-    assert len(processes) >= cluster.world_size + 2  # controller, fork server, workers
+def test_only_the_workers_gloo_devices_listen_and_only_on_loopback(cluster):
+    server = psutil.Process(cluster.server_pid)
+    processes = [psutil.Process(), server.parent(), server, *server.children(recursive=True)]  # this cluster's own
+    assert len(processes) == cluster.world_size + 3  # controller, guard, server, workers
+    workers = set(cluster.pids)
     sockets = [c for p in processes for c in _listening(p)]
-    assert len(sockets) >= cluster.world_size + 1  # the store and one gloo device per rank
+    assert len(sockets) == cluster.world_size  # one gloo device per rank; the store is a file, the channels pairs
     assert {address.ip for address in sockets} == {"127.0.0.1"}
+    others = [p for p in processes if p.pid not in workers]
+    assert not [c for p in others for c in _listening(p)]
+    assert not [c for p in others for c in p.net_connections(kind="unix") if c.status == psutil.CONN_LISTEN]
 
 
 def test_start_close_cycles_leave_nothing_behind():
@@ -115,6 +119,38 @@ def test_a_killed_controller_takes_its_workers_with_it():
     begin = time.monotonic()
     assert not wait_gone(pids, 10)
     assert time.monotonic() - begin < 10
+
+
+_PREWARMED = textwrap.dedent(
+    """
+    import sys, time
+    from fastdist_lab import LocalCluster
+    from fastdist_lab.runtime import supervisor
+    LocalCluster.prewarm()
+    spare = supervisor._spare
+    spare.wait_ready(60)
+    print(spare.process.pid, spare.server_pid, flush=True)
+    if sys.argv[1] == "adopt":
+        cluster = LocalCluster(2, backend="gloo", progress=False)
+        assert cluster.server_pid == spare.server_pid and cluster.run(lambda ctx: ctx.rank).values == [0, 1]
+        print(*cluster.pids, flush=True)
+    else:
+        time.sleep(600 if sys.argv[1] == "wait" else 0)
+    """
+)
+
+
+def test_a_prewarmed_server_is_adopted_and_ends_with_its_interpreter_or_its_killed_process():
+    runs = {mode: subprocess.Popen([sys.executable, "-c", _PREWARMED, mode], stdout=subprocess.PIPE, text=True)
+            for mode in ("adopt", "exit", "wait")}  # fmt: skip
+    pids = {mode: [int(p) for p in run.stdout.readline().split()] for mode, run in runs.items()}  # type: ignore
+    pids["adopt"] += [int(p) for p in runs["adopt"].stdout.readline().split()]  # type: ignore[union-attr]
+    assert [len(found) for found in pids.values()] == [4, 2, 2], pids  # guard, server (and 2 workers)
+    runs["wait"].kill()
+    for run in runs.values():
+        run.wait(timeout=60)
+    assert runs["adopt"].returncode == 0 and runs["exit"].returncode == 0
+    assert not wait_gone([pid for found in pids.values() for pid in found], 10)
 
 
 def _slow(ctx):

@@ -1,15 +1,15 @@
-"""The runtime's parts on their own: typed channel and its handshake, output capture, progress, results indexed by
-rank, the pool's one place of group creation, and the torchrun entry point's refusals."""
+"""The runtime's parts on their own: typed channel and the descriptors it passes, output capture, progress, results
+indexed by rank, the pool's one place of group creation, and the torchrun entry point's refusals."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import sys
-import threading
 import time
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 
 import pytest
 
@@ -23,12 +23,13 @@ from fastdist_lab.runtime.channel import (
     Outcome,
     ServerReady,
     ServerStarted,
+    Spawn,
+    Spawned,
     Statuses,
-    WorkerHello,
+    WorkerReady,
     WorkersKilled,
     outcome_to_result,
 )
-from fastdist_lab.runtime.handshake import Acceptor, connect, control_address, listen
 from fastdist_lab.runtime.progress import ProgressBar, resolve_progress
 from fastdist_lab.runtime.verification import expected_groups
 
@@ -45,8 +46,8 @@ def test_a_message_of_the_wrong_kind_is_refused_by_name():
     left.send(ServerStarted(123))
     with pytest.raises(ProtocolError, match="sent ServerStarted where ServerReady was expected"):
         right.receive(ServerReady)
-    left.send(WorkerHello(3, 456))
-    assert right.receive(WorkerHello, ServerReady) == WorkerHello(3, 456)
+    left.send(WorkerReady(3))
+    assert right.receive(WorkerReady, ServerReady) == WorkerReady(3)
 
 
 def test_an_answer_to_an_earlier_request_is_dropped_whatever_its_kind():
@@ -59,56 +60,40 @@ def test_an_answer_to_an_earlier_request_is_dropped_whatever_its_kind():
     assert left.receive(ExitStatuses) == ExitStatuses(2, (7,))
 
 
-def _accept_one(acceptor: Acceptor, seconds: float) -> list[Channel]:
-    done: list[Channel] = []
-    deadline = time.monotonic() + seconds
-    while not done and time.monotonic() < deadline:
-        done += acceptor.advance(wait(acceptor.waitables(), timeout=0.1))
-    return done
-
-
-def test_the_handshake_admits_the_key_holder_and_no_one_else(tmp_path):
-    key = os.urandom(32)
-    address = control_address(str(tmp_path))
-    listener = listen(address, 16)
-    acceptor = Acceptor(listener, key, timeout=2)
+def test_descriptors_travel_beside_their_message_and_a_stale_reply_takes_its_own_along():
+    left, right = _pair()
+    pipes = [os.pipe() for _ in range(300)]  # more than one sendmsg carries
     try:
-        silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        silent.connect(address)  # says nothing: must not hold up the others
-        outcome: list[object] = []
-        thread = threading.Thread(target=lambda: outcome.append(connect(address, key)))
-        thread.start()
-        channels = _accept_one(acceptor, 10)
-        thread.join()
-        assert len(channels) == 1 and isinstance(outcome[0], Channel)
-        outcome[0].send(WorkerHello(0, 1))  # type: ignore[union-attr]
-        assert channels[0].receive(WorkerHello) == WorkerHello(0, 1)
-
-        failures: list[BaseException] = []
-
-        def wrong_key() -> None:
-            try:
-                connect(address, os.urandom(32), timeout=3)
-            except BaseException as error:  # noqa: BLE001 - recorded for the assertion below
-                failures.append(error)
-
-        thread = threading.Thread(target=wrong_key)
-        thread.start()
-        assert _accept_one(acceptor, 4) == []
-        thread.join()
-        assert failures, "a client without the key was let in"
-        silent.close()
+        right._requests = 1  # a first Spawn was sent, and an interrupt cut the wait for its answer short
+        stale_read, stale_write = os.pipe()
+        left.send_with(Spawned(1, {0: 1}, "", 1), [stale_read])  # ... which arrives late, with its descriptor
+        os.close(stale_read)
+        left.send_with(Spawned(2, {}, "", len(pipes)), [read for read, _ in pipes])
+        reply = right.ask(Spawn(0, None), Spawned, time.monotonic() + 5, "spawn", lambda: None)
+        assert reply.request == 2 and len(reply.fds) == len(pipes)
+        for (_, write), fd in zip(pipes, reply.fds):
+            os.write(write, b"x")
+            assert os.read(fd, 1) == b"x"  # each descriptor is its pipe's read end, in order
+            os.close(fd)
+        os.close(stale_write)
+        assert left.receive(Spawn).request == 2
     finally:
-        acceptor.close()
-        listener.close()
+        for read, write in pipes:
+            for fd in (read, write):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
 
-def test_a_long_directory_gets_a_short_socket_address(tmp_path):
-    long = tmp_path / ("x" * 120)
-    long.mkdir()
-    address = control_address(str(long))
-    assert len(os.fsencode(address)) <= 100
-    listen(address, 1).close()
+def test_a_message_of_the_wrong_kind_closes_the_descriptors_it_carried():
+    left, right = _pair()
+    read, write = os.pipe()
+    left.send_with(Spawned(1, {}, "", 1), [read])
+    os.close(read)
+    with pytest.raises(ProtocolError, match="sent Spawned where WorkersKilled"):
+        right.receive(WorkersKilled)
+    with pytest.raises(BrokenPipeError):  # no read end is open any more anywhere
+        os.write(write, b"x")
+    os.close(write)
 
 
 def test_an_outcome_becomes_a_rank_result_in_one_place():

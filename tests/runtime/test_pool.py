@@ -96,3 +96,25 @@ def test_set_step_seeds_match_generator_seeds_on_every_rank(cluster, layout_of):
     cluster.apply(layout_of(tensor_parallel=2, pipeline_parallel=2, sequence_data_parallel=2))
     for step, phase in ((0, "training"), (5, "validation"), (3, "Test"), (11, "inference")):
         assert cluster.run(_seeds, step, phase).values == [True] * cluster.world_size
+
+
+def _keys_of_the_store(ctx):
+    return sorted(key for key in ctx.pool.store.list_keys() if "/" in key and not key.startswith("efcount"))
+
+
+def _live_group_names(ctx):
+    return [record.name for record in map(ctx.pool.record_of, ctx.pool.groups.values()) if record is not None]
+
+
+def test_a_released_group_leaves_no_rendezvous_value_in_the_store(cluster, layout_of):
+    from fastdist_lab.runtime.members import group_prefix
+    from fastdist_lab.runtime.pool import GLOO_KEY
+
+    first = layout_of(tensor_parallel=2, pipeline_parallel=2, sequence_data_parallel=2)
+    assert cluster.apply(layout_of(tensor_parallel=4, pipeline_parallel=2)).ok
+    assert cluster.apply(layout_of(tensor_parallel=2, pipeline_parallel=4)).ok  # the first layout's groups went
+    assert cluster.apply(first).ok
+    keys = cluster.run(_keys_of_the_store).values[0]
+    live = {name for names in cluster.run(_live_group_names).values for name in names}  # every rank's groups
+    assert keys and {key.split("//")[0] for key in keys} == live  # released groups left nothing behind
+    assert f"{group_prefix((0, 1, 2, 3, 4, 5, 6, 7))}//{GLOO_KEY.format(0)}" in keys  # torch's naming, pinned

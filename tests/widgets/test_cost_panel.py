@@ -33,7 +33,9 @@ def test_panel_shows_the_estimate_of_its_layout():
         "Communication per step" in panel.tables.value
         and "Communication time per step on dgx-h100" in panel.tables.value
     )
-    assert "Step time on dgx-h100" in panel.tables.value
+    assert "Step time on dgx-h100" in panel.step_view.headline.value and "Step time" not in panel.tables.value
+    assert "pipeline bubble" in panel.step_view.breakdown.value and panel.step_view.step is not None
+    assert bytes(panel.step_view.picture.value).startswith(PNG_MAGIC)  # the 1F1B schedule of 4 stages
     assert "tp2 pp4 dp8 data-first: peak" in panel.status.value and panel.error == ""
     assert panel.replay_button.disabled  # no cluster
     assert "fdl-cost-panel" in panel.widget._dom_classes
@@ -60,6 +62,40 @@ def test_each_training_control_changes_the_estimate_and_the_picture(control, val
     assert panel.report.peak_bytes == expected.peak_bytes
     assert panel.renders == renders + 1 and panel.render_seconds > 0
     assert panel.png != before_png or panel.tables.value != before_tables
+
+
+def test_schedule_controls_and_a_whole_set_up_loaded_at_once():
+    panel = CostPanel(layout_64())
+    picture = bytes(panel.step_view.picture.value)
+    panel.schedule.value = "interleaved-1f1b"
+    assert "virtual_pipeline_stages >= 2" in panel.error and panel.report is None  # said as text
+    panel.virtual_pipeline_stages.value = 2
+    assert panel.error == "" and panel.report.training.schedule == "interleaved-1f1b"
+    assert (
+        panel.report.training.virtual_pipeline_stages == 2 and panel.step_view.step.schedule_kind == "interleaved-1f1b"
+    )
+    assert bytes(panel.step_view.picture.value) != picture
+    renders = panel.renders
+    training = Training(
+        micro_batch_size=2,
+        num_microbatches=16,
+        zero_stage=1,
+        sequence_tensor_parallel=True,
+        recompute="full",
+        schedule="zero-bubble",
+        virtual_pipeline_stages=2,
+        flash_attention=False,
+    )
+    panel.load(model="llama2-70b", training=training, hardware="h100-sxm-80gb")
+    assert panel.renders == renders + 1  # one estimate, one redraw for every control
+    assert panel.report.training == training and panel.other_training == {"flash_attention": False}
+    assert panel.report.model == Transformer.preset("llama2-70b") and panel.seq_length.value == 4096
+    step = estimate(layout_64(), "llama2-70b", training).step("h100-sxm-80gb")
+    assert panel.step_view.step.seconds == pytest.approx(step.seconds)
+    with panel.hold():  # a layout and controls changed together: one estimate
+        panel.layout = layout_64(pipeline_parallel=2)
+        panel.micro_batch_size.value = 1
+    assert panel.renders == renders + 2 and panel.report.layout.pipeline_parallel == 2
 
 
 def test_model_and_sequence_length_and_hardware():

@@ -200,6 +200,29 @@ def test_stop_leaves_nothing_running(running_lab):
     assert running_lab.streams_panel.cluster is None
 
 
+def test_lab_prewarms_a_worker_server_that_start_adopts():
+    from fastdist_lab.runtime import supervisor
+    from fastdist_lab.runtime.procs import wait_gone
+
+    supervisor._stop_spare()
+    fastdist_lab.lab(world_size=2, tensor_parallel=2, pipeline_parallel=1, sequence_data_parallel=1, mode="threads")
+    assert supervisor._spare is None  # no process is started for a simulated world
+    app = fastdist_lab.lab(
+        world_size=2, tensor_parallel=2, pipeline_parallel=1, sequence_data_parallel=1, backend="gloo"
+    )
+    spare = supervisor._spare
+    assert spare is not None and spare.launched
+    guard = spare.process.pid
+    cp = app.cluster_panel
+    try:
+        assert cp.start() is True, cp.message
+        assert cp.cluster._server is spare and supervisor._spare is None  # adopted: Start only forked the ranks
+        processes = [guard, cp.cluster.server_pid, *cp.cluster.pids]
+    finally:
+        cp.stop()
+    assert not wait_gone(processes, 10)
+
+
 def test_cluster_panel_alone_reports_missing_cluster():
     layout = Layout(world_size=2, local_world_size=2)
     panel = ClusterPanel(layout, backend="gloo")

@@ -6,7 +6,8 @@ GPU's memory), ``.step(hardware)`` (a ``StepTime``: seconds, tokens per second, 
 time goes) and ``.communication_time(hardware)`` (the bytes over peak link rates, no compute);
 ``compare(layout_a, layout_b, model=...)`` sets the headline figures of several layouts side by side;
 ``schedule(kind, pipeline_parallel, num_microbatches)`` is a pipeline schedule's table in torch's notation;
-``search(model, gpus, hardware=..., global_batch_size=...)`` ranks every layout and set-up that fits by step time;
+``search(model, gpus, hardware=..., global_batch_size=...)`` ranks every layout and set-up that fits by step time
+(``ranked_lines`` and ``search_summary`` read its rows as text);
 ``validate()`` sets the step time next to published measured runs.
 Pure Python and numpy (pandas only when a table is asked for); it reads the layout's real groups.
 Every formula cites its source in its module; the memory figures match Megatron-LM's theoretical memory
@@ -27,6 +28,7 @@ from .links import collective_seconds, message_seconds
 from .memory import MEMORY_COLUMNS, stage_memory
 from .model import PRESETS, VOCAB_PADDING, Transformer
 from .published import PUBLISHED_RUNS, PublishedRun, narayanan_flops
+from .ranking import RANKED_COLUMNS, RANKED_LEGEND, RANKED_ROWS, ranked_lines, search_summary
 from .schedules import ACTION_KINDS, Action, PipelineSchedule, check_schedule, schedule, stage_counts
 from .search import LIMITS, SETUP_COLUMNS, LayoutSearch, divisors, search
 from .setups import Setups, chunk_layers, placement
@@ -60,6 +62,9 @@ __all__ = [
     "MEMORY_COLUMNS",
     "PRESETS",
     "PUBLISHED_RUNS",
+    "RANKED_COLUMNS",
+    "RANKED_LEGEND",
+    "RANKED_ROWS",
     "RECOMPUTE",
     "SCHEDULES",
     "SETUP_COLUMNS",
@@ -107,9 +112,11 @@ __all__ = [
     "placement",
     "predict",
     "rank_tails",
+    "ranked_lines",
     "run",
     "schedule",
     "search",
+    "search_summary",
     "stage_components",
     "stage_counts",
     "stage_memory",

@@ -4,8 +4,8 @@ simulated worlds of thousands of ranks in one process (``SimulatedCluster``, on 
 A call on every rank of any cluster passes through five modules: ``cluster`` (the base ``Cluster`` and the call on
 every rank), ``channel`` (typed messages and the controller's end over worker processes), ``rank_loop`` (a rank's
 loop and what each call runs there), ``verification`` (both halves of a layout verification) and ``pool``. Everything
-here imports torch, except ``verification`` and ``results``; names are imported from their modules on first use. The
-exceptions are in ``fastdist_lab.errors``.
+here imports torch, except ``verification``, ``results`` and ``supervisor`` (whose ``prewarm`` starts a worker server
+ahead of need); names are imported from their modules on first use. The exceptions are in ``fastdist_lab.errors``.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ _LAZY: dict[str, str] = {
     "check_capacity": ".capacity",
     "load_report": ".verification",
     "open_cluster": ".modes",
+    "prewarm": ".supervisor",
     "suggested_mode": ".modes",
 }
 """Each public name and the module that holds it (imported on first use: ``runtime.verification`` and
@@ -48,6 +49,7 @@ __all__ = [
     "check_capacity",
     "load_report",
     "open_cluster",
+    "prewarm",
     "suggested_mode",
 ]
 

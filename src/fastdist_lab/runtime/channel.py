@@ -5,7 +5,9 @@ One module every end imports. Every message is a frozen dataclass or a named tup
 types it accepts and refuses anything else. Requests to the server carry a number and ``Channel.ask`` drops replies
 to other numbers (a reply left over from an interrupted request cannot be taken for the next one). A worker's call
 reply becomes a ``RankResult`` in exactly one place, ``outcome_to_result``, used by the local cluster and by the
-torchrun path alike. A channel exists only once ``runtime.handshake`` proved both ends know the cluster's key.
+torchrun path alike. Every channel is one end of a socket pair made by the cluster's own processes (nothing listens
+for it): the server's is handed to it at launch, each worker's travels from the server to the controller beside the
+``Spawned`` reply (``Channel.send_with`` / ``receive``: file descriptors passed over the unix socket).
 
 ``Workers`` is how a call reaches the worker processes (``cluster.perform_call``'s transport): it sends a call to
 every rank, hands back the replies that arrived, tells which ranks' processes are gone, forwards interrupts, collects
@@ -17,8 +19,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import os
+import shutil
 import signal
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +36,8 @@ from ..errors import ClusterTimeout, ProtocolError
 from .procs import hold_interrupts, interrupts_held, kill_quietly, pid_alive, process_running
 from .results import RankError, RankResult
 
+HANDLES_PER_MESSAGE = 250
+"""File descriptors passed in one ``sendmsg`` (the kernel takes at most 253)."""
 STACK_WAIT = 1.5
 """Seconds to wait for the stack dumps of ranks that did not answer."""
 EXIT_WAIT = 0.5
@@ -48,13 +55,12 @@ class WorkerSpec:
     backend: str
     device_type: str
     timeout: float
-    address: str
     stack_dir: str
+    store_path: str
     threads: int
     sys_path: tuple[str, ...]
     cwd: str
-    store_prefix: str
-    store_port: int = 0
+    file_limit: int
 
 
 class Outcome(NamedTuple):
@@ -88,7 +94,7 @@ class ServerReady:
 
 @dataclass(frozen=True)
 class Spawn:
-    """Request: start one worker per rank of ``spec`` (and a fresh rendezvous store for them)."""
+    """Request: start one worker per rank of ``spec``, each with a fresh rendezvous store file."""
 
     request: int
     spec: WorkerSpec
@@ -96,17 +102,19 @@ class Spawn:
 
 @dataclass(frozen=True)
 class Spawned:
-    """Reply to ``Spawn``: rank -> pid of the new workers and the store's pid, or why they could not start."""
+    """Reply to ``Spawn``: rank -> pid of the new workers, or why they could not start. ``handles`` descriptors
+    follow it on the wire: the controller's end of each worker's channel, in rank order (``fds`` once received)."""
 
     request: int
     pids: dict[int, int]
-    store_pid: int
     error: str = ""
+    handles: int = 0
+    fds: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
 class KillWorkers:
-    """Request: end every process below the server (workers, their children, the store)."""
+    """Request: end every process below the server (workers and their children)."""
 
     request: int
 
@@ -137,14 +145,6 @@ class Statuses:
 @dataclass(frozen=True)
 class Exit:
     """Stop: a worker leaves its loop, the server ends everything below it and exits."""
-
-
-@dataclass(frozen=True)
-class WorkerHello:
-    """A worker connected."""
-
-    rank: int
-    pid: int
 
 
 @dataclass(frozen=True)
@@ -199,8 +199,18 @@ def outcome_to_result(rank: int, outcome: Outcome) -> RankResult:
 
 
 # ----------------------------------------------------------------------------------------------- channel
+def _close_all(fds: Any) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
 class Channel:
-    """One authenticated connection carrying typed messages; ``peer`` names the other end in errors."""
+    """One connection carrying typed messages; ``peer`` names the other end in errors.
+
+    A message with ``handles`` (a count) and ``fds`` fields travels with that many file descriptors
+    (``send_with``); ``receive`` returns it with ``fds`` holding them, now open in this process.
+    """
 
     def __init__(self, connection: Connection, peer: str):
         self.connection = connection
@@ -213,29 +223,66 @@ class Channel:
         """The socket's descriptor (for ``multiprocessing.connection.wait``)."""
         return self.connection.fileno()
 
+    def _held(self) -> contextlib.AbstractContextManager[Any]:
+        if not self.holds_interrupts or interrupts_held():
+            return contextlib.nullcontext()
+        return hold_interrupts()
+
     def send(self, message: object) -> None:
         """Send one message whole (an interrupt waits until it is out)."""
-        if not self.holds_interrupts or interrupts_held():
+        with self._held():
             self.connection.send(message)
-            return
-        with hold_interrupts():
+
+    def send_with(self, message: Any, fds: list[int]) -> None:
+        """Send ``message`` (its ``handles`` equal to ``len(fds)``) and then the descriptors ``fds``."""
+        with self._held():
             self.connection.send(message)
+            with socket.fromfd(self.fileno(), socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                for start in range(0, len(fds), HANDLES_PER_MESSAGE):
+                    batch = fds[start : start + HANDLES_PER_MESSAGE]
+                    socket.send_fds(sock, [bytes([len(batch)])], batch)
+
+    def _receive_fds(self, count: int) -> tuple[int, ...]:
+        fds: list[int] = []
+        try:
+            with socket.fromfd(self.fileno(), socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                while len(fds) < count:
+                    data, got, flags, _ = socket.recv_fds(sock, 1, min(HANDLES_PER_MESSAGE, count - len(fds)))
+                    fds += got
+                    if not data:
+                        raise EOFError(f"the {self.peer} closed the channel while passing descriptors")
+                    if flags & getattr(socket, "MSG_CTRUNC", 0):  # the kernel could not install them all here
+                        raise OSError(errno.EMFILE, f"{data[0]} descriptors passed, {len(got)} taken")
+                    if len(got) != data[0]:
+                        raise ProtocolError(f"the {self.peer} passed {len(got)} descriptors where {data[0]} were sent")
+            for fd in fds:
+                os.set_inheritable(fd, False)
+        except BaseException:
+            _close_all(fds)
+            raise
+        return tuple(fds)
 
     def poll(self, timeout: float = 0.0) -> bool:
         """Whether a message (or the end of the stream) is waiting."""
         return self.connection.poll(timeout)
 
     def receive(self, *expected: type) -> Any:
-        """Take one message whole; ``ProtocolError`` unless it is of one of the ``expected`` types.
+        """Take one message whole (with its descriptors); ``ProtocolError`` unless it is of one of the ``expected``
+        types (its descriptors are closed then).
 
         Raises ``EOFError`` / ``OSError`` when the peer is gone.
         """
-        if not self.holds_interrupts or interrupts_held():
+        with self._held():
             message = self.connection.recv()
-        else:
-            with hold_interrupts():
-                message = self.connection.recv()
+            count = getattr(message, "handles", 0)
+            if count:
+                try:
+                    message = dataclasses.replace(message, fds=self._receive_fds(count))
+                except BaseException:
+                    self.close()  # the descriptors are still on the wire: nothing after them can be read
+                    raise
         if expected and not isinstance(message, expected):
+            _close_all(getattr(message, "fds", ()))
             names = " or ".join(kind.__name__ for kind in expected)
             raise ProtocolError(f"{self.peer} sent {type(message).__name__} where {names} was expected")
         return message
@@ -243,8 +290,9 @@ class Channel:
     def ask(self, request: Any, reply_type: type, deadline: float, what: str, check: Callable[[], None]) -> Any:
         """Send ``request`` under a fresh number and wait for the ``reply_type`` with that number.
 
-        Replies to other (earlier, interrupted) requests are dropped. ``check()`` runs while waiting (it raises
-        when the peer died); ``ClusterTimeout`` naming ``what`` once ``deadline`` (monotonic) passes.
+        Replies to other (earlier, interrupted) requests are dropped, with any descriptors they carried. ``check()``
+        runs while waiting (it raises when the peer died); ``ClusterTimeout`` naming ``what`` once ``deadline``
+        (monotonic) passes.
         """
         self._requests += 1
         number = self._requests
@@ -258,10 +306,17 @@ class Channel:
                 continue
             reply = self.receive()
             if getattr(reply, "request", number) != number:
+                _close_all(getattr(reply, "fds", ()))
                 continue  # the answer to an earlier request that an interrupt cut short
             if not isinstance(reply, reply_type):
+                _close_all(getattr(reply, "fds", ()))
                 raise ProtocolError(f"{self.peer} sent {type(reply).__name__} where {reply_type.__name__} was expected")
             return reply
+
+    @property
+    def closed(self) -> bool:
+        """Whether this end was closed (also after a message could not be taken whole: the stream is out of step)."""
+        return self.connection.closed
 
     def close(self) -> None:
         """Close the connection (idempotent)."""
@@ -295,13 +350,10 @@ class Workers:
         """Every rank of this generation."""
         return sorted(self.pids)
 
-    def adopt(self, rank: int, pid: int, channel: Channel) -> None:
-        """Take the channel of a worker that said hello (it must be one of this generation's, not yet seen)."""
-        if self.pids.get(rank) != pid or rank in self.channels:
-            channel.close()
-            raise ProtocolError(f"a worker said it is rank {rank} with pid {pid}, which this generation did not start")
-        channel.peer = f"rank {rank}"
-        self.channels[rank] = channel
+    def adopt(self, fds: tuple[int, ...]) -> None:
+        """Take the controller's ends of the workers' channels, one descriptor per rank in rank order."""
+        for rank, fd in zip(self.ranks, fds):
+            self.channels[rank] = Channel(Connection(fd), f"rank {rank}")
 
     def pid(self, rank: int) -> int | None:
         """The process id of ``rank``."""
@@ -395,13 +447,15 @@ class Workers:
             return ""
 
     def stop(self) -> None:
-        """SIGKILL every worker (and whatever they started) and wait until they are gone; idempotent."""
+        """SIGKILL every worker (and whatever they started), wait until they are gone and remove the generation's
+        directory (stacks, rendezvous store); idempotent."""
         with hold_interrupts():
             if not self.stopped:
                 self.kill(list(self.pids.values()))
                 self.stopped = True
             for channel in self.channels.values():
                 channel.close()
+            shutil.rmtree(self.stack_dir, ignore_errors=True)
 
     def exit(self) -> None:
         """Ask every worker to leave, give them ``EXIT_WAIT`` seconds, then stop whatever is left."""

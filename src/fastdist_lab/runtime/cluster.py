@@ -2,14 +2,22 @@
 
 ``Cluster`` is the base of ``LocalCluster`` (worker processes, ``runtime.local_cluster``), ``SimulatedCluster``
 (ranks in this process, ``runtime.simulated``) and ``LaunchedCluster`` (the ranks of a launcher,
-``runtime.torchrun``): their facts (sizes, backend, deadline, applied layout), their life as a context manager,
-and the two calls, ``run`` and ``apply``, written once. A subclass starts and stops its ranks; ``_ranks`` is how a
-call reaches them (a ``CallTransport``), and ``perform_call`` drives any transport the same way: a rank that raises
-is reported in the results; a rank that is gone ends the call within about a second (``ClusterError``); ranks that
-do not answer by the deadline end it with their Python stacks, identical stacks shown once (``ClusterTimeout``); a
-KeyboardInterrupt is forwarded to the ranks, which get a grace period to answer. Whenever not every rank answered,
-the ranks are stopped before the call returns, even if another interrupt arrives meanwhile, and the next call
-starts fresh ones. Every call has a deadline, waiting for an earlier call included.
+``runtime.torchrun``): their facts (sizes, backend, deadline, applied layout), their life as a context manager, and
+the two calls, ``run`` and ``apply``, written once. A subclass starts and stops its ranks; ``_ranks`` is how a call
+reaches them (a ``CallTransport``), and ``perform_call`` drives any transport the same way: a rank that raises is
+reported in the results; a rank that is gone ends the call within about a second (``ClusterError``), and so does a
+rank that fails to build its groups during an apply (one error naming the group: its partners would wait for it in
+the rendezvous); ranks that do not answer by the deadline end it with their Python stacks, identical stacks shown
+once (``ClusterTimeout``); a KeyboardInterrupt is forwarded to the ranks, which get a grace period to answer.
+Whenever not every rank answered, the ranks are stopped before the call returns, even if another interrupt arrives
+meanwhile, and the next call starts fresh ones. Every call has a deadline, waiting for an earlier call included.
+
+**An interrupted generation is discarded.** An interrupt that cuts an ``apply`` short (either of its steps) always
+stops the ranks: at that moment some may have created a group that others have not, or begun a collective check
+the others did not, and no later call could agree on their groups again. The next call starts fresh ranks (with no
+layout: the interrupted apply did not apply one). An interrupted ``run`` keeps the ranks, and their ``ctx.state``,
+only when every rank answered within the grace and none was creating or releasing groups
+(``results.GROUPS_INTERRUPTED``); otherwise it is discarded too.
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ from ..validation import check_int, check_number
 from .channel import Call, Reply, outcome_to_result
 from .procs import hold_interrupts
 from .progress import ProgressCallback, finish, resolve_progress
-from .results import RankError, RankResult, RankResults, call_failure
+from .results import GROUPS_INTERRUPTED, STATUS_OK, RankError, RankResult, RankResults, call_failure
 from .verification import Verification, apply_in_two_steps, layout_for_cluster, rank_coordinates
 
 DEATH_GRACE = 1.0
@@ -44,9 +52,11 @@ LIVENESS_EVERY = 0.25
 """Seconds between two checks that the ranks still awaited are alive."""
 TICK = 0.5
 """Seconds between two progress reports while nothing arrives."""
+CALL_MODULES = ("pandas", "tqdm.auto")
+"""What a call's results and progress import lazily (their tables, the bar): a cluster imports them in the
+background when it starts (``procs.preload``), so that no interrupt can cut those imports in half in a call."""
 
 
-# ----------------------------------------------------------------------------------------------- arguments
 def cluster_sizes(world_size: Any, local_world_size: Any) -> tuple[int, int]:
     """``(world_size, local_world_size)`` checked (``LayoutError`` naming the value); local defaults to world."""
     world_size = check_int("world_size", world_size, minimum=1)
@@ -54,11 +64,6 @@ def cluster_sizes(world_size: Any, local_world_size: Any) -> tuple[int, int]:
     if world_size % local:
         raise LayoutError(f"local_world_size={local} must divide world_size={world_size}")
     return world_size, local
-
-
-def cluster_timeout(timeout: Any) -> float:
-    """A cluster's default deadline in seconds (``LayoutError`` unless a number > 0)."""
-    return check_number("timeout", timeout, unit="seconds")
 
 
 def check_progress(progress: Any) -> None:
@@ -153,6 +158,10 @@ class CallState:
     pending: set[int] = field(default_factory=set)
     dead: set[int] = field(default_factory=set)
     settled: bool = False
+    abort_on_error: bool = False
+    """Whether a rank that answers with an error fails the whole call, and leaves the others ``DEATH_GRACE`` to
+    answer, as a death does (a rank that failed to build its groups leaves its partners waiting for it)."""
+    failed: set[int] = field(default_factory=set)
 
 
 def _collect(transport: CallTransport, state: CallState, deadline: float, progress: ProgressCallback | None) -> None:
@@ -166,7 +175,7 @@ def _collect(transport: CallTransport, state: CallState, deadline: float, progre
         while state.pending:
             holding.deliver()
             now = time.monotonic()
-            if state.dead and death_cutoff is None:
+            if (state.dead or state.failed) and death_cutoff is None:
                 death_cutoff = now + DEATH_GRACE
             cutoff = deadline if death_cutoff is None else min(deadline, death_cutoff)
             if now >= cutoff:
@@ -180,6 +189,8 @@ def _collect(transport: CallTransport, state: CallState, deadline: float, progre
                     result = outcome if isinstance(outcome, RankResult) else outcome_to_result(rank, outcome)
                     state.records[rank] = result
                     state.pending.discard(rank)
+                    if state.abort_on_error and result.status != STATUS_OK:
+                        state.failed.add(rank)
             now = time.monotonic()
             if now >= next_check:
                 gone = transport.gone(state.pending)
@@ -190,6 +201,11 @@ def _collect(transport: CallTransport, state: CallState, deadline: float, progre
                 done = len(state.records)
                 progress(done, total, f"{state.label}: {done} of {total} ranks answered")
                 next_tick = now + TICK
+
+
+def _groups_interrupted(state: CallState) -> bool:
+    """Whether a rank reported that the interrupt caught its pool creating or releasing groups."""
+    return any(r.error is not None and r.error.type == GROUPS_INTERRUPTED for r in state.records.values())
 
 
 def perform_call(
@@ -214,10 +230,10 @@ def perform_call(
             transport.interrupt(state.pending)
             with contextlib.suppress(KeyboardInterrupt):  # a second interrupt only ends the grace early
                 _collect(transport, state, time.monotonic() + INTERRUPT_GRACE, None)
-            stop = bool(state.pending or state.dead)
+            stop = bool(state.pending or state.dead) or state.call.kind != "run" or _groups_interrupted(state)
             state.settled = not stop
             raise
-        if not state.pending and not state.dead:
+        if not state.pending and not state.dead and not state.failed:
             stop = False
             state.settled = True
             return RankResults(state.records.values(), coordinates, state.label, world_size=len(state.ranks))
@@ -258,6 +274,7 @@ class Cluster:
     _in_flight: int | None
     _progress_option: Any
     _ranks: Any = None
+    _discarded = False
     _mode = "processes"
     _gather_limit: int | None = None
     _in_process = False
@@ -350,13 +367,17 @@ class Cluster:
         self._ensure_running()
         ranks = self._ranks
         self._call_id += 1
-        state = CallState(Call(self._call_id, kind, payload), label, limit, ranks.ranks, waited=waited)
+        call = Call(self._call_id, kind, payload)
+        state = CallState(call, label, limit, ranks.ranks, waited=waited, abort_on_error=kind == "apply")
         layout = layout or self._layout
         coordinates = None if layout is None else rank_coordinates(layout)
         self._in_flight = state.call.call_id
         try:
             progress = resolve_progress(self._progress_option, label, leave=False)
             return perform_call(ranks, state, coordinates, progress)
+        except KeyboardInterrupt:
+            self._discarded = ranks.stopped
+            raise
         finally:
             if state.settled:
                 self._in_flight = None
@@ -378,6 +399,14 @@ class Cluster:
                     stacklevel=4,
                 )
                 self._stop_ranks()
+        if self._discarded:
+            self._discarded = False
+            warnings.warn(
+                f"the interrupted call stopped the {word} (they could no longer agree); starting fresh {word} "
+                "(per-rank state is lost)",
+                RuntimeWarning,
+                stacklevel=4,
+            )
         if not self.running or (self._pending is not None and not self._restarting):  # a restart was cut short
             ranks = self._ranks
             if ranks is not None and not ranks.stopped and not self.running:
@@ -417,11 +446,7 @@ class Cluster:
 
     # ------------------------------------------------------------------ facts and display
     def _state(self) -> str:
-        if self._closed:
-            return "closed"
-        if not self.running:
-            return "stopped (restarts on the next call)"
-        return "running"
+        return "closed" if self._closed else "running" if self.running else "stopped (restarts on the next call)"
 
     def _repr_html_(self) -> str:
         name = type(self).__name__

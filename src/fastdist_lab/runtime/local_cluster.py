@@ -1,10 +1,11 @@
 """``LocalCluster``: persistent worker processes on this machine, driven from a notebook cell or a script.
 
-Its calls are every cluster's (``cluster.Cluster``: ``run``, ``apply``, deadlines, failures); what is its own is
-the processes' life. A worker server (``supervisor.WorkerServer``: a fresh interpreter that imports torch once)
-forks one generation of workers after another (``channel.Workers``) and hosts their rendezvous store. Nothing is
-ever forked from this process, nothing listens beyond 127.0.0.1, and the control channel is authenticated
-(``runtime.handshake``).
+Its calls are every cluster's (``cluster.Cluster``: ``run``, ``apply``, deadlines, failures, interrupts); what is its
+own is the processes' life. A worker server (``supervisor.WorkerServer``: a fresh interpreter that imports torch
+once, under a guard process) forks one generation of workers after another (``channel.Workers``), each generation
+with its own rendezvous store file. Nothing is ever forked from this process, and nothing of the cluster listens for
+connections except the workers' gloo transports (on 127.0.0.1): the channels are socket pairs, the store a file in a
+private directory. ``LocalCluster.prewarm()`` starts a server ahead of need, which the next cluster adopts.
 
 A rank that raises is reported with its traceback; a rank that hangs or dies makes the call raise
 ``ClusterTimeout`` / ``ClusterError`` naming it (with the Python stacks of the ranks that did not answer), the
@@ -20,17 +21,19 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..errors import ClusterError
 from ..layout import Layout
+from ..validation import check_number
 from .backends import resolve_backend
 from .capacity import check_capacity
 from .channel import Workers
-from .cluster import Cluster, check_progress, cluster_sizes, cluster_timeout
-from .procs import FILES_PER_PROCESS, hold_interrupts, raise_file_limit
+from .cluster import CALL_MODULES, Cluster, check_progress, cluster_sizes
+from .procs import FILES_PER_PROCESS, hold_interrupts, preload, raise_file_limit
 from .progress import ProgressCallback, finish, resolve_progress
 from .replay import SWEEP_SIZES
 from .replay import bandwidth as sweep_bandwidth
 from .replay import replay as replay_step
-from .supervisor import WorkerServer
+from .supervisor import WorkerServer, prewarm, take_spare
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -73,10 +76,10 @@ class LocalCluster(Cluster):
         check_progress(progress)
         self._world_size = world_size
         self._local_world_size = local
-        self._timeout = cluster_timeout(timeout)
+        self._timeout = check_number("timeout", timeout, unit="seconds")
         self._backend = resolve_backend(backend, local)
         self._progress_option = progress
-        self._server = WorkerServer(world_size, local, self._backend, self.device_type, self._timeout)
+        self._server = WorkerServer()
         self._ranks: Workers | None = None
         self._lock = threading.RLock()
         self._closed = True
@@ -102,6 +105,8 @@ class LocalCluster(Cluster):
         """Process id of the worker server (the workers' parent), or ``None``."""
         return self._server.pid
 
+    prewarm = staticmethod(prewarm)
+
     # ------------------------------------------------------------------ lifecycle
     def _reporter(self, progress: ProgressCallback | None) -> Callable[[int, str], None]:
         total = self._world_size + 2
@@ -123,12 +128,13 @@ class LocalCluster(Cluster):
             report = self._reporter(progress)
             begin = time.monotonic()
             _LIVE.add(self)
+            preload(*CALL_MODULES)
             try:
                 self._stop_ranks()
                 if not self._server.alive:
                     self._server.stop()
-                    self._server.start(report)
-                self._ranks = self._server.spawn(report)
+                    self._adopt_or_start(report)
+                self._ranks = self._spawn(report)
             except BaseException:
                 with hold_interrupts():
                     finish(progress)
@@ -144,6 +150,24 @@ class LocalCluster(Cluster):
             report(total, f"{self._world_size} ranks ready ({self._backend}) in {self.startup_seconds:.1f} s")
             return self
 
+    def _adopt_or_start(self, report: Callable[[int, str], None]) -> None:
+        """Take the spare server ``prewarm`` launched, once ready; else start a new one (it is ``_server`` from the
+        moment it exists, so a failure or an interrupt on the way stops it)."""
+        spare = take_spare()
+        if spare is not None:
+            self._server = spare
+            try:
+                spare.wait_ready(self._timeout, report)
+                return
+            except ClusterError:  # it failed where a fresh one may not: start one
+                spare.stop()
+        self._server = WorkerServer()
+        self._server.start(self._timeout, report)
+
+    def _spawn(self, report: Callable[[int, str], None]) -> Workers:
+        world, local = self._world_size, self._local_world_size
+        return self._server.spawn(world, local, self._backend, self.device_type, self._timeout, report)
+
     def restart(self) -> LocalCluster:
         """Replace every worker by a fresh one (keeping the worker server when alive) and re-apply the layout."""
         with self._lock:
@@ -156,7 +180,7 @@ class LocalCluster(Cluster):
                 progress = resolve_progress(self._progress_option, "LocalCluster")
                 begin = time.monotonic()
                 try:
-                    self._ranks = self._server.spawn(self._reporter(progress))
+                    self._ranks = self._spawn(self._reporter(progress))
                 finally:
                     finish(progress)
                 self._in_flight = None

@@ -1,11 +1,12 @@
 """``ProcessGroupPool`` and ``Distributed``: real process groups for every named dim, gloo or NCCL.
 
 A port of the pool of ServiceNow's Fast-LLM (commit 91b28fab, ``fast_llm/engine/distributed/distributed.py``):
-rendezvous through one TCP store without ``init_process_group``, one ``PrefixStore`` per group, one group per
+rendezvous through one store without ``init_process_group``, one ``PrefixStore`` per group, one group per
 distinct member list, every generator (and torch's default CPU generator) seeded from
 ``fastdist_lab.seeds.generator_seeds``. Two bugs of the original are not reproduced: member lists are hashed as tuples,
 and a ``range`` and a ``tuple`` with the same members are the same group. Groups come into being in one method,
-``ProcessGroupPool.create_group``, which a pool of another kind of group overrides.
+``ProcessGroupPool.create_group``, which a pool of another kind of group overrides; a group that cannot be made
+(its rendezvous values unreadable, a member gone) raises one ``ClusterError`` naming it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 import datetime
 import logging
 import os
-import socket
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -30,6 +30,7 @@ from ..config import (
     check_ranks_in_range,
 )
 from ..errors import BackendUnavailable, ClusterError
+from ..formatting import first_line, members_text
 from ..seeds import generator_seeds
 from .backends import check_nccl
 from .members import GroupRecord, group_prefix, member_tuple
@@ -40,49 +41,9 @@ ProcessGroup = Any
 """A torch.distributed backend object (``ProcessGroupGloo`` / ``ProcessGroupNCCL``) or ``None`` for size 1."""
 
 LOOPBACK = "127.0.0.1"
-
-
-def loopback_listener(backlog: int) -> socket.socket:
-    """A TCP socket bound to a free port of 127.0.0.1 and listening (no window between choosing and using it)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        sock.bind((LOOPBACK, 0))
-        sock.listen(backlog)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-def master_store(listener: socket.socket, world_size: int, timeout: float) -> torch.distributed.TCPStore:
-    """The rendezvous ``TCPStore`` serving on ``listener`` (which it takes over), on torch's libuv server.
-
-    The libuv server refuses a value over 8 MiB and survives a flood of idle connections.
-    """
-    port = listener.getsockname()[1]
-    fd = listener.detach()  # the store owns the descriptor from here on
-    return torch.distributed.TCPStore(
-        LOOPBACK,
-        port,
-        world_size,
-        is_master=True,
-        timeout=datetime.timedelta(seconds=timeout),
-        wait_for_workers=False,
-        master_listen_fd=fd,
-        use_libuv=True,
-    )
-
-
-def client_store(port: int, world_size: int, timeout: float, prefix: str = "", host: str = LOOPBACK) -> Any:
-    """A client of the store at ``host:port``; with ``prefix``, every key this client uses lives under it."""
-    store = torch.distributed.TCPStore(
-        host,
-        port,
-        world_size,
-        is_master=False,
-        timeout=datetime.timedelta(seconds=timeout),
-    )
-    return torch.distributed.PrefixStore(prefix, store) if prefix else store
+GLOO_KEY = "0/{}"
+"""The key (under the group's prefix) where torch's ``ProcessGroupGloo`` leaves a member's rendezvous value: its
+device index, then its group rank (torch 2.13; pinned by ``tests/runtime/test_pool.py``)."""
 
 
 _default_pool: ProcessGroupPool | None = None
@@ -91,9 +52,10 @@ _default_pool: ProcessGroupPool | None = None
 class ProcessGroupPool:
     """One rank's pool of process groups: one store, at most one group per distinct ordered member list.
 
-    ``store`` may be given (a connected ``TCPStore``); otherwise ``init_method`` (``env://`` by default, as
-    under torchrun) is used for the rendezvous when ``world_size > 1``. ``gloo_hostname`` pins gloo's
-    transport to one address (``"127.0.0.1"`` for a local cluster); ``None`` lets gloo pick from the host name.
+    ``store`` may be given (any c10d store: a ``FileStore``, a connected ``TCPStore``); otherwise ``init_method``
+    (``env://`` by default, as under torchrun) is used for the rendezvous when ``world_size > 1``. ``gloo_hostname``
+    pins gloo's transport to one address (``"127.0.0.1"`` for a local cluster); ``None`` lets gloo pick from the
+    host name.
     """
 
     def __init__(
@@ -126,6 +88,8 @@ class ProcessGroupPool:
         """Seconds spent creating each group, keyed by its member tuple."""
         self.created_count = 0
         """How many groups this pool has created so far."""
+        self.changes = 0
+        """How many times this pool began to create or release groups (an interrupted change leaves it counted)."""
         self.store: Any = None
 
         if self._use_cpu:
@@ -224,24 +188,31 @@ class ProcessGroupPool:
         """
         store = torch.distributed.PrefixStore(name + "/", self.store)
         timeout = datetime.timedelta(seconds=self._timeout)
-        # torch names the gloo options, their timeout and devices privately; they are the only way to set them.
-        if self._backend == DistributedBackend.gloo:
-            gloo = torch.distributed.ProcessGroupGloo
-            if self._gloo_device is None:
-                self._gloo_device = self._gloo_devices()
-            options = gloo._Options()  # noqa: SLF001
+        try:
+            # torch names the gloo options, their timeout and devices privately; they are the only way to set them.
+            if self._backend == DistributedBackend.gloo:
+                gloo = torch.distributed.ProcessGroupGloo
+                if self._gloo_device is None:
+                    self._gloo_device = self._gloo_devices()
+                options = gloo._Options()  # noqa: SLF001
+                options._timeout = timeout  # noqa: SLF001
+                options._devices = self._gloo_device  # noqa: SLF001
+                options.global_ranks_in_group = list(members)
+                options.group_name = name
+                return gloo(store, group_rank, len(members), options)
+            nccl = torch.distributed.ProcessGroupNCCL
+            options = nccl.Options()
+            options.is_high_priority_stream = False
             options._timeout = timeout  # noqa: SLF001
-            options._devices = self._gloo_device  # noqa: SLF001
             options.global_ranks_in_group = list(members)
             options.group_name = name
-            return gloo(store, group_rank, len(members), options)
-        nccl = torch.distributed.ProcessGroupNCCL
-        options = nccl.Options()
-        options.is_high_priority_stream = False
-        options._timeout = timeout  # noqa: SLF001
-        options.global_ranks_in_group = list(members)
-        options.group_name = name
-        return nccl(store, group_rank, len(members), options)
+            return nccl(store, group_rank, len(members), options)
+        except Exception as error:  # gloo and NCCL throw whatever their parsers hit (bad_alloc, _M_create, ...)
+            raise ClusterError(
+                f"rank {self._rank} could not create the {self._backend.value} group {name!r} of ranks "
+                f"{members_text(members)}: {first_line(error)} (a member failed, or the rendezvous values in the "
+                "store were not the ones the members wrote)"
+            ) from error
 
     def get_process_group(self, global_ranks: range | tuple[int, ...], group_rank: int) -> ProcessGroup | None:
         """The group of ``global_ranks`` (this rank being ``group_rank`` in it), created on first request.
@@ -261,6 +232,7 @@ class ProcessGroupPool:
             begin = time.perf_counter()
             # A group released and created again gets a fresh name: its old store keys must not be seen again.
             name = self.canonical(group_prefix(members, global_ranks) + (f"_v{version}" if version else ""))
+            self.changes += 1
             group = self.create_group(members, group_rank, name)
             self.created_seconds[members] = time.perf_counter() - begin
             self._records[id(group)] = (group, GroupRecord(members, group_rank, name))
@@ -277,17 +249,30 @@ class ProcessGroupPool:
         """
         kept = {member_tuple(members) for members in keep}
         released = [members for members in self._process_groups if members not in kept]
+        self.changes += bool(released)
         in_use = {id(group) for key, group in self._process_groups.items() if key in kept}
         for members in released:
             group = self._process_groups.pop(members)
             if id(group) in in_use:  # the same object is still held under a kept member list
                 continue
-            self._records.pop(id(group), None)
+            entry = self._records.pop(id(group), None)
             try:
                 group.shutdown()
             except Exception as error:  # peers may already have closed their side
                 logger.debug("group shutdown failed: %s", error)
+            if entry is not None:
+                self._forget_rendezvous(entry[1])
         return len(released)
+
+    def _forget_rendezvous(self, record: GroupRecord) -> None:
+        """Delete this rank's rendezvous value of a released gloo group from the store: every member read it before
+        the group existed anywhere, and a store file would otherwise keep it (in every rank's memory) for good."""
+        if self._backend != DistributedBackend.gloo or self.store is None:
+            return
+        try:
+            torch.distributed.PrefixStore(record.name + "/", self.store).delete_key(GLOO_KEY.format(record.group_rank))
+        except Exception as error:  # a store without deletions (a fake one), or one that is gone
+            logger.debug("rendezvous key not deleted: %s", error)
 
     def __enter__(self) -> ProcessGroupPool:
         global _default_pool

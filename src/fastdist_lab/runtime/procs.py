@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import importlib
 import os
 import signal
 import sys
@@ -56,12 +57,19 @@ def pid_alive(pid: int) -> bool:
 
 
 def process_running(pid: int) -> bool:
-    """Whether ``pid`` exists and has not exited (a zombie, exited but not yet reaped, counts as gone)."""
+    """Whether ``pid`` exists and has not exited (a zombie, exited but not yet reaped, counts as gone).
+
+    When ``/proc`` cannot be read (no file descriptor left, ...), the kernel is asked another way that needs none
+    (``pid_alive``: a zombie then counts until its parent reaps it): a full descriptor table is never taken for a
+    death.
+    """
     try:
         with open(f"/proc/{pid}/stat", "rb") as file:
             state = file.read().rsplit(b")", 1)[1].split()[0]
-    except (OSError, IndexError):
+    except (FileNotFoundError, ProcessLookupError, IndexError):
         return pid_alive(pid) if not os.path.isdir("/proc") else False
+    except OSError:
+        return pid_alive(pid)
     return state not in (b"Z", b"X")
 
 
@@ -186,6 +194,26 @@ def raise_file_limit(needed: int) -> int:
     except (ValueError, OSError):
         return soft
     return needed
+
+
+def preload(*modules: str) -> threading.Thread | None:
+    """Import ``modules`` in a background thread, where no ``KeyboardInterrupt`` can cut an import in half (SIGINT
+    only ever raises in the main thread; a module whose import was cut can be broken for good, such as numpy's and
+    pandas' compiled parts). A lazy ``import`` of them in the main thread later finds them whole, or waits for this
+    import to end. Returns the thread, or ``None`` when every module is imported already. Failures are left to that
+    later import to report."""
+    missing = [name for name in modules if name not in sys.modules]
+    if not missing:
+        return None
+
+    def load() -> None:
+        for name in missing:
+            with contextlib.suppress(Exception):
+                importlib.import_module(name)
+
+    thread = threading.Thread(target=load, name="fastdist-preload", daemon=True)
+    thread.start()
+    return thread
 
 
 _holding = False

@@ -7,39 +7,46 @@ runs (``call_target``): ``"run"`` a user's function, ``"apply"`` step 1 of a lay
 ``"check"`` step 2 (``check_groups``: the collective checks of the groups every member built right). What the
 controller sends, and how it judges what comes back, is ``runtime.verification``.
 
-A local worker is forked by the cluster's worker server (``runtime.server``) with torch already imported, connects
-back to the controller over the authenticated channel (``runtime.handshake``), joins the rendezvous store under the
-cluster's random key prefix, and then executes calls until told to exit or until the controller goes away.
+A local worker is forked by the cluster's worker server (``runtime.server``) with torch already imported and its end
+of a socket pair to the controller, opens its generation's rendezvous store (a ``FileStore`` in the cluster's private
+directory: no port, nothing another user can open), and then executes calls until told to exit or until the
+controller goes away.
+
+A rank whose call is interrupted while its pool is creating or releasing groups reports ``GROUPS_INTERRUPTED``
+instead of a plain interrupt: its groups may no longer match its partners', and the controller discards the ranks.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import faulthandler
 import os
 import queue
 import signal
+import socket
 import sys
 import threading
 import time
 import traceback
 from collections.abc import Callable
+from multiprocessing.connection import Connection
 from typing import Any
 
 import cloudpickle
 import torch
+import torch.distributed
 
 from ..config import DIM_NAMES, DistributedBackend, DistributedConfig
 from ..formatting import members_text
 from ..layout import Layout
 from ..seeds import generator_seeds
-from .capture import OutputCapture, quiet_harmless_c10d
-from .channel import Call, Channel, Exit, Outcome, Reply, WorkerFailed, WorkerHello, WorkerReady, WorkerSpec
-from .handshake import connect
+from .capture import OutputCapture
+from .channel import Call, Channel, Exit, Outcome, Reply, WorkerFailed, WorkerReady, WorkerSpec
 from .members import member_tuple
-from .pool import LOOPBACK, Distributed, ProcessGroup, ProcessGroupPool, client_store
+from .pool import LOOPBACK, Distributed, ProcessGroup, ProcessGroupPool
 from .procs import die_with_parent
-from .results import STATUS_ERROR, STATUS_INTERRUPTED, STATUS_OK, RankError
+from .results import GROUPS_INTERRUPTED, STATUS_ERROR, STATUS_INTERRUPTED, STATUS_OK, RankError
 from .verification import SKIP_KEY, layout_groups, reduction_terms
 
 
@@ -103,6 +110,17 @@ class _Interruptible:
             raise KeyboardInterrupt
 
 
+def interrupted(caught: BaseException, ctx: RankContext, changes: int) -> RankError:
+    """The error of a call interrupted on ``ctx``'s rank: ``GROUPS_INTERRUPTED`` when its pool created or released a
+    group during the call (its pool had made ``changes`` changes before it began), else the ``KeyboardInterrupt``."""
+    error = error_of(caught, skip=1)
+    pool = ctx.pool
+    if pool is not None and pool.changes != changes:
+        error.type = GROUPS_INTERRUPTED
+        error.message = "interrupted while its pool was creating or releasing process groups"
+    return error
+
+
 def call_target(kind: str, payload: Any) -> tuple[Callable[..., Any], tuple]:
     """The function a call runs on a rank and its arguments after ``ctx``: ``"run"`` ``(fn, args)`` (unpickled
     first when they travelled as bytes), ``"apply"`` ``build_layout`` for the ``Layout`` (or its fields),
@@ -124,6 +142,7 @@ def execute(ctx: RankContext, kind: str, payload: Any) -> Outcome:
     out, err = OutputCapture(), OutputCapture()
     begin = time.perf_counter()
     status, value, error, exception = STATUS_OK, None, None, None
+    changes = 0 if ctx.pool is None else ctx.pool.changes
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             _Interruptible.active = True
@@ -133,7 +152,7 @@ def execute(ctx: RankContext, kind: str, payload: Any) -> Outcome:
             finally:
                 _Interruptible.active = False
     except KeyboardInterrupt as caught:
-        status, error, exception = STATUS_INTERRUPTED, error_of(caught, skip=1), caught
+        status, error, exception = STATUS_INTERRUPTED, interrupted(caught, ctx, changes), caught
     except BaseException as caught:  # SystemExit included: a rank function must not end the worker
         status, error, exception = STATUS_ERROR, error_of(caught, skip=1), caught
     seconds = time.perf_counter() - begin
@@ -323,7 +342,7 @@ def _reader(channel: Channel, inbox: queue.Queue) -> None:
 
 
 def _detach_in_children(fd: int) -> None:
-    """Processes forked by user code must not hold the control socket: its end would then go unnoticed."""
+    """Processes forked by user code must not hold the channel to the controller: its end would go unnoticed."""
     devnull = os.open(os.devnull, os.O_RDWR)
 
     def detach() -> None:
@@ -333,11 +352,11 @@ def _detach_in_children(fd: int) -> None:
     os.register_at_fork(after_in_child=detach)
 
 
-def worker_main(spec: WorkerSpec, rank: int, server_pid: int, authkey: bytes) -> None:
-    """Body of one forked local worker; never returns (ends with ``os._exit``)."""
+def worker_main(spec: WorkerSpec, rank: int, server_pid: int, end: socket.socket) -> None:
+    """Body of one forked local worker, talking to the controller over ``end``; never returns (``os._exit``)."""
     code = 0
     try:
-        code = _worker(spec, rank, server_pid, authkey)
+        code = _worker(spec, rank, server_pid, end)
     except BaseException:
         traceback.print_exc()
         code = 1
@@ -347,7 +366,7 @@ def worker_main(spec: WorkerSpec, rank: int, server_pid: int, authkey: bytes) ->
         os._exit(code)
 
 
-def _worker(spec: WorkerSpec, rank: int, server_pid: int, authkey: bytes) -> int:
+def _worker(spec: WorkerSpec, rank: int, server_pid: int, end: socket.socket) -> int:
     die_with_parent(signal.SIGKILL)
     if os.getppid() != server_pid:  # the server died before prctl took effect
         return 1
@@ -358,15 +377,14 @@ def _worker(spec: WorkerSpec, rank: int, server_pid: int, authkey: bytes) -> int
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True, chain=False)
     torch.set_num_threads(spec.threads)
 
-    channel = connect(spec.address, authkey, timeout=spec.timeout)
+    channel = Channel(Connection(end.detach()), "controller")
     channel.holds_interrupts = False  # SIGINT raises only inside user code here (see _Interruptible)
     _detach_in_children(channel.fileno())
-    channel.send(WorkerHello(rank, os.getpid()))
     backend = DistributedBackend.parse(spec.backend)
     use_cpu = spec.device_type == "cpu"
     try:
-        with quiet_harmless_c10d():
-            store = client_store(spec.store_port, spec.world_size, spec.timeout, prefix=spec.store_prefix)
+        store = torch.distributed.FileStore(spec.store_path, -1)
+        store.set_timeout(datetime.timedelta(seconds=spec.timeout))
         pool = ProcessGroupPool(
             rank,
             spec.world_size,

@@ -28,7 +28,7 @@ from typing import Any
 from . import turns
 from .capture import OutputCapture
 from .channel import Call, Reply
-from .rank_loop import RankContext, call_target, error_of
+from .rank_loop import RankContext, call_target, error_of, interrupted
 from .results import STATUS_ERROR, STATUS_INTERRUPTED, STATUS_OK, RankError, RankResult
 
 THREAD_STACK_BYTES = 512 * 1024
@@ -100,11 +100,12 @@ def execute_here(ctx: RankContext, call: Call) -> RankResult:
     _local.captures = captures
     begin = time.perf_counter()
     status, value, error = STATUS_OK, None, None
+    changes = 0 if ctx.pool is None else ctx.pool.changes
     try:
         fn, args = call_target(call.kind, call.payload)
         value = fn(ctx, *args)
     except KeyboardInterrupt as caught:
-        status, error = STATUS_INTERRUPTED, error_of(caught, skip=1)
+        status, error = STATUS_INTERRUPTED, interrupted(caught, ctx, changes)
         error.exception = caught
     except SystemExit as caught:  # torch's threaded collectives leave this way when released
         status, error = STATUS_ERROR, error_of(caught, skip=1)
@@ -124,7 +125,8 @@ def _stack_of(thread: threading.Thread | None) -> str:
 
 
 def _raise_in(thread: threading.Thread, exception: type[BaseException]) -> None:
-    """Have ``thread`` raise ``exception`` at its next Python instruction (not while it waits in C)."""
+    """Have ``thread`` raise ``exception`` at its next Python instruction (not while it waits in C). The thread may
+    have left the call meanwhile: its loop drops an interrupt that arrives outside a call."""
     if thread.ident is not None and thread.is_alive():
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(exception))
 
@@ -225,16 +227,19 @@ class ThreadPerRank(_Runner):
     def _loop(self, index: int) -> None:
         ctx, inbox = self.contexts[index], self.inboxes[index]
         while True:
-            item = inbox.get()
-            if item is _STOP or self.stopped:
-                return
-            call, holding = item
-            turns.enter(self.turns, holding)
             try:
-                result = execute_here(ctx, call)
-            finally:
-                turns.give()
-            self._reply(call, ctx.rank, result)
+                item = inbox.get()
+                if item is _STOP or self.stopped:
+                    return
+                call, holding = item
+                turns.enter(self.turns, holding)
+                try:
+                    result = execute_here(ctx, call)
+                finally:
+                    turns.give()
+                self._reply(call, ctx.rank, result)
+            except KeyboardInterrupt:  # forwarded for a call this rank had left: dropped (see ``_raise_in``)
+                continue
 
     def send(self, call: Call) -> set[int]:
         """Hand ``call`` to every rank thread (through the dispatcher); returns the ranks whose thread ended."""
@@ -293,15 +298,18 @@ class OneThread(_Runner):
 
     def _loop(self) -> None:
         while True:
-            call = self.inbox.get()
-            if call is _STOP or self.stopped:
-                return
-            for ctx in self.contexts:
-                if self.stopped:
+            try:
+                call = self.inbox.get()
+                if call is _STOP or self.stopped:
                     return
-                self.current = ctx.rank
-                self._reply(call, ctx.rank, execute_here(ctx, call))
-            self.current = None
+                for ctx in self.contexts:
+                    if self.stopped:
+                        return
+                    self.current = ctx.rank
+                    self._reply(call, ctx.rank, execute_here(ctx, call))
+                self.current = None
+            except KeyboardInterrupt:  # forwarded between two ranks' turns, or after the last: the rest never answer
+                self.current = None
 
     def send(self, call: Call) -> set[int]:
         """Hand ``call`` to the runner thread (every rank, in rank order)."""

@@ -26,6 +26,9 @@ STATUS_TIMEOUT = "timeout"
 STATUS_DIED = "died"
 STATUS_INTERRUPTED = "interrupted"
 STATUS_MISSING = "missing"
+GROUPS_INTERRUPTED = "GroupsInterrupted"
+"""The error type of a rank interrupted while its pool was creating or releasing groups (its groups may no longer
+match its partners': the controller discards the ranks)."""
 
 REPR_CHARS = 80
 """Characters of a value's ``repr`` shown in ``repr(RankResult)``."""
@@ -323,10 +326,11 @@ def call_failure(
     pid_of: Callable[[int], int | None],
     coordinates: Any = None,
 ) -> ClusterError:
-    """The error of a call that not every rank answered: ``ClusterError`` when ranks died, else ``ClusterTimeout``
-    with the ``stacks`` of those that did not answer. ``state`` is the call's ``cluster.CallState`` (its label,
-    limit, ranks, ``records`` of the answers, ``pending`` and ``dead`` ranks); ``deaths`` says why each dead rank is
-    gone; every rank's record is in the error's ``results``."""
+    """The error of a call that not every rank answered: ``ClusterError`` when ranks died, or when ranks whose error
+    ends the call (``failed``) left others waiting, else ``ClusterTimeout`` with the ``stacks`` of those that did not
+    answer. ``state`` is the call's ``cluster.CallState`` (its label, limit, ranks, ``records`` of the answers,
+    ``pending``, ``dead`` and ``failed`` ranks); ``deaths`` says why each dead rank is gone; every rank's record is in
+    the error's ``results``."""
     label, limit, pending, dead = state.label, state.limit, set(state.pending), set(state.dead)
     records = dict(state.records)
     for rank in dead:
@@ -336,6 +340,14 @@ def call_failure(
         records[rank] = RankResult(rank, STATUS_TIMEOUT, error=error)
     results = RankResults(records.values(), coordinates, label, world_size=len(state.ranks))
     answered = sorted(rank for rank in state.records)
+    failed = sorted(state.failed)
+    if failed and not dead:
+        first = records[failed[0]].error
+        parts = [f"{ranks_text(failed)} failed during {label}: {first}"]
+        if pending:
+            parts.append(f"{ranks_text(pending)} did not answer afterwards (waiting for the failed ranks)")
+        parts.append("the workers were stopped; the next call starts fresh ones")
+        return ClusterError("\n".join(parts), results=results, ranks=sorted(set(failed) | pending))
     if dead:
         parts = [f"{ranks_text(dead)} died during {label}"]
         by_reason: dict[str, list[int]] = {}

@@ -1,26 +1,30 @@
-"""The worker server of a ``LocalCluster``: one fresh interpreter that imports torch once and forks the workers.
+"""The worker server of a ``LocalCluster``: one fresh interpreter that imports torch once and forks the workers,
+under a guard that outlives it.
 
-Started by the controller as ``python -m fastdist_lab.runtime.server`` in a new session (never a fork of the
-notebook kernel). It reads its configuration from stdin, connects back over the authenticated channel, preloads
-torch and the worker code, and then serves requests: start a generation of workers (with a fresh rendezvous store
-in a process of its own, so the controller never runs a store), end them, say how they ended.
+Started by the controller as ``python -c BOOTSTRAP`` in a new session (never a fork of the notebook kernel), with
+its channel handed over as one end of a socket pair: nothing listens, so no other process can reach it. The process
+started is the **guard**, a small child subreaper that forks the **server** at once and then only reaps. The server
+imports torch and the worker code and serves requests: start a generation of workers (each with
+its own end of a fresh socket pair, whose other end travels to the controller beside the reply, and a rendezvous
+store file in the generation's private directory), end them, say how they ended.
 
-It is the child subreaper of everything below it: processes that user code forks, even into a new session, come
-back to it when their parent dies, and it ends them all whenever the workers are stopped. It exits, ending its
-subtree and removing the cluster's temporary directory, when told to, when the channel closes or when the
-controller dies.
+Both are child subreapers: what user code forks, even into a new session, comes back to the server when its parent
+dies, and to the guard when the server itself is gone, even SIGKILLed (the workers then die by their parent-death
+signal, and whatever they started is the guard's to end). The server ends its subtree whenever the workers are
+stopped and when it exits (told to, its channel closed, the guard gone); the guard ends everything left below it and
+removes the cluster's temporary directory once the server is gone, and when the controller dies.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
-import select
 import shutil
 import signal
+import socket
 import sys
+import time
 import traceback
+from multiprocessing.connection import Connection
 from typing import Any
 
 from .channel import (
@@ -36,13 +40,12 @@ from .channel import (
     WorkersKilled,
     WorkerSpec,
 )
-from .handshake import connect
 from .procs import become_subreaper, describe_status, die_with_parent, end_subtree, raise_file_limit, reap
 
-STORE_MEMORY_CAP = 256 << 20
-"""Bytes the rendezvous store may allocate beyond what it holds at start (``RLIMIT_DATA`` of its process). A
-client whose value would pass the cap is disconnected; the store itself, and the controller, carry on. Each value
-is also capped at 8 MiB by torch's libuv store."""
+__all__ = ["BOOTSTRAP", "guard_main", "serve", "server_main"]  # the two mains are called by BOOTSTRAP's text
+
+GUARD_TICK = 0.25
+"""Seconds between two looks of the guard at its parent (the controller) while nothing else happens."""
 
 
 class _Leave(BaseException):
@@ -53,71 +56,9 @@ def _leave(signum: int, frame: Any) -> None:
     raise _Leave
 
 
-def _data_size() -> int | None:
-    try:
-        with open("/proc/self/status", encoding="ascii") as file:
-            for line in file:
-                if line.startswith("VmData:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-def _cap_memory(extra: int) -> None:
-    """Limit this process's heap to what it holds now plus ``extra`` bytes (where the platform allows)."""
-    size = _data_size()
-    if size is None:
-        return
-    try:
-        import resource
-
-        _, hard = resource.getrlimit(resource.RLIMIT_DATA)
-        limit = size + extra if hard == resource.RLIM_INFINITY else min(size + extra, hard)
-        resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
-    except (ImportError, ValueError, OSError):
-        pass
-
-
-def _start_store(spec: WorkerSpec, channel: Channel) -> tuple[int, int]:
-    """Fork the process that serves this generation's rendezvous store; returns ``(pid, port)``."""
-    from .pool import loopback_listener, master_store
-
-    listener = loopback_listener(max(128, 2 * spec.world_size))
-    port = listener.getsockname()[1]
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the store process
-        code = 0
-        try:
-            os.close(read_end)
-            channel.close()
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            die_with_parent(signal.SIGKILL)
-            _cap_memory(STORE_MEMORY_CAP)
-            store = master_store(listener, spec.world_size, spec.timeout)
-            os.write(write_end, b"ok")
-            os.close(write_end)
-            while store is not None:
-                signal.pause()
-        except BaseException as error:
-            os.write(write_end, f"{type(error).__name__}: {error}".encode()[:4000])
-            code = 1
-        finally:
-            os._exit(code)
-    listener.close()
-    os.close(write_end)
-    try:
-        ready, _, _ = select.select([read_end], [], [], spec.timeout)
-        answer = os.read(read_end, 4096) if ready else b"no answer"
-    finally:
-        os.close(read_end)
-    if answer != b"ok":
-        raise RuntimeError(f"the rendezvous store could not start: {answer.decode(errors='replace')}")
-    return pid, port
-
-
-def _fork_workers(spec: WorkerSpec, channel: Channel, authkey: bytes) -> dict[int, int]:
+# ----------------------------------------------------------------------------------------------- the server
+def _fork_workers(spec: WorkerSpec, channel: Channel) -> tuple[dict[int, int], list[socket.socket]]:
+    """Fork one worker per rank, each with its end of a fresh socket pair; returns the pids and the other ends."""
     from .rank_loop import worker_main
 
     sys.path[:] = list(spec.sys_path)
@@ -126,29 +67,48 @@ def _fork_workers(spec: WorkerSpec, channel: Channel, authkey: bytes) -> dict[in
     except OSError:
         pass
     me = os.getpid()
-    pids = {}
-    for rank in spec.ranks:
-        pid = os.fork()
-        if pid == 0:
-            try:
-                channel.close()
-            finally:
-                worker_main(spec, rank, me, authkey)
-        pids[rank] = pid
-    return pids
-
-
-def _spawn(spec: WorkerSpec, channel: Channel, authkey: bytes, statuses: dict[int, int]) -> tuple[dict, int, str]:
-    end_subtree(statuses)  # nothing of an earlier generation may linger
+    pids: dict[int, int] = {}
+    ends: list[socket.socket] = []
     try:
-        store_pid, port = _start_store(spec, channel)
-    except Exception as error:
-        return {}, -1, str(error)
-    return _fork_workers(dataclasses.replace(spec, store_port=port), channel, authkey), store_pid, ""
+        for rank in spec.ranks:
+            mine, theirs = socket.socketpair()
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    for other in (mine, *ends):
+                        other.close()
+                    channel.close()
+                finally:
+                    worker_main(spec, rank, me, theirs)
+            theirs.close()
+            ends.append(mine)
+            pids[rank] = pid
+    except BaseException:
+        for end in ends:
+            end.close()
+        raise
+    return pids, ends
 
 
-def serve(channel: Channel, authkey: bytes, parent: int, statuses: dict[int, int]) -> None:
-    """Answer the controller's requests until it says ``Exit``, its channel closes or it dies."""
+def _spawn(request: int, spec: WorkerSpec, channel: Channel, statuses: dict[int, int]) -> None:
+    """Answer ``Spawn``: the earlier generation ended, the new one forked, its channels sent to the controller."""
+    end_subtree(statuses)  # nothing of an earlier generation may linger
+    raise_file_limit(spec.file_limit)
+    try:
+        pids, ends = _fork_workers(spec, channel)
+    except OSError as error:
+        end_subtree(statuses)
+        channel.send(Spawned(request, {}, f"the worker server could not start the workers: {error}"))
+        return
+    try:
+        channel.send_with(Spawned(request, pids, "", len(ends)), [end.fileno() for end in ends])
+    finally:
+        for end in ends:
+            end.close()
+
+
+def serve(channel: Channel, parent: int, statuses: dict[int, int]) -> None:
+    """Answer the controller's requests until it says ``Exit``, the channel closes or the guard is gone."""
     while True:
         reap(statuses)
         if os.getppid() != parent:
@@ -160,8 +120,7 @@ def serve(channel: Channel, authkey: bytes, parent: int, statuses: dict[int, int
         except (EOFError, OSError):
             return
         if isinstance(message, Spawn):
-            pids, store_pid, error = _spawn(message.spec, channel, authkey, statuses)
-            channel.send(Spawned(message.request, pids, store_pid, error))
+            _spawn(message.request, message.spec, channel, statuses)
         elif isinstance(message, KillWorkers):
             end_subtree(statuses)
             channel.send(WorkersKilled(message.request))
@@ -173,25 +132,20 @@ def serve(channel: Channel, authkey: bytes, parent: int, statuses: dict[int, int
             return
 
 
-def main() -> int:
-    """Run the worker server until told to exit or until the controller goes away."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    config = json.loads(sys.stdin.readline())
-    sys.stdin.close()
-    parent = os.getppid()
-    become_subreaper()
-    signal.signal(signal.SIGTERM, _leave)
-    if config.get("die_with_parent"):
-        die_with_parent(signal.SIGTERM)
-    raise_file_limit(int(config["file_limit"]))
-    authkey = bytes.fromhex(config["authkey"])
+def server_main(config: dict[str, Any], guard: int) -> None:
+    """The server's life, in the guard's child (torch already imported by ``BOOTSTRAP``): say it is ready, serve,
+    end the subtree on the way out; never returns."""
+    die_with_parent(signal.SIGKILL)
     statuses: dict[int, int] = {}
+    code = 0
     try:
-        channel = connect(config["address"], authkey, timeout=float(config["timeout"]))
-        channel.send(ServerStarted(os.getpid()))
-        import torch  # noqa: F401 - preloaded so that forked workers start with torch imported
-
-        from . import rank_loop  # noqa: F401
+        if os.getppid() != guard:  # the guard died before prctl took effect
+            return
+        become_subreaper()
+        signal.signal(signal.SIGTERM, _leave)
+        channel = Channel(Connection(int(config["channel_fd"])), "controller")
+        channel.holds_interrupts = False  # SIGINT is ignored here
+        from . import rank_loop  # noqa: F401 - preloaded so that forked workers start with it imported
 
         stderr_fd = config.get("stderr_fd")
         if stderr_fd is not None:  # ready: from now on write where the controller writes
@@ -199,20 +153,78 @@ def main() -> int:
             os.dup2(stderr_fd, 2)
             os.close(stderr_fd)
         channel.send(ServerReady(os.getpid()))
-        serve(channel, authkey, parent, statuses)
-    except _Leave:
+        serve(channel, guard, statuses)
+    except (_Leave, EOFError, BrokenPipeError):
         pass
     except BaseException:
         traceback.print_exc()
+        code = 1
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        end_subtree(statuses)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)  # skip interpreter teardown (torch's is slow); the subtree is already gone
+
+
+# ----------------------------------------------------------------------------------------------- the guard
+def _reap_until_gone(parent: int, server: int, statuses: dict[int, int]) -> None:
+    """Reap whatever comes back to the guard until the server is gone or the controller (``parent``) is."""
+    waits = hasattr(signal, "sigtimedwait")  # Linux: woken by each child's end; elsewhere: a look every tick
+    if waits:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+    while True:
+        reap(statuses)
+        if server in statuses or os.getppid() != parent:
+            return
+        if waits:
+            signal.sigtimedwait({signal.SIGCHLD}, GUARD_TICK)
+        else:
+            time.sleep(GUARD_TICK)
+
+
+def guard_main(config: dict[str, Any], parent: int, server: int) -> None:
+    """The guard's life, once it forked the ``server``: tell the controller the server's pid, then reap until the
+    server or the controller (``parent``) is gone; end everything below and remove the cluster's directory."""
+    statuses: dict[int, int] = {}
+    try:
+        become_subreaper()
+        if config.get("die_with_parent"):
+            die_with_parent(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, _leave)
+        if os.getppid() == parent:  # else the controller died before prctl took effect
+            channel = Channel(Connection(int(config["channel_fd"])), "controller")
+            channel.holds_interrupts = False
+            try:
+                channel.send(ServerStarted(server))
+            except OSError:
+                pass
+            channel.close()
+            if config.get("stderr_fd") is not None:
+                os.close(config["stderr_fd"])
+            _reap_until_gone(parent, server, statuses)
+    except _Leave:
+        pass
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         end_subtree(statuses)
         shutil.rmtree(config["tmpdir"], ignore_errors=True)
-    return 0
+        os._exit(0)
 
 
-if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)  # skip interpreter teardown (torch's is slow); the subtree is already gone
+BOOTSTRAP = """\
+import json, os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+config = json.loads(sys.stdin.readline())
+sys.stdin.close()
+controller, guard = os.getppid(), os.getpid()
+server = os.fork()
+if server == 0:
+    import torch  # at once: the longest step of a cold start, beside the guard's own start
+    from fastdist_lab.runtime.server import server_main
+    server_main(config, guard)
+from fastdist_lab.runtime.server import guard_main
+guard_main(config, controller, server)
+"""
+"""What ``python -c`` runs in the process the controller launches: read the configuration, fork the server (which
+imports torch first thing) and become its guard. Nothing of the package is imported before the fork."""

@@ -31,9 +31,11 @@ from typing import Any
 from ..config import CLUSTER_MODES
 from ..errors import LayoutError
 from ..layout import Layout
+from ..validation import check_number
 from .capacity import check_capacity
-from .cluster import Cluster, check_progress, cluster_sizes, cluster_timeout
+from .cluster import CALL_MODULES, Cluster, check_progress, cluster_sizes
 from .inprocess import FakeGroupPool, ThreadedGroupPool, fake_store, release_collectives, require_inprocess
+from .procs import preload
 from .progress import ProgressCallback
 from .rank_loop import RankContext
 from .rank_threads import OneThread, ThreadPerRank, routed_output
@@ -97,7 +99,9 @@ class SimulatedCluster(Cluster):
         self._mode = mode
         self._gather_limit = THREADS_GATHER_LIMIT
         self._backend = BACKEND_OF_MODE[mode]
-        self._timeout = cluster_timeout(default_timeout(world_size) if timeout is None else timeout)
+        self._timeout = check_number(
+            "timeout", default_timeout(world_size) if timeout is None else timeout, unit="seconds"
+        )
         self._progress_option = progress
         self._lock = threading.RLock()
         self._ranks: ThreadPerRank | OneThread | None = None
@@ -128,6 +132,7 @@ class SimulatedCluster(Cluster):
             if self.running:
                 return self
             check_capacity(self._world_size, self._mode)
+            preload(*CALL_MODULES)
             begin = time.monotonic()
             self._stop_ranks()
             if self._autograd_threads is None:

@@ -1,25 +1,34 @@
 """Process supervision, controller side: the worker server process and the generations of workers it forks.
 
-``WorkerServer`` owns the cluster's private temporary directory (control socket, server log, stack dumps), the
-listening control socket and its ``Acceptor``, and the server process. It starts the server, asks it for workers
-(``spawn`` returns a running ``Workers``), to end them, and for their exit statuses, and stops everything.
+``WorkerServer`` owns the cluster's private temporary directory (server log, and per generation the stack dumps and
+the rendezvous store file), the channel to the server (one end of a socket pair; the server got the other at
+launch, so nothing ever listens for it) and the server's guard process. It launches the server, asks it for
+workers (``spawn`` returns a running ``Workers``, whose channels arrive as descriptors beside the reply), to end
+them, and for their exit statuses, and stops everything.
+
+``prewarm()`` launches a server ahead of need, without waiting for it: torch imports there while the user does
+something else, and the next ``LocalCluster`` adopts it (``take_spare``) instead of starting its own. A spare that
+is never adopted ends at interpreter exit, or with this process, like any cluster process.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import errno
 import json
 import os
-import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable
-from multiprocessing.connection import wait
+from multiprocessing.connection import Connection, wait
+from typing import Any
 
 from ..errors import ClusterError, ClusterTimeout
 from ..formatting import ranks_text
@@ -34,18 +43,22 @@ from .channel import (
     Spawned,
     Statuses,
     WorkerFailed,
-    WorkerHello,
     WorkerReady,
     Workers,
     WorkersKilled,
     WorkerSpec,
 )
-from .handshake import Acceptor, control_address, listen
-from .procs import files_needed, hold_interrupts, kill_quietly, process_running, wait_gone
+from .procs import files_needed, hold_interrupts, kill_quietly, preload, process_running, wait_gone
 from .results import RankError
+from .server import BOOTSTRAP
 
 Report = Callable[[int, str], None]
 """``report(done, message)``: start-up progress (``done`` out of world size + 2)."""
+STOP_WAIT = 5.0
+"""Seconds a server gets to end its workers and exit when the cluster closes, before its session is killed."""
+CONTROLLER_MODULES = ("torch", "cloudpickle", "pandas", "tqdm.auto")
+"""What the controller of a ``LocalCluster`` imports (the cluster's own modules need torch; results and progress need
+pandas and tqdm): ``prewarm`` imports them in the background."""
 
 
 def _quiet(done: int, message: str) -> None:
@@ -68,84 +81,85 @@ class _Steps:
         self.report(self.done, self.message)
 
 
-class WorkerServer:
-    """The worker server of one cluster: started once, it forks a fresh generation of workers on each ``spawn``."""
+def _descriptors_error(error: OSError, what: str) -> ClusterError:
+    """``error`` in words, saying so plainly when this process ran out of file descriptors."""
+    if error.errno in (errno.EMFILE, errno.ENFILE):
+        return ClusterError(
+            f"{what}: this process has no file descriptor left ({error.strerror}); close files or raise its "
+            "open-file limit ('ulimit -n'), then call again"
+        )
+    return ClusterError(f"{what}: {error}")
 
-    def __init__(self, world_size: int, local_world_size: int, backend: str, device_type: str, timeout: float):
-        self.world_size = world_size
-        self.local_world_size = local_world_size
-        self.backend = backend
-        self.device_type = device_type
-        self.timeout = timeout
+
+class WorkerServer:
+    """The worker server of one cluster: launched once, it forks a fresh generation of workers on each ``spawn``.
+
+    ``process`` is the guard (the process launched; ``server_pid`` its child, the server proper).
+    """
+
+    def __init__(self) -> None:
         self.process: subprocess.Popen | None = None
         self.channel: Channel | None = None
         self.tmpdir: str | None = None
+        self.server_pid: int | None = None
+        self.ready = False
         self.generation = 0
-        self._listener = None
-        self._acceptor: Acceptor | None = None
-        self._authkey = b""
-        self._address = ""
 
     # ------------------------------------------------------------------ state
     @property
+    def launched(self) -> bool:
+        """Whether a server was launched, its guard still runs and its channel is open (it may still be importing
+        torch)."""
+        channel = self.channel
+        return self.process is not None and self.process.poll() is None and channel is not None and not channel.closed
+
+    @property
     def alive(self) -> bool:
-        """Whether the server process runs and its channel is open."""
-        return self.process is not None and self.process.poll() is None and self.channel is not None
+        """Whether the server is ready and runs, with its guard and its channel open."""
+        return self.launched and self.ready and self.server_pid is not None and process_running(self.server_pid)
 
     @property
     def pid(self) -> int | None:
-        """The server's process id, or ``None``."""
-        return self.process.pid if self.process is not None else None
+        """The server's process id (the workers' parent), or ``None`` before it said hello."""
+        return self.server_pid if self.launched else None
 
     def check(self) -> None:
-        """Raise ``ClusterError`` (quoting the server's log) unless the server process runs."""
-        if self.process is not None and self.process.poll() is None:
+        """Raise ``ClusterError`` (quoting the server's log) unless the server (and its guard) runs."""
+        if self.launched and (self.server_pid is None or process_running(self.server_pid)):
             return
-        code = None if self.process is None else self.process.returncode
+        code = None if self.process is None else self.process.poll()
         try:
             with open(self._log_path(), encoding="utf-8", errors="replace") as file:
                 tail = file.read()[-4000:].strip()
         except OSError:
             tail = ""
-        raise ClusterError(
-            f"the worker server exited (code {code})" + (f":\n{tail}" if tail else "; see its output above")
-        )
+        what = "the worker server exited" if code is None else f"the worker server exited (code {code})"
+        raise ClusterError(what + (f":\n{tail}" if tail else "; see its output above"))
 
     def _log_path(self) -> str:
         return os.path.join(self.tmpdir or tempfile.gettempdir(), "server.log")
 
     # ------------------------------------------------------------------ start
-    def start(self, report: Report = _quiet) -> None:
-        """Start the server process and wait until it has imported torch (raises on failure or after the timeout)."""
-        deadline = time.monotonic() + self.timeout
-        steps = _Steps(report)
-        steps(0, "starting the worker server")
-        self.tmpdir = tempfile.mkdtemp(prefix="fastdist-lab-")
-        self._authkey = os.urandom(32)
-        self._address = control_address(self.tmpdir)
-        self._listener = listen(self._address, max(128, 2 * self.world_size))
-        self._acceptor = Acceptor(self._listener, self._authkey)
-        self.process = self._launch()
-        channel = None
-        while channel is None:
-            self.check()
-            steps.tick()
-            self._left(deadline, "the worker server did not connect")
-            ready = wait(self._acceptor.waitables(), timeout=0.2)
-            done = self._acceptor.advance(ready)
-            channel = done[0] if done else None
-            for extra in done[1:]:
-                extra.close()
-        channel.peer = "worker server"
-        hello = self._receive(channel, ServerStarted, deadline, "the worker server did not say hello", steps)
-        if hello.pid != self.process.pid:
-            raise ClusterError(f"process {hello.pid} answered instead of the worker server {self.process.pid}")
-        self.channel = channel
-        steps(0, "importing torch in the worker server")
-        self._receive(channel, ServerReady, deadline, "the worker server did not import torch", steps)
-        steps(1, "torch imported")
+    def launch(self) -> None:
+        """Start the server process (a fresh interpreter) and return at once; ``wait_ready`` waits for it."""
+        with hold_interrupts():  # whole, or not at all: an interrupt must not leave a server nobody knows of
+            self.tmpdir = tempfile.mkdtemp(prefix="fastdist-lab-")
+            try:
+                ours, theirs = socket.socketpair()
+            except OSError as error:
+                raise _descriptors_error(error, "the worker server could not be started") from error
+            try:
+                self.process = self._popen(theirs.fileno())
+            except BaseException as error:
+                ours.close()
+                if isinstance(error, OSError):
+                    raise _descriptors_error(error, "the worker server could not be started") from error
+                raise
+            finally:
+                theirs.close()
+            self.channel = Channel(Connection(ours.detach()), "worker server")
 
-    def _launch(self) -> subprocess.Popen:
+    def _popen(self, channel_fd: int) -> subprocess.Popen:
         env = dict(os.environ)
         package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH", "")) if p)
@@ -158,24 +172,21 @@ class WorkerServer:
         try:
             with open(self._log_path(), "wb") as log:
                 process = subprocess.Popen(
-                    [sys.executable, "-m", "fastdist_lab.runtime.server"],
+                    [sys.executable, "-c", BOOTSTRAP],
                     stdin=subprocess.PIPE,
                     stderr=log,
                     env=env,
                     start_new_session=True,
                     close_fds=True,
-                    pass_fds=() if stderr_fd is None else (stderr_fd,),
+                    pass_fds=(channel_fd,) if stderr_fd is None else (channel_fd, stderr_fd),
                 )
         finally:
             if stderr_fd is not None:
                 os.close(stderr_fd)
         config = {
-            "address": self._address,
-            "authkey": self._authkey.hex(),
+            "channel_fd": channel_fd,
             "tmpdir": self.tmpdir,
             "stderr_fd": stderr_fd,
-            "file_limit": files_needed(self.world_size),
-            "timeout": self.timeout,
             # prctl's parent-death signal follows the thread that started the child: only from the main thread.
             "die_with_parent": threading.current_thread() is threading.main_thread(),
         }
@@ -184,102 +195,133 @@ class WorkerServer:
         process.stdin.close()
         return process
 
-    def _left(self, deadline: float, what: str) -> float:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise ClusterTimeout(f"start-up timed out after {self.timeout:g} s: {what}")
-        return left
+    def wait_ready(self, timeout: float, report: Report = _quiet) -> None:
+        """Wait until the launched server has imported torch (raises on failure or after ``timeout`` seconds)."""
+        if self.ready:
+            return
+        if self.channel is None:
+            raise ClusterError("the worker server was not launched")
+        deadline = time.monotonic() + timeout
+        steps = _Steps(report)
+        steps(0, "starting the worker server (it imports torch)")
+        what = "the worker server did not import torch"
+        seen: dict[type, Any] = {}
+        while len(seen) < 2:  # from the guard, and from the server once torch is imported: in either order
+            message = self._receive((ServerStarted, ServerReady), deadline, timeout, what, steps)
+            seen[type(message)] = message
+            if isinstance(message, ServerStarted):
+                self.server_pid = message.pid
+        if seen[ServerReady].pid != self.server_pid:
+            raise ClusterError(f"process {seen[ServerReady].pid} answered instead of the server {self.server_pid}")
+        self.ready = True
+        steps(1, "torch imported")
 
-    def _receive(self, channel: Channel, kind: type, deadline: float, what: str, steps: _Steps) -> object:
+    def start(self, timeout: float, report: Report = _quiet) -> None:
+        """Launch the server and wait until it has imported torch."""
+        self.launch()
+        self.wait_ready(timeout, report)
+
+    def _receive(self, kinds: tuple[type, ...], deadline: float, timeout: float, what: str, steps: _Steps) -> Any:
+        assert self.channel is not None
         while True:
             self.check()
             steps.tick()
-            if channel.poll(min(self._left(deadline, what), 0.2)):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ClusterTimeout(f"start-up timed out after {timeout:g} s: {what}")
+            if self.channel.poll(min(left, 0.2)):
                 try:
-                    return channel.receive(kind)
+                    return self.channel.receive(*kinds)
                 except (EOFError, OSError):
                     self.check()
                     raise ClusterError(f"{what}: the channel closed") from None
 
     # ------------------------------------------------------------------ workers
-    def spawn(self, report: Report = _quiet) -> Workers:
-        """Start one worker per rank (and their store); returns them once every rank is ready."""
-        if self.channel is None or self._acceptor is None or self.process is None:
+    def spawn(
+        self,
+        world_size: int,
+        local_world_size: int,
+        backend: str,
+        device_type: str,
+        timeout: float,
+        report: Report = _quiet,
+    ) -> Workers:
+        """Start one worker per rank (with their rendezvous store); returns them once every rank is ready."""
+        if not self.alive or self.channel is None or self.process is None or self.server_pid is None:
             raise ClusterError("the worker server is not running")
-        deadline = time.monotonic() + self.timeout
+        deadline = time.monotonic() + timeout
         self.generation += 1
         stack_dir = os.path.join(self.tmpdir or tempfile.gettempdir(), f"gen{self.generation}")
         os.makedirs(stack_dir, exist_ok=True)
         spec = WorkerSpec(
-            ranks=tuple(range(self.world_size)),
-            world_size=self.world_size,
-            local_world_size=self.local_world_size,
-            backend=self.backend,
-            device_type=self.device_type,
-            timeout=self.timeout,
-            address=self._address,
+            ranks=tuple(range(world_size)),
+            world_size=world_size,
+            local_world_size=local_world_size,
+            backend=backend,
+            device_type=device_type,
+            timeout=timeout,
             stack_dir=stack_dir,
-            threads=max(1, (os.cpu_count() or 1) // self.local_world_size),
+            store_path=os.path.join(stack_dir, "store"),
+            threads=max(1, (os.cpu_count() or 1) // local_world_size),
             sys_path=tuple(sys.path),
             cwd=os.getcwd(),
-            store_prefix=secrets.token_hex(16),
+            file_limit=files_needed(world_size),
         )
-        what = "the worker server did not start the workers"
         steps = _Steps(report)
-        steps(1, f"starting {self.world_size} ranks")
+        steps(1, f"starting {world_size} ranks")
 
         def check() -> None:
             self.check()
             steps.tick()
 
-        reply = self.channel.ask(Spawn(0, spec), Spawned, deadline, what, check)
-        if reply.error:
-            raise ClusterError(reply.error)
-        pids = {int(rank): int(pid) for rank, pid in reply.pids.items()}
-        workers = Workers(pids, stack_dir, self.process.pid, self.kill_workers, self.exit_statuses)
         try:
-            self._await_ready(workers, deadline, steps)
+            reply = self.channel.ask(
+                Spawn(0, spec), Spawned, deadline, "the worker server did not start the workers", check
+            )
+        except OSError as error:
+            raise _descriptors_error(error, "the workers' channels could not be taken") from error
+        workers = Workers(reply.pids, stack_dir, self.server_pid, self.kill_workers, self.exit_statuses)
+        try:
+            if reply.error:
+                raise ClusterError(reply.error)
+            if len(reply.fds) != world_size:
+                raise ClusterError(f"the worker server passed {len(reply.fds)} channels for {world_size} ranks")
+            workers.adopt(reply.fds)
+            self._await_ready(workers, deadline, timeout, steps)
         except BaseException:
             with hold_interrupts():
+                for fd in reply.fds[len(workers.channels) :]:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
                 workers.stop()
             raise
         return workers
 
-    def _await_ready(self, workers: Workers, deadline: float, steps: _Steps) -> None:
-        assert self._acceptor is not None
-        unnamed: list[Channel] = []
+    def _await_ready(self, workers: Workers, deadline: float, timeout: float, steps: _Steps) -> None:
         ready: set[int] = set()
-        while len(ready) < self.world_size:
+        while len(ready) < len(workers.pids):
             self.check()
             steps.tick()
-            left = self._left(deadline, f"{ranks_text(set(workers.pids) - ready)} did not become ready")
-            gone = [rank for rank, pid in workers.pids.items() if rank not in ready and not process_running(pid)]
+            waiting = set(workers.pids) - ready
+            if time.monotonic() >= deadline:
+                raise ClusterTimeout(
+                    f"start-up timed out after {timeout:g} s: {ranks_text(waiting)} did not become ready"
+                )
+            gone = [rank for rank in sorted(waiting) if not process_running(workers.pids[rank])]
             if gone:
                 raise ClusterError(self._start_failure(workers, gone))
-            waiting = [*unnamed, *(workers.channels[r] for r in workers.channels if r not in ready)]
-            readable = wait([*self._acceptor.waitables(), *waiting], timeout=min(left, 0.2))
-            unnamed += self._acceptor.advance(readable)
-            for item in readable:
-                if not isinstance(item, Channel):
-                    continue
+            channels = [workers.channels[rank] for rank in waiting]
+            for channel in wait(channels, timeout=min(max(0.0, deadline - time.monotonic()), 0.2)):
                 try:
-                    message = item.receive(WorkerHello, WorkerReady, WorkerFailed)
+                    message = channel.receive(WorkerReady, WorkerFailed)  # type: ignore[union-attr]
                 except (EOFError, OSError):  # its process is gone: reported with its exit status next round
-                    if item in unnamed:
-                        unnamed.remove(item)
-                        item.close()
                     continue
-                if isinstance(message, WorkerHello):
-                    unnamed.remove(item)
-                    workers.adopt(message.rank, message.pid, item)
-                elif isinstance(message, WorkerReady):
+                if isinstance(message, WorkerReady):
                     ready.add(message.rank)
                     steps(1 + len(ready), f"rank {message.rank} ready")
                 else:
                     error = RankError(**message.error)
                     raise ClusterError(f"rank {message.rank} could not start: {error}\n{error.traceback}")
-        for channel in unnamed:
-            channel.close()
 
     def _start_failure(self, workers: Workers, gone: list[int]) -> str:
         statuses = self.exit_statuses([workers.pids[rank] for rank in gone])
@@ -287,8 +329,8 @@ class WorkerServer:
         return "during start-up " + "; ".join(parts) + "; see its output above"
 
     def kill_workers(self, pids: list[int]) -> None:
-        """End every process below the server (workers, their children, the store); ``pids`` are killed directly
-        too, in case the server cannot answer."""
+        """End every process below the server (workers and their children); ``pids`` are killed directly too, in
+        case the server cannot answer."""
         with hold_interrupts():
             if self.alive:
                 assert self.channel is not None
@@ -314,29 +356,71 @@ class WorkerServer:
 
     # ------------------------------------------------------------------ stop
     def stop(self) -> None:
-        """End the server and everything below it, close the control socket and remove the temporary directory.
+        """End the server, its guard and everything below them, and remove the temporary directory.
 
-        Interrupts wait until it is done; safe to call again (and when nothing was started).
+        A ready server is told to exit (it ends its workers); one still starting, or one that does not exit in
+        ``STOP_WAIT`` seconds, is ended by its guard (SIGTERM), and the session they started in is killed last.
+        Interrupts wait until it is done; safe to call again (and when nothing was launched).
         """
         with hold_interrupts():
             process, channel = self.process, self.channel
-            if channel is not None and process is not None and process.poll() is None:
-                with contextlib.suppress(OSError):
-                    channel.send(Exit())
-            if process is not None:
+            if process is not None and process.poll() is None:
+                if channel is not None and self.ready:
+                    with contextlib.suppress(OSError):
+                        channel.send(Exit())
                 try:
-                    # without a channel it has started nothing yet, and would only wait for the controller
-                    process.wait(timeout=5 if channel is not None else 0)
+                    process.wait(timeout=STOP_WAIT if self.ready else 0)
                 except subprocess.TimeoutExpired:
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.killpg(process.pid, signal.SIGKILL)  # not reaped yet: its group id is still its own
-                    process.wait()
+                    kill_quietly(process.pid, signal.SIGTERM)  # the guard ends its subtree
+                    try:
+                        process.wait(timeout=STOP_WAIT)
+                    except subprocess.TimeoutExpired:
+                        with contextlib.suppress(ProcessLookupError, PermissionError):
+                            os.killpg(process.pid, signal.SIGKILL)  # not reaped yet: its group id is still its own
+                        process.wait()
             if channel is not None:
                 channel.close()
-            if self._acceptor is not None:
-                self._acceptor.close()
-            if self._listener is not None:
-                self._listener.close()
             if self.tmpdir is not None:
                 shutil.rmtree(self.tmpdir, ignore_errors=True)
-            self.process = self.channel = self._acceptor = self._listener = self.tmpdir = None
+            self.process = self.channel = self.tmpdir = self.server_pid = None
+            self.ready = False
+
+
+# ----------------------------------------------------------------------------------------------- a spare server
+_spare: WorkerServer | None = None
+_spare_lock = threading.Lock()
+
+
+def prewarm() -> None:
+    """Start a worker server ahead of need and return at once: torch is imported there (and the controller's own
+    modules here, in the background) while you do something else, and the next ``LocalCluster`` adopts the server,
+    so that its start only forks the ranks. One spare at most; it ends at interpreter exit, or when this process
+    dies, like every process of a cluster. (``lab()`` calls this when it opens.)"""
+    global _spare
+    preload(*CONTROLLER_MODULES)
+    with _spare_lock:
+        if _spare is not None and _spare.launched:
+            return
+        server = WorkerServer()
+        server.launch()
+        _spare = server
+
+
+def take_spare() -> WorkerServer | None:
+    """The server ``prewarm`` launched, if it still runs (it is no longer the spare); else ``None``."""
+    global _spare
+    with _spare_lock:
+        server, _spare = _spare, None
+    if server is not None and not server.launched:
+        server.stop()
+        return None
+    return server
+
+
+def _stop_spare() -> None:
+    server = take_spare()
+    if server is not None:
+        server.stop()
+
+
+atexit.register(_stop_spare)

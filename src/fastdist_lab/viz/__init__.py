@@ -1,6 +1,7 @@
 """Pictures (matplotlib ``Figure`` objects, never pyplot, that show themselves in a notebook: ``InlineFigure``;
 a ``GridPicture`` does too): rank grids, per-dim small multiples, generator streams, conventions side by side, what
-a layout costs (memory per stage, inter-node traffic, the pipeline schedule as it runs), and the notebook display
+a layout costs (memory per stage, inter-node traffic, the pipeline schedule as it runs), the set-ups a layout search
+found (memory against step time), and the notebook display
 of a ``Layout``. One palette for all (``viz.colors``).
 
 The rank grids are composed pixel by pixel: ``grid_picture`` / ``stream_picture`` return a ``GridPicture``
@@ -19,6 +20,7 @@ from .notebook import layout_html
 from .picture import DETAIL_LIMIT, GridGeometry, GridPicture, Marks
 from .pipeline_schedule import plot_schedule, schedule_times
 from .render import InlineFigure, to_pixels, to_png
+from .search_pictures import SearchPicture, plot_search, point_pixels
 from .stream_pictures import plot_sharing, plot_streams, stream_picture
 
 __all__ = [
@@ -27,6 +29,7 @@ __all__ = [
     "GridPicture",
     "InlineFigure",
     "Marks",
+    "SearchPicture",
     "grid_picture",
     "layout_html",
     "plot_cost",
@@ -36,6 +39,7 @@ __all__ = [
     "plot_layout",
     "plot_memory",
     "plot_schedule",
+    "plot_search",
     "plot_seed_sharing",
     "plot_sharing",
     "plot_streams",
@@ -43,6 +47,7 @@ __all__ = [
     "stream_marks",
     "stream_picture",
     "plot_traffic",
+    "point_pixels",
     "to_pixels",
     "to_png",
     "training_marks",

@@ -1,11 +1,13 @@
 """ipywidgets panels (pure Python, no front-end build).
 
-``LayoutPanel``, ``ClusterPanel``, ``StreamsPanel``, ``CostPanel`` and ``lab()`` (all linked in one widget);
+``LayoutPanel``, ``ClusterPanel``, ``StreamsPanel``, ``CostPanel``, ``AdvisorPanel`` and ``lab()`` (all linked in one
+widget);
 ``ConfigLoad`` is what ``LayoutPanel.load_config`` (the *paste a config* box) did.
 """
 
 from __future__ import annotations
 
+from .advisor_panel import AdvisorPanel
 from .app import Lab, lab
 from .cluster_panel import ClusterPanel
 from .config_box import ConfigLoad
@@ -13,4 +15,4 @@ from .cost_panel import CostPanel
 from .layout_panel import LayoutPanel
 from .streams_panel import StreamsPanel
 
-__all__ = ["ClusterPanel", "ConfigLoad", "CostPanel", "Lab", "LayoutPanel", "StreamsPanel", "lab"]
+__all__ = ["AdvisorPanel", "ClusterPanel", "ConfigLoad", "CostPanel", "Lab", "LayoutPanel", "StreamsPanel", "lab"]

@@ -1,4 +1,4 @@
-"""``lab()``: the layout, cluster, streams and cost panels linked in one widget."""
+"""``lab()``: the advisor, layout, cluster, streams and cost panels linked in one widget."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from ..layout import Layout
+from .advisor_panel import AdvisorPanel
 from .cluster_panel import ClusterPanel
 from .cost_panel import CostPanel
 from .layout_panel import LayoutPanel
@@ -14,12 +15,14 @@ from .streams_panel import StreamsPanel
 
 
 class Lab(widgets.VBox):
-    """The panels stacked in one widget; ``layout_panel``, ``cluster_panel``, ``streams_panel``, ``cost_panel``.
+    """The panels stacked in one widget; ``layout_panel``, ``cluster_panel``, ``streams_panel``, ``cost_panel``,
+    ``advisor_panel`` (folded away at the top: *Advisor*).
 
     Changing the layout updates the cluster panel (what Start / Apply use), the streams panel (the
     prediction) and the cost panel (the estimate); starting or stopping the cluster tells the streams and cost
     panels which cluster to draw and replay on; each verification (Start / Apply) puts every rank's verdict on the
-    layout panel's grid.
+    layout panel's grid; choosing a row of the advisor's search loads its layout into the layout panel and its
+    training set-up into the cost panel.
     """
 
     def __init__(
@@ -28,12 +31,18 @@ class Lab(widgets.VBox):
         cluster_panel: ClusterPanel,
         streams_panel: StreamsPanel,
         cost_panel: CostPanel | None = None,
+        advisor_panel: AdvisorPanel | None = None,
     ):
         def header(text: str) -> widgets.HTML:
             return widgets.HTML(f"<h3 style='margin:0.6em 0 0.2em 0'>{text}</h3>")
 
+        advisor = []
+        if advisor_panel is not None:
+            advisor = [widgets.Accordion([advisor_panel.widget], titles=("Advisor: which layout should I run?",))]
+            advisor[0].add_class("fdl-advisor")
         super().__init__(
             [
+                *advisor,
                 header("Layout"),
                 layout_panel.widget,
                 header("Cluster (real process groups)"),
@@ -48,6 +57,9 @@ class Lab(widgets.VBox):
         self.cluster_panel = cluster_panel
         self.streams_panel = streams_panel
         self.cost_panel = cost_panel
+        self.advisor_panel = advisor_panel
+        if advisor_panel is not None:
+            advisor_panel.drive(layout_panel, cost_panel)
         cluster_panel.follow(layout=layout_panel)
         for panel in (streams_panel, cost_panel) if cost_panel is not None else (streams_panel,):
             panel.follow(layout=layout_panel, cluster=cluster_panel)
@@ -64,6 +76,8 @@ class Lab(widgets.VBox):
         self.streams_panel.flush()
         if self.cost_panel is not None:
             self.cost_panel.flush()
+        if self.advisor_panel is not None:
+            self.advisor_panel.flush()
 
     def close(self) -> None:
         """Stop the cluster (if any) and close every widget."""
@@ -91,9 +105,11 @@ def lab(
     timeout: float | None = None,
     mode: str = "processes",
 ) -> Lab:
-    """The lab: a ``LayoutPanel`` (default world 8 = tensor 2 x pipeline 2 x sequence-data 2 on one node), a
-    ``ClusterPanel``, a ``StreamsPanel`` and a ``CostPanel``, linked, in one widget. No cluster is started until
-    Start is clicked.
+    """The lab: an ``AdvisorPanel`` (folded), a ``LayoutPanel`` (default world 8 = tensor 2 x pipeline 2 x
+    sequence-data 2 on one node), a ``ClusterPanel``, a ``StreamsPanel`` and a ``CostPanel``, linked, in one widget.
+    No rank is started until Start is clicked, no search until the advisor is asked; in ``"processes"`` mode a worker
+    server is started ahead (``LocalCluster.prewarm()``: torch imported, ready to fork ranks), so that Start only
+    forks them.
 
     ``lab(layout)`` opens the lab on an existing ``Layout`` (its sizes, order and seed). ``mode`` is what the
     cluster panel starts (``"processes"``, ``"threads"`` or ``"fake"``; a world too big for processes gets
@@ -110,6 +126,10 @@ def lab(
             sequence_data_parallel=sequence_data_parallel,
             pipeline_first=pipeline_first,
         )
+    if mode == "processes":
+        from ..runtime import prewarm  # no torch here: the server imports it, this process in the background
+
+        prewarm()
     cluster_panel = ClusterPanel(layout_panel.layout, backend=backend, timeout=timeout, mode=mode)
     streams_panel = StreamsPanel(layout_panel.layout)
-    return Lab(layout_panel, cluster_panel, streams_panel, CostPanel(layout_panel.layout))
+    return Lab(layout_panel, cluster_panel, streams_panel, CostPanel(layout_panel.layout), AdvisorPanel())

@@ -1,10 +1,13 @@
-"""``CostPanel``: what one training step costs on the layout (memory per stage, bytes per group, inter-node
-traffic), two orderings side by side, and the step's collectives replayed on a running cluster."""
+"""``CostPanel``: what one training step costs on the layout (the step time, where it goes and the pipeline schedule,
+memory per stage, bytes per group, inter-node traffic), two orderings side by side, and the step's collectives
+replayed on a running cluster."""
 
 from __future__ import annotations
 
 import html
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import ipywidgets as widgets
@@ -14,6 +17,7 @@ from ..cost import (
     HARDWARE_PRESETS,
     PRESETS,
     RECOMPUTE,
+    SCHEDULES,
     CostReport,
     Training,
     Transformer,
@@ -22,15 +26,17 @@ from ..cost import (
     format_bytes,
     layout_name,
 )
-from ..errors import CostError
 from ..layout import Layout
 from ..viz import to_png
 from ..viz.cost_pictures import plot_memory, plot_traffic, traffic_dim, traffic_title
 from .layout_panel import LayoutPanel
 from .panel_parts import TABLE_STYLE, Debouncer, Panel, error_html, frame_table, short_error
+from .step_view import StepView
 
 _ZERO = (("0: none", 0), ("1: distributed optimizer", 1), ("2: + gradients", 2), ("3: + weights", 3))
 _VIEWS = (("this layout", "single"), ("data-first vs pipeline-first", "compare"))
+_CONTROLLED = ("micro_batch_size", "num_microbatches", "zero_stage", "distributed_optimizer",
+               "sequence_tensor_parallel", "recompute", "schedule", "virtual_pipeline_stages")  # fmt: skip
 
 
 def other_order(layout: Layout) -> Layout:
@@ -38,28 +44,14 @@ def other_order(layout: Layout) -> Layout:
     return Layout(**{**layout.fields(), "pipeline_first": not layout.pipeline_first})
 
 
-def step_html(report: CostReport, hardware: Any) -> str:
-    """One line: the step time on ``hardware`` (``CostReport.step``), or why there is none."""
-    try:
-        step = report.step(hardware)
-    except CostError as error:
-        return f"<i>no step time: {html.escape(str(error))}</i><br>"
-    fits = "" if step.fits else " &mdash; <b>does not fit in memory</b>"
-    return (
-        f"<b>Step time on {html.escape(step.hardware.name)}</b>: {step.seconds:.3f} s, "
-        f"{step.tflops_per_gpu:.0f} TFLOP/s per GPU, MFU {step.mfu:.1%}{fits}<br>"
-    )
-
-
 def communication_html(report: CostReport, hardware: Any) -> str:
-    """The step time, the communication rows and the communication time per dim on ``hardware``, as HTML (in
-    units: the report's ``UnitFrame.formatted()``)."""
+    """The communication rows and the communication time per dim on ``hardware``, as HTML (in units: the report's
+    ``UnitFrame.formatted()``)."""
     if report.communication.empty:
-        return step_html(report, hardware) + "<i>no communication: every group has one rank</i>"
+        return "<i>no communication: every group has one rank</i>"
     time_frame = report.communication_time(hardware)
     return (
         TABLE_STYLE
-        + step_html(report, hardware)
         + "<b>Communication per step</b> (per rank of the busiest stage)"
         + frame_table(report.communication.formatted())
         + f"<b>Communication time per step on {html.escape(time_frame.attrs['hardware'].name)}</b> "
@@ -88,9 +80,11 @@ def replay_html(frame: Any) -> str:
 
 
 class CostPanel(Panel):
-    """Model and training controls, memory bars per stage, the communication table and inter-node traffic on
-    the rank grid; a toggle shows the layout beside its other ordering (data-first vs pipeline-first); Replay
-    runs the step's collectives on the linked running cluster.
+    """Model and training controls, the step time (where it goes and the pipeline schedule as it runs: ``step_view``),
+    memory bars per stage, the communication table and inter-node traffic on the rank grid; a toggle shows the
+    layout beside its other ordering (data-first vs pipeline-first); Replay runs the step's collectives on the
+    linked running cluster. ``load(model=..., training=..., hardware=...)`` takes a whole set-up at once (the lab's
+    Advisor loads a searched row this way).
 
     ``layout`` is a ``Layout`` or a ``LayoutPanel`` to follow, ``cluster`` a ``LocalCluster`` or a
     ``ClusterPanel`` to follow (or assign ``panel.layout`` / ``panel.cluster``). ``report`` (and ``other`` in the
@@ -131,6 +125,10 @@ class CostPanel(Panel):
         self.sequence_tensor_parallel = widgets.Checkbox(value=False, description="sequence tensor parallel",
                                                          indent=False)  # fmt: skip
         self.recompute = widgets.Dropdown(options=list(RECOMPUTE), value="none", description="recompute", style=style)
+        self.schedule = widgets.Dropdown(options=list(SCHEDULES), value="1f1b", description="schedule", style=style)
+        self.virtual_pipeline_stages = widgets.BoundedIntText(
+            value=1, min=1, max=128, description="virtual stages", continuous_update=False, style=style, layout=small
+        )
         self.hardware = widgets.Dropdown(options=list(HARDWARE_PRESETS), value="dgx-h100", description="hardware",
                                          style=style)  # fmt: skip
         self.view = widgets.ToggleButtons(options=list(_VIEWS), value="single")
@@ -141,11 +139,13 @@ class CostPanel(Panel):
             (self.micro_batch_size, "fdl-cost-micro-batch"), (self.num_microbatches, "fdl-cost-microbatches"),
             (self.zero_stage, "fdl-cost-zero"), (self.sequence_tensor_parallel, "fdl-cost-stp"),
             (self.recompute, "fdl-cost-recompute"), (self.hardware, "fdl-cost-hardware"),
+            (self.schedule, "fdl-cost-schedule"), (self.virtual_pipeline_stages, "fdl-cost-virtual-stages"),
             (self.view, "fdl-cost-view"), (self.replay_button, "fdl-cost-replay"), (self.progress, "fdl-cost-progress"),
         ):  # fmt: skip
             control.add_class(css)
         self.status = widgets.HTML()
         self.status.add_class("fdl-cost-status")
+        self.step_view = StepView()
         self.memory_picture = widgets.Image(format="png", layout=widgets.Layout(max_width="100%"))
         self.memory_picture.add_class("fdl-cost-memory")
         self.traffic_box = widgets.HBox(layout=widgets.Layout(flex_flow="row wrap"))
@@ -158,8 +158,10 @@ class CostPanel(Panel):
         self.widget.children = [
             widgets.HBox([self.model, self.seq_length, self.micro_batch_size, self.num_microbatches], layout=row),
             widgets.HBox([self.zero_stage, self.sequence_tensor_parallel, self.recompute, self.hardware], layout=row),
+            widgets.HBox([self.schedule, self.virtual_pipeline_stages], layout=row),
             widgets.HBox([self.view, self.replay_button, self.progress], layout=row),
             self.status,
+            self.step_view.widget,
             self.memory_picture,
             self.traffic_box,
             self.tables,
@@ -168,14 +170,19 @@ class CostPanel(Panel):
         self.report: CostReport | None = None
         self.other: CostReport | None = None
         self.replayed: Any = None
+        self.other_training: dict[str, Any] = {}
+        """``Training`` fields without a control (attention kernel, overlaps, ...), set by ``load``."""
         self.renders = 0
         self.render_seconds = 0.0
         self._traffic: dict[tuple[Any, ...], widgets.Image] = {}
+        self._held = 0
+        self._stale = False
         self._redraw = Debouncer(self._render, debounce)
         self.model.observe(self._on_model, names="value")
         for control in (
             self.seq_length, self.micro_batch_size, self.num_microbatches, self.zero_stage,
-            self.sequence_tensor_parallel, self.recompute, self.hardware, self.view,
+            self.sequence_tensor_parallel, self.recompute, self.hardware, self.view, self.schedule,
+            self.virtual_pipeline_stages,
         ):  # fmt: skip
             control.observe(lambda _: self._estimate(), names="value")
         self.replay_button.on_click(lambda _: self.replay())
@@ -200,14 +207,53 @@ class CostPanel(Panel):
         return bytes(self.memory_picture.value)
 
     def training(self) -> Training:
-        """The ``Training`` the controls hold (``CostError`` when they contradict each other)."""
+        """The ``Training`` the controls hold, with ``other_training`` (``CostError`` when they contradict each
+        other)."""
         return Training(
+            **self.other_training,
             micro_batch_size=self.micro_batch_size.value,
             num_microbatches=self.num_microbatches.value or None,
             zero_stage=self.zero_stage.value,
             sequence_tensor_parallel=self.sequence_tensor_parallel.value,
             recompute=self.recompute.value,
+            schedule=self.schedule.value,
+            virtual_pipeline_stages=self.virtual_pipeline_stages.value,
         )
+
+    @contextmanager
+    def hold(self) -> Iterator[None]:
+        """Changes inside (controls, ``layout``) estimate once, at the end."""
+        self._held += 1
+        try:
+            yield
+        finally:
+            self._held -= 1
+            if not self._held and self._stale:
+                self._estimate()
+
+    def load(self, model: str | None = None, training: Training | None = None, hardware: str | None = None) -> None:
+        """Set the controls to a model preset (its sequence length), a ``Training`` and a hardware preset at once:
+        one estimate, one redraw. ``training``'s fields without a control go to ``other_training``."""
+        with self.hold():
+            if model is not None:
+                self.model.value = model
+                self.seq_length.value = Transformer.preset(model).seq_length
+            if training is not None:
+                default = Training()
+                self.other_training = {
+                    name: getattr(training, name) for name in Training.__dataclass_fields__
+                    if name not in _CONTROLLED and getattr(training, name) != getattr(default, name)
+                }  # fmt: skip
+                self.micro_batch_size.value = training.micro_batch_size
+                self.num_microbatches.value = training.num_microbatches or 0
+                self.zero_stage.value = training.zero_stage
+                self.sequence_tensor_parallel.value = training.sequence_tensor_parallel
+                self.recompute.value = training.recompute
+                self.schedule.value = training.schedule
+                self.virtual_pipeline_stages.value = training.virtual_pipeline_stages
+            if hardware is not None:
+                self.hardware.value = hardware
+            self._stale = True
 
     def transformer(self) -> Transformer:
         """The model preset with the chosen sequence length."""
@@ -232,6 +278,10 @@ class CostPanel(Panel):
 
     def _estimate(self) -> None:
         """Estimate the layout (and its other ordering in the side-by-side view), then ask for a redraw."""
+        if self._held:
+            self._stale = True
+            return
+        self._stale = False
         self.replayed = None
         self.replay_table.value = ""
         layout = self.layout
@@ -279,6 +329,7 @@ class CostPanel(Panel):
         figure.clear()
         self.traffic_box.children = [self._traffic_image(r) for r in reports]
         hw = self.hardware.value
+        self.step_view.show(report, hw)
         side = comparison_html(reports, hw) if len(reports) > 1 else ""
         self.tables.value = side + communication_html(report, hw)
         self.renders += 1

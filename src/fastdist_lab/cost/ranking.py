@@ -1,0 +1,103 @@
+"""The ranked set-ups of ``search`` as text: one aligned line per set-up, in units, within 120 characters.
+
+Written once for ``fastdist-lab search`` (its table) and the lab's *Advisor* (its rows): ``ranked_lines(result)`` is
+the header and one line per row of ``LayoutSearch.frame``; ``search_summary(result)`` what was searched and found;
+``RANKED_LEGEND`` what the short column names mean.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..formatting import format_bytes, plural
+
+if TYPE_CHECKING:
+    from .search import LayoutSearch
+
+RANKED_ROWS = 20
+"""Rows shown by default: ``fastdist-lab search --top`` and the lab's Advisor."""
+
+
+def _flag(value: Any) -> str:
+    return "on" if bool(value) else "off"
+
+
+def _order(value: Any) -> str:
+    return "pipe" if bool(value) else "data"
+
+
+def _seconds(value: float) -> str:
+    decimals = 3 if value < 10 else 2 if value < 100 else 1 if value < 1000 else 0
+    return f"{value:,.{decimals}f} s"
+
+
+RANKED_COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
+    ("tp", "tensor_parallel", str),
+    ("pp", "pipeline_parallel", str),
+    ("v", "virtual_pipeline_stages", str),
+    ("sdp", "sequence_data_parallel", str),
+    ("dp", "data_parallel", str),
+    ("first", "pipeline_first", _order),
+    ("mbs", "micro_batch_size", str),
+    ("m", "num_microbatches", str),
+    ("schedule", "schedule", str),
+    ("recompute", "recompute", str),
+    ("stp", "sequence_tensor_parallel", _flag),
+    ("zero", "zero_stage", str),
+    ("step", "seconds", _seconds),
+    ("tokens/s", "tokens_per_second", lambda v: f"{v:,.0f}"),
+    ("MFU", "mfu", lambda v: f"{v:.1%}"),
+    ("memory/GPU", "peak_memory_bytes", format_bytes),
+)
+"""``(title, frame column, how a value reads)`` of each column of ``ranked_lines``, after the row number ``#``.
+(TFLOP/s per GPU is left to ``LayoutSearch.frame``: within one search it is MFU times one peak.)"""
+
+_TEXT_COLUMNS = ("first", "schedule", "recompute", "stp")
+"""Columns aligned to the left; numbers are aligned to the right."""
+
+_CLOSE = ("pp", "v", "sdp", "dp", "m")
+"""Columns set one separator (not two) after the one before: the layout's sizes and the batch read as groups."""
+
+RANKED_LEGEND = (
+    "tp tensor, pp pipeline, v virtual stages per pipeline rank, sdp sequence-data, dp data parallel (sdp "
+    "included); first: the rank order, data-first or pipeline-first; mbs micro-batch size, m micro-batches per "
+    "step; stp sequence tensor parallel; zero ZeRO stage; step: the predicted step time; MFU: model FLOPs over the "
+    "GPUs' peak; memory/GPU: the most loaded pipeline rank"
+)
+"""What the short column titles of ``ranked_lines`` mean."""
+
+
+def ranked_lines(result: LayoutSearch, rows: int | None = None, separator: str = " ") -> list[str]:
+    """The header, then one line per set-up of ``result.frame`` (the first ``rows``, all by default): the row
+    number and ``RANKED_COLUMNS``, aligned (numbers to the right), two ``separator`` between columns (one inside
+    the layout's sizes and the batch). The lab passes a no-break space: its list would collapse ordinary spaces."""
+    frame = result.frame if rows is None else result.frame.head(rows)
+    titles = ["#", *(title for title, _, _ in RANKED_COLUMNS)]
+    values = [frame[name].tolist() for _, name, _ in RANKED_COLUMNS]
+    cells = [titles]
+    for index in range(len(frame)):
+        cells.append([str(index), *(shown(column[index]) for (_, _, shown), column in zip(RANKED_COLUMNS, values))])
+    widths = [max(len(row[i]) for row in cells) for i in range(len(titles))]
+    lines = []
+    for row in cells:
+        line = ""
+        for i, (text, width, title) in enumerate(zip(row, widths, titles)):
+            if i:
+                line += " " if title in _CLOSE else "  "
+            line += text.ljust(width) if title in _TEXT_COLUMNS else text.rjust(width)
+        lines.append(line.rstrip().replace(" ", separator))
+    return lines
+
+
+def search_summary(result: LayoutSearch) -> str:
+    """One line: the GPUs and hardware searched, the rows shown of the set-ups that fit, and how many did not fit."""
+    fit = result.searched - result.dropped
+    nodes = -(-result.gpus // result.gpus_per_node)
+    where = f"{result.gpus:,} x {result.hardware.name} ({plural(nodes, 'node')} of {result.gpus_per_node})"
+    if not len(result):
+        return f"{where}: none of the {result.searched:,} set-ups searched fits the memory"
+    return (
+        f"{where}: the best {len(result):,} of {fit:,} set-ups that fit, ranked by step time ({result.searched:,} "
+        f"searched, {result.dropped:,} do not fit the memory)"
+    )

@@ -1,0 +1,185 @@
+"""AdvisorPanel: a search shown as ranked rows and a scatter; a row chosen (in the list or on the scatter) loads its
+layout into the layout panel and its set-up into the cost panel; bad input as text; in a kernel's event loop the
+search runs on a thread (the loop keeps answering), one at a time, with progress."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402  (tests only: to count figures registered with pyplot)
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+
+import fastdist_lab  # noqa: E402
+from fastdist_lab.cost import ranked_lines, search  # noqa: E402
+from fastdist_lab.errors import CostError  # noqa: E402
+from fastdist_lab.widgets import AdvisorPanel  # noqa: E402
+from fastdist_lab.widgets.advisor_panel import NO_BREAK  # noqa: E402
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+SMALL = {"model": "llama2-7b", "gpus": 16, "global_batch_size": 64, "hardware": "h100-sxm-80gb", "top": 12}
+
+
+@pytest.fixture(scope="module")
+def expected():
+    """The search the small panel runs, run directly."""
+    return search("llama2-7b", 16, hardware="h100-sxm-80gb", global_batch_size=64, top=12)
+
+
+def small_panel(**changes) -> AdvisorPanel:
+    panel = AdvisorPanel(**{**SMALL, **changes})
+    panel.search()
+    return panel
+
+
+def test_a_search_shows_the_ranked_rows_and_the_scatter(expected):
+    panel = AdvisorPanel(**SMALL)
+    assert panel.result is None and panel.searches == 0  # nothing is searched before it is asked for
+    panel.search()
+    assert panel.searches == 1 and panel.error == "" and not panel.searching
+    pd.testing.assert_frame_equal(panel.result.frame, expected.frame)
+    lines = ranked_lines(expected)
+    assert len(panel.rows.options) == len(expected) == 12
+    assert [label.replace(NO_BREAK, " ") for label, _ in panel.rows.options] == lines[1:]
+    assert [value for _, value in panel.rows.options] == list(range(12)) and panel.rows.value is None
+    assert lines[0] in panel.header.value.replace(NO_BREAK, " ") and "MFU" in panel.header.value
+    assert panel.png.startswith(PNG_MAGIC) and panel.selected == -1 and panel.choice is None
+    assert "llama2-7b, global batch 64 on 16 x h100-sxm-80gb" in panel.status.value
+    assert "the best 12 of" in panel.status.value and "fdl-advisor-panel" in panel.widget._dom_classes
+    assert plt.get_fignums() == []
+
+
+def test_choosing_a_row_loads_its_layout_and_set_up_into_the_lab(expected):
+    app = fastdist_lab.lab()
+    advisor = app.advisor_panel
+    assert "fdl-advisor" in app.children[0]._dom_classes and app.children[0].selected_index is None  # folded
+    for name in ("hardware", "top", "global_batch_size", "gpus"):  # each change searches again (at once here)
+        getattr(advisor, name).value = SMALL[name]
+    assert advisor.error == "" and advisor.result.frame.equals(expected.frame)
+    row = len(expected) - 1
+    grid, schedule_png = app.layout_panel.png, bytes(app.cost_panel.step_view.picture.value)
+    advisor.rows.value = row  # what a click on the row's line does
+    app.flush()
+    assert advisor.selected == row and advisor.choice.row == row
+    layout, training = expected.layout(row), expected.training(row)
+    shown = app.layout_panel.layout
+    assert shown.fields() == {**layout.fields(), "backend": "gloo"}  # the layout panel runs gloo on this machine
+    assert app.layout_panel.world_size.value == 16 and app.layout_panel.png != grid
+    cost = app.cost_panel
+    assert cost.report.layout == shown and cost.report.training == training and cost.error == ""
+    assert cost.model.value == "llama2-7b" and cost.hardware.value == "h100-sxm-80gb"
+    step = cost.step_view.step
+    assert step.seconds == pytest.approx(expected.frame.loc[row, "seconds"], rel=1e-9)
+    assert "Step time on h100-sxm-80gb" in cost.step_view.headline.value
+    assert "where the time goes" in cost.step_view.breakdown.value and "forward" in cost.step_view.breakdown.value
+    schedule = bytes(cost.step_view.picture.value)
+    assert schedule.startswith(PNG_MAGIC) and schedule != schedule_png
+    assert app.streams_panel.layout == shown  # the other panels follow the layout panel as ever
+    assert plt.get_fignums() == []
+
+
+def test_a_click_on_the_scatter_chooses_the_nearest_point(expected):
+    panel = small_panel()
+    before = panel.png
+    pixels = panel._pixels
+    assert pixels.shape == (12, 2)
+    x, y = pixels[4]
+    chosen = panel.click(x + 3, y - 2)
+    assert chosen == int(np.flatnonzero(np.hypot(*(pixels - pixels[4]).T) <= 12)[0])  # the best-ranked one there
+    assert panel.selected == chosen and panel.rows.value == chosen and panel.png != before
+    assert panel.choice.layout == expected.layout(chosen) and panel.choice.training == expected.training(chosen)
+    assert panel.click(1, 1) is None and panel.selected == chosen  # off every point: nothing changes
+    with pytest.raises(CostError, match="row=12"):
+        panel.select(12)
+    assert panel.select(None) is None and panel.rows.value is None and panel.selected == -1
+
+
+def test_choosing_the_same_row_again_loads_it_again():
+    app = fastdist_lab.lab()
+    advisor = app.advisor_panel
+    for name in ("hardware", "top", "global_batch_size", "gpus"):
+        getattr(advisor, name).value = SMALL[name]
+    advisor.select(0)
+    app.layout_panel.set(world_size=8, tensor_parallel=2)
+    assert app.layout_panel.layout.world_size == 8
+    advisor.select(0)
+    assert app.layout_panel.layout.world_size == 16
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"gpus": 12}, "gpus=12 must be a multiple of gpus_per_node=8"),
+        ({"model": "gpt3-175b", "gpus": 8, "top": 3}, "set-ups searched fits the memory: more GPUs"),
+    ],
+)
+def test_bad_input_is_text_in_the_panel_and_fixing_it_recovers(changes, message):
+    panel = small_panel()
+    assert panel.result is not None
+    for name, value in changes.items():
+        getattr(panel, name).value = value
+    assert message in panel.error or message in panel.status.value
+    assert "Traceback" not in panel.status.value and panel.rows.options == () and panel.choice is None
+    for name in changes:
+        getattr(panel, name).value = SMALL[name]
+    assert panel.error == "" and len(panel.result) == 12 and len(panel.rows.options) == 12
+
+
+def test_the_defaults_are_those_of_the_cli():
+    panel = AdvisorPanel()
+    assert panel.hardware.value == "dgx-h100" and panel.model.value == "llama2-7b"  # as fastdist-lab search / cost
+    assert panel.top.value == 20 and panel.gpus_per_node.value == 8
+
+
+def test_in_an_event_loop_a_search_runs_on_a_thread_one_at_a_time_with_progress():
+    """As in a kernel: input changes are debounced into one search on a thread; the loop keeps running meanwhile
+    (a ticker); a newer request abandons the running search; progress shows; the result is applied on the loop's
+    thread."""
+    panel = AdvisorPanel(**{**SMALL, "gpus": 512, "global_batch_size": 1024}, debounce=0.05)
+    panel.bar_delay = 0.0  # show progress from the start (a real search shows it once it takes a second)
+    seen: dict[str, list] = {"progress": [], "result_thread": []}
+    panel.progress.observe(lambda c: seen["progress"].append((c["new"], panel.progress.layout.display)), "value")
+    panel.observe(lambda c: seen["result_thread"].append(threading.current_thread()), "result")
+
+    async def scenario() -> int:
+        ticks = 0
+        panel.gpus.value = 256  # three changes inside the debounce: one search (75,912 set-ups: seconds)
+        panel.global_batch_size.value = 512
+        panel.gpus.value = 512
+        await asyncio.sleep(0.2)
+        assert panel.searching and panel._worker is not None
+        panel.search()  # the running search is abandoned; this one runs
+        panel.gpus.value = 16  # ... and this one abandons it in turn (after the debounce)
+        panel.global_batch_size.value = 64
+        deadline = time.monotonic() + 300
+        while (panel.searching or panel._worker is not None) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+            ticks += 1
+        return ticks
+
+    ticks = asyncio.run(scenario())
+    assert ticks > 10  # the loop ran all along
+    assert panel.searches == 1 and panel.error == "" and panel.result.gpus == 16
+    assert panel.result.frame["global_batch_size"].eq(64).all()
+    assert seen["result_thread"] == [threading.main_thread()]
+    assert seen["progress"] and all(display is None for _, display in seen["progress"])
+    assert panel.progress.layout.display == "none"  # hidden again when done
+
+
+def test_a_search_error_on_a_thread_is_text_too():
+    panel = AdvisorPanel(**{**SMALL, "gpus": 12}, debounce=0.05)
+
+    async def scenario() -> None:
+        panel.search()
+        while panel.searching or panel._worker is not None:
+            await asyncio.sleep(0.01)
+
+    asyncio.run(scenario())
+    assert "gpus=12 must be a multiple" in panel.error and panel.result is None and panel.searches == 1
