@@ -15,6 +15,7 @@ from fastdist_lab.streams import predict
 LAYOUT = fdl.Layout(world_size=16, local_world_size=8, tensor_parallel=2, pipeline_parallel=2)
 REPORT = fdl.estimate(LAYOUT, "llama2-7b")
 STREAMS = predict(LAYOUT)
+SEARCH = fdl.search("llama2-7b", 8, global_batch_size=64, top=5)
 
 PICTURES = {
     "plot_layout": lambda: viz.plot_layout(LAYOUT, "data", highlight=5),
@@ -35,6 +36,8 @@ PICTURES = {
     "Layout.plot_dims": lambda: LAYOUT.plot_dims(),
     "CostReport.plot": lambda: REPORT.plot(),
     "StreamReport.plot": lambda: STREAMS.plot("tp"),
+    "plot_search": lambda: viz.plot_search(SEARCH, highlight=0),
+    "SearchPicture": lambda: viz.SearchPicture(SEARCH),
 }
 
 
