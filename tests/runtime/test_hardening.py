@@ -82,6 +82,7 @@ def _world_size_seen(ctx):
     return ctx.distributed.world_group.size() if ctx.distributed is not None else None
 
 
+@pytest.mark.filterwarnings("ignore:the interrupted call stopped:RuntimeWarning")
 def test_an_interrupt_during_an_automatic_restart_never_loses_the_layout(cluster, interrupts):
     for delay in (0.0, 0.02, 0.05, 0.1, 0.2, 0.4):  # into the restart, its spawn, its re-apply, or after it
         os.kill(cluster.pids[2], signal.SIGKILL)
