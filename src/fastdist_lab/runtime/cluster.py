@@ -8,9 +8,10 @@ reaches them (a ``CallTransport``), and ``perform_call`` drives any transport th
 reported in the results; a rank that is gone ends the call within about a second (``ClusterError``), and so does a
 rank that fails to build its groups during an apply (one error naming the group: its partners would wait for it in
 the rendezvous); ranks that do not answer by the deadline end it with their Python stacks, identical stacks shown
-once (``ClusterTimeout``); a KeyboardInterrupt is forwarded to the ranks, which get a grace period to answer.
-Whenever not every rank answered, the ranks are stopped before the call returns, even if another interrupt arrives
-meanwhile, and the next call starts fresh ones. Every call has a deadline, waiting for an earlier call included.
+once (``ClusterTimeout``); a KeyboardInterrupt is forwarded to the ranks (those of a ``run`` get a grace period to
+answer). Whenever not every rank answered, the ranks are stopped before the call returns, even if another interrupt
+arrives meanwhile, and the next call starts fresh ones. Every call has a deadline, waiting for an earlier call
+included.
 
 **An interrupted generation is discarded.** An interrupt that cuts an ``apply`` short (either of its steps) always
 stops the ranks: at that moment some may have created a group that others have not, or begun a collective check
@@ -47,7 +48,7 @@ from .verification import Verification, apply_in_two_steps, layout_for_cluster, 
 DEATH_GRACE = 1.0
 """Seconds the other ranks still get to answer once one rank died during a call."""
 INTERRUPT_GRACE = 2.0
-"""Seconds ranks get to answer after a KeyboardInterrupt was forwarded to them."""
+"""Seconds the ranks of an interrupted ``run`` get to answer after the KeyboardInterrupt was forwarded to them."""
 LIVENESS_EVERY = 0.25
 """Seconds between two checks that the ranks still awaited are alive."""
 TICK = 0.5
@@ -228,8 +229,9 @@ def perform_call(
             _collect(transport, state, time.monotonic() + state.limit - state.waited, progress)
         except KeyboardInterrupt:
             transport.interrupt(state.pending)
-            with contextlib.suppress(KeyboardInterrupt):  # a second interrupt only ends the grace early
-                _collect(transport, state, time.monotonic() + INTERRUPT_GRACE, None)
+            if state.call.kind == "run":  # only a run may keep its ranks (an apply's are stopped at once)
+                with contextlib.suppress(KeyboardInterrupt):  # a second interrupt only ends the grace early
+                    _collect(transport, state, time.monotonic() + INTERRUPT_GRACE, None)
             stop = bool(state.pending or state.dead) or state.call.kind != "run" or _groups_interrupted(state)
             state.settled = not stop
             raise
@@ -249,7 +251,6 @@ def perform_call(
     raise failure
 
 
-# ----------------------------------------------------------------------------------------------- the base
 _Cluster = TypeVar("_Cluster", bound="Cluster")
 
 

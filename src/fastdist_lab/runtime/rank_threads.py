@@ -239,7 +239,8 @@ class ThreadPerRank(_Runner):
                     turns.give()
                 self._reply(call, ctx.rank, result)
             except KeyboardInterrupt:  # forwarded for a call this rank had left: dropped (see ``_raise_in``)
-                continue
+                if self.stopped:  # it may fire just after the thread took its stop message: end, never wait again
+                    return
 
     def send(self, call: Call) -> set[int]:
         """Hand ``call`` to every rank thread (through the dispatcher); returns the ranks whose thread ended."""
@@ -310,6 +311,8 @@ class OneThread(_Runner):
                 self.current = None
             except KeyboardInterrupt:  # forwarded between two ranks' turns, or after the last: the rest never answer
                 self.current = None
+                if self.stopped:  # it may fire just after the thread took its stop message: end, never wait again
+                    return
 
     def send(self, call: Call) -> set[int]:
         """Hand ``call`` to the runner thread (every rank, in rank order)."""
