@@ -126,10 +126,11 @@ def lab(
             sequence_data_parallel=sequence_data_parallel,
             pipeline_first=pipeline_first,
         )
-    if mode == "processes":
+    cluster_panel = ClusterPanel(layout_panel.layout, backend=backend, timeout=timeout, mode=mode)
+    streams_panel = StreamsPanel(layout_panel.layout)
+    app = Lab(layout_panel, cluster_panel, streams_panel, CostPanel(layout_panel.layout), AdvisorPanel())
+    if mode == "processes":  # once the panels are built: the imports it starts in the background never delay them
         from ..runtime import prewarm  # no torch here: the server imports it, this process in the background
 
         prewarm()
-    cluster_panel = ClusterPanel(layout_panel.layout, backend=backend, timeout=timeout, mode=mode)
-    streams_panel = StreamsPanel(layout_panel.layout)
-    return Lab(layout_panel, cluster_panel, streams_panel, CostPanel(layout_panel.layout), AdvisorPanel())
+    return app
