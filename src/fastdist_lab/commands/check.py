@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .flags import add_layout_arguments, add_simulate_argument, error_line, layout_from_args
+from .flags import add_cluster_arguments, add_layout_arguments, error_line, layout_from_args
 
 HELP = "verify a layout with real process groups on a local cluster (gloo on CPU, NCCL on GPUs), or simulated"
 
@@ -17,16 +17,7 @@ HELP = "verify a layout with real process groups on a local cluster (gloo on CPU
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the flags of ``check``."""
     add_layout_arguments(parser)
-    parser.add_argument(
-        "--backend", choices=("auto", "gloo", "nccl"), default="auto", help="auto: NCCL with a GPU per rank, else gloo"
-    )
-    add_simulate_argument(parser)
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=None,
-        help="seconds allowed for start-up and each step (default: 60; simulated: 60 + 0.02 per rank)",
-    )
+    add_cluster_arguments(parser)
     parser.add_argument("--report", default=None, help="also write the JSON report here")
     parser.add_argument("--quiet", action="store_true", help="no start-up progress on stderr")
     parser.add_argument("--verbose", action="store_true", help="also print every group with its members")

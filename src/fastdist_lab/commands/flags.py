@@ -149,13 +149,27 @@ def error_line(error: BaseException) -> str:
     return first
 
 
-def add_simulate_argument(parser: argparse.ArgumentParser) -> None:
-    """``--simulate threads|fake``: run the ranks in this process (``runtime.SimulatedCluster``) instead of one
-    process per rank, for worlds too big for this machine as processes."""
+def add_cluster_arguments(parser: argparse.ArgumentParser, when: str = "") -> None:
+    """``--backend``, ``--simulate`` and ``--timeout``: where the ranks of a command run and their deadline (``when``:
+    the flag that makes the command start them, e.g. ``"--real"``, if it does not always). ``--simulate threads|fake``
+    runs the ranks in this process (``runtime.SimulatedCluster``), for worlds too big for one process per rank."""
+    suffix = f" ({when})" if when else ""
+    parser.add_argument(
+        "--backend",
+        choices=("auto", "gloo", "nccl"),
+        default="auto",
+        help=f"auto: NCCL with a GPU per rank, else gloo{suffix}",
+    )
     parser.add_argument(
         "--simulate",
         choices=("threads", "fake"),
         default=None,
         help="run the ranks in this process: threads (torch's threaded groups, real collectives) or fake (torch's "
         "fake groups: membership only, no collective); for worlds too big for one process per rank",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help=f"seconds allowed for start-up and each call{suffix} (default: 60; simulated: 60 + 0.02 per rank)",
     )

@@ -16,7 +16,7 @@ from ..config import DEFAULT_SEED_SHIFTS, PhaseType
 from ..errors import LayoutError
 from ..formatting import TEXT_WIDTH, plural, wrap_lines
 from ..seeds import check_step, step_note
-from .flags import add_layout_arguments, add_simulate_argument, error_line, layout_from_args
+from .flags import add_cluster_arguments, add_layout_arguments, error_line, layout_from_args
 
 HELP = "show which ranks share each generator stream and check the seeds (--real: draw them on workers too)"
 
@@ -40,14 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="override one seed shift, e.g. tp_seed_shift=0 (repeatable)",
     )
     parser.add_argument("--real", action="store_true", help="also draw on a local cluster and compare")
-    parser.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto", help="backend for --real")
-    add_simulate_argument(parser)
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=None,
-        help="deadline in seconds per cluster call (--real; default: 60; simulated: 60 + 0.02 per rank)",
-    )
+    add_cluster_arguments(parser, when="--real")
     parser.add_argument("--format", choices=("table", "json"), default="table", help="output format")
 
 

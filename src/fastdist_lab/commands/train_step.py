@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .flags import add_layout_arguments, add_simulate_argument, error_line, layout_from_args
+from .flags import add_cluster_arguments, add_layout_arguments, error_line, layout_from_args
 
 HELP = "run one training step of a small GPT on the layout's groups and compare it with one process"
 
@@ -45,16 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--tolerance", type=float, default=1e-5, help="largest relative error of a gradient or weight that agrees"
     )
     parser.add_argument("--rows", type=int, default=5, help="how many of the worst parameter rows to print")
-    parser.add_argument(
-        "--backend", choices=("auto", "gloo", "nccl"), default="auto", help="auto: NCCL with a GPU per rank, else gloo"
-    )
-    add_simulate_argument(parser)
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=None,
-        help="seconds allowed for start-up and each step (default: 60; simulated: 60 + 0.02 per rank)",
-    )
+    add_cluster_arguments(parser)
     parser.add_argument("--quiet", action="store_true", help="no start-up progress on stderr")
 
 
