@@ -98,8 +98,8 @@ def test_a_pipeline_of_one_rank_carries_through_a_queue():
     [
         (("zero-bubble", 2, 4, 2), "schedule='zero-bubble' is not a schedule; use one of gpipe, 1f1b"),
         (("1f1b", 4, 2, 2), "schedule '1f1b' needs micro_batches >= pipeline_parallel=4, not 2"),
-        (("gpipe", 2, 0, 2), "micro_batches=0 must be a positive integer"),
-        (("interleaved-1f1b", 2, 4, 0), "virtual_stages=0 must be a positive integer"),
+        (("gpipe", 2, 0, 2), "micro_batches=0 must be > 0"),
+        (("interleaved-1f1b", 2, 4, 0), "virtual_stages=0 must be > 0"),
     ],
 )
 def test_bad_schedules_are_named(arguments, message):

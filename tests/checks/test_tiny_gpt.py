@@ -79,7 +79,7 @@ def test_a_layout_the_model_does_not_split_over_is_refused(model, sizes, message
 
 
 def test_bad_sizes_are_named():
-    with pytest.raises(LayoutError, match="TinyGPT layers=0 must be a positive integer"):
+    with pytest.raises(LayoutError, match="TinyGPT layers=0 must be > 0"):
         TinyGPT(layers=0)
     with pytest.raises(LayoutError, match="heads=5 must divide hidden_size=64"):
         TinyGPT(heads=5)

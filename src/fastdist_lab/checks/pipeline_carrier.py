@@ -37,6 +37,7 @@ import torch
 import torch.distributed
 
 from ..errors import ClusterError, LayoutError, PipeliningUnavailable
+from ..validation import check_int
 
 TESTED_TORCH = "2.13"
 """The torch release whose pipelining and c10d registry the tests pin."""
@@ -80,10 +81,8 @@ def check_schedule(schedule: str, pipeline: int, micro_batches: int, virtual_sta
     """The number of pipeline stages of ``schedule``; ``LayoutError`` for an unknown name or too few micro-batches."""
     if schedule not in SCHEDULES:
         raise LayoutError(f"schedule={schedule!r} is not a schedule; use one of {', '.join(SCHEDULES)}")
-    if isinstance(virtual_stages, bool) or not isinstance(virtual_stages, int) or virtual_stages < 1:
-        raise LayoutError(f"virtual_stages={virtual_stages!r} must be a positive integer")
-    if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) or micro_batches < 1:
-        raise LayoutError(f"micro_batches={micro_batches!r} must be a positive integer")
+    virtual_stages = check_int("virtual_stages", virtual_stages, minimum=1)
+    micro_batches = check_int("micro_batches", micro_batches, minimum=1)
     stages = pipeline * (virtual_stages if schedule in MULTI_STAGE else 1)
     if schedule == "1f1b" and micro_batches < pipeline:
         raise LayoutError(f"schedule '1f1b' needs micro_batches >= pipeline_parallel={pipeline}, not {micro_batches}")

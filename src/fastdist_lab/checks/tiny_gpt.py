@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812 - torch's own spelling
 
 from ..errors import LayoutError
+from ..validation import check_int
 from .parallel_ops import (
     Group,
     copy_to_group,
@@ -58,9 +59,7 @@ class TinyGPT:
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "heads", "layers", "ffn_size", "sequence_length"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise LayoutError(f"TinyGPT {name}={value!r} must be a positive integer")
+            check_int(f"TinyGPT {name}", getattr(self, name), minimum=1)
         if self.hidden_size % self.heads:
             raise LayoutError(f"TinyGPT heads={self.heads} must divide hidden_size={self.hidden_size}")
 

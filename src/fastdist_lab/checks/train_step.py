@@ -24,6 +24,7 @@ import torch
 
 from ..errors import ClusterError, LayoutError
 from ..layout import Layout
+from ..validation import check_int
 from .dropout_check import dropout_rows, mask_ids
 from .pipeline_carrier import MULTI_STAGE, check_schedule, require_pipelining
 from .tiny_gpt import TinyGPT, reference_step
@@ -164,8 +165,7 @@ def training_settings(
         raise LayoutError(f"dropout={dropout!r} must be a probability in [0, 1)")
     if zero_stage not in (0, 1) or isinstance(zero_stage, bool):
         raise LayoutError(f"zero_stage={zero_stage!r}: the training check runs ZeRO stage 0 or 1")
-    if isinstance(micro_batch_size, bool) or not isinstance(micro_batch_size, int) or micro_batch_size < 1:
-        raise LayoutError(f"micro_batch_size={micro_batch_size!r} must be a positive integer")
+    check_int("micro_batch_size", micro_batch_size, minimum=1)
     micro_batches = 2 * layout.pipeline_parallel if micro_batches is None else micro_batches
     stages = check_schedule(schedule, layout.pipeline_parallel, micro_batches, virtual_stages)
     model.check_layout(
