@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .flags import add_cluster_arguments, add_layout_arguments, error_line, layout_from_args
+from .flags import add_cluster_arguments, add_layout_arguments, cluster_from_args, error_line, layout_from_args
 
 HELP = "verify a layout with real process groups on a local cluster (gloo on CPU, NCCL on GPUs), or simulated"
 
@@ -31,17 +31,9 @@ def run(args: argparse.Namespace) -> int:
     layout = layout_from_args(args)  # LayoutError -> exit 2 in cli.main
     from ..checks import check_layout
     from ..errors import ClusterError
-    from ..runtime import open_cluster
 
     try:
-        with open_cluster(
-            args.simulate or "processes",
-            layout.world_size,
-            local_world_size=layout.local_world_size,
-            backend=args.backend,
-            timeout=args.timeout,
-            progress=False if args.quiet else None,
-        ) as cluster:
+        with cluster_from_args(args, layout, progress=False if args.quiet else None) as cluster:
             result = check_layout(cluster, layout, timeout=args.timeout)
     except ClusterError as error:
         sys.stderr.write(f"fastdist-lab check: error: {error_line(error)}\n")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from ..config import DistributedConfig
 from ..errors import LayoutError
@@ -172,4 +173,19 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, when: str = "") -> No
         type=float,
         default=None,
         help=f"seconds allowed for start-up and each call{suffix} (default: 60; simulated: 60 + 0.02 per rank)",
+    )
+
+
+def cluster_from_args(args: argparse.Namespace, layout: Layout, progress: object = None) -> Any:
+    """The started cluster for ``layout`` that ``add_cluster_arguments``' flags ask for (``runtime.open_cluster``):
+    one process per rank, or ``--simulate``'s in-process ranks."""
+    from ..runtime import open_cluster
+
+    return open_cluster(
+        args.simulate or "processes",
+        layout.world_size,
+        local_world_size=layout.local_world_size,
+        backend=args.backend,
+        timeout=args.timeout,
+        progress=progress,
     )

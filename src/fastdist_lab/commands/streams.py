@@ -16,7 +16,7 @@ from ..config import DEFAULT_SEED_SHIFTS, PhaseType
 from ..errors import LayoutError
 from ..formatting import TEXT_WIDTH, plural, wrap_lines
 from ..seeds import check_step, step_note
-from .flags import add_cluster_arguments, add_layout_arguments, error_line, layout_from_args
+from .flags import add_cluster_arguments, add_layout_arguments, cluster_from_args, error_line, layout_from_args
 
 HELP = "show which ranks share each generator stream and check the seeds (--real: draw them on workers too)"
 
@@ -75,11 +75,9 @@ def _json_default(value: Any) -> Any:
 
 
 def _real(layout: Any, args: argparse.Namespace) -> Any:
-    from ..runtime import open_cluster
     from ..streams import draw
 
-    with open_cluster(args.simulate or "processes", layout.world_size, local_world_size=layout.local_world_size,
-                      backend=args.backend, timeout=args.timeout) as cluster:  # fmt: skip
+    with cluster_from_args(args, layout) as cluster:
         cluster.apply(layout)
         return draw(cluster, args.step, args.phase, args.draws)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .flags import add_cluster_arguments, add_layout_arguments, error_line, layout_from_args
+from .flags import add_cluster_arguments, add_layout_arguments, cluster_from_args, error_line, layout_from_args
 
 HELP = "run one training step of a small GPT on the layout's groups and compare it with one process"
 
@@ -69,21 +69,13 @@ def run(args: argparse.Namespace) -> int:
     from ..checks import TinyGPT, check_training
     from ..checks.train_step import training_settings
     from ..errors import ClusterError
-    from ..runtime import open_cluster
 
     options = dict(schedule=args.schedule, micro_batches=args.micro_batches, virtual_stages=args.virtual_stages)
     options.update(dropout=args.dropout, zero_stage=args.zero_stage)
     model, _ = training_settings(layout, TinyGPT(layers=args.layers), **options)  # bad input: before any rank runs
     options.update(seed=args.model_seed, timeout=args.timeout, tolerance=args.tolerance)
     try:
-        with open_cluster(
-            args.simulate or "processes",
-            layout.world_size,
-            local_world_size=layout.local_world_size,
-            backend=args.backend,
-            timeout=args.timeout,
-            progress=False if args.quiet else None,
-        ) as cluster:
+        with cluster_from_args(args, layout, progress=False if args.quiet else None) as cluster:
             if not args.quiet and sys.stderr.isatty():
                 sys.stderr.write(f"one training step on {layout.world_size} ranks and in this process...\n")
             result = check_training(cluster, layout, model=model, **options)
