@@ -24,9 +24,10 @@ from fastdist_lab.runtime.capture import quiet_harmless_c10d
 
 count, filtered = int(sys.argv[1]), sys.argv[2] == "filtered"
 timeout = datetime.timedelta(seconds=60)
-store = dist.TCPStore("127.0.0.1", 0, count + 1, is_master=True, timeout=timeout, wait_for_workers=False)
 clients = []
 with quiet_harmless_c10d() if filtered else contextlib.nullcontext():
+    # the server too: its own client connection can print the warning as well
+    store = dist.TCPStore("127.0.0.1", 0, count + 1, is_master=True, timeout=timeout, wait_for_workers=False)
     threads = [
         threading.Thread(
             target=lambda: clients.append(dist.TCPStore("127.0.0.1", store.port, count + 1, False, timeout))
