@@ -141,7 +141,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("paths", nargs="+", help="test files or folders to run (as given to pytest)")
     parser.add_argument("--runs", type=int, default=10, help="how many times to run them (default: 10)")
     parser.add_argument("--busy", type=int, default=2, help="busy processes spinning beside the runs (default: 2)")
-    parser.add_argument("--log-dir", type=Path, default=None, help="where each run's log goes (default: a new temp dir)")
+    parser.add_argument("--log-dir", type=Path, default=None, help="where run logs go (default: a new temp dir)")
     options = parser.parse_args(argv)
     if options.runs < 1:
         parser.error(f"--runs must be at least 1, not {options.runs}")
