@@ -97,6 +97,13 @@ def test_alpha_beta_accepts_the_least_squares_fit_and_refuses_others(alpha, band
         ex.check_alpha_beta(sizes, seconds, intercept + 10 * seconds.max(), 1 / slope)
 
 
+def test_alpha_beta_of_latency_bound_timings_accepts_the_fit_and_refuses_a_negative_bandwidth_otherwise():
+    sizes, flat = [1e3, 1e4, 1e5], [2e-3, 2e-3, 1.9e-3]  # the best slope is negative
+    slope, intercept = np.polyfit(sizes, flat, 1)
+    ex.check_alpha_beta(sizes, flat, intercept, 1 / slope)
+    assert "positive bandwidth" in hint(ex.check_alpha_beta, sizes, [1e-3, 2e-3, 3e-3], 1e-3, -1e6)
+
+
 def test_alpha_beta_says_beta_is_a_bandwidth():
     sizes, seconds = [1e3, 1e6], [1e-4, 1e-3]
     slope, intercept = np.polyfit(sizes, seconds, 1)

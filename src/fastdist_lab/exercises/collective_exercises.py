@@ -194,14 +194,15 @@ def check_ring_all_reduce(cluster: Any, ring: Any, length: int = 10, timeout: fl
 def check_alpha_beta(sizes: Any, seconds: Any, alpha: Any, beta: Any) -> None:
     """Exercise: ``alpha`` (seconds) and ``beta`` (bytes per second) of ``t = alpha + n / beta`` fitted to the
     measured ``seconds`` at message ``sizes`` (bytes) by least squares. Any fit whose squared error is within 2 % of
-    the best one passes (the timings differ on every run)."""
+    the best one passes (the timings differ on every run; when they are so latency-bound that the best slope is not
+    positive, so is the ``beta`` that passes)."""
     n, t = numbers("sizes", sizes).reshape(-1), numbers("seconds", seconds).reshape(-1)
     a, b = number("alpha", alpha), number("beta", beta)
     if n.shape != t.shape or len(n) < 2:
         wrong("sizes and seconds must be two lists of the same length, at least two measurements")
-    if b <= 0:
-        wrong(f"beta={b:g} must be a positive bandwidth in bytes per second")
     slope, intercept = np.polyfit(n, t, 1)
+    if b <= 0 and slope > 0:  # noisy latency-bound timings may fit a slope <= 0: then any beta the fit gives passes
+        wrong(f"beta={b:g} must be a positive bandwidth in bytes per second")
     best = float(np.sum((intercept + slope * n - t) ** 2))
     mine = float(np.sum((a + n / b - t) ** 2))
     if mine > 1.02 * best + 1e-18:
