@@ -106,3 +106,7 @@ class RemoteTraceback(Exception):
 
     def __str__(self) -> str:
         return "\n" + self.text
+
+
+class WrongAnswer(AssertionError):
+    """An exercise's answer that is not right yet (``fastdist_lab.exercises``); the message is a hint."""

@@ -49,14 +49,18 @@ def test_a_pipeline_stage_that_skips_a_layer(threads):
 def test_a_data_rank_that_does_not_reduce_its_gradients(threads):
     check = check_training(threads, LAYOUT, zero_stage=0, fault=TrainingFault(unreduced=5))
     assert not check.ok
-    assert check.problems[0] == "ranks outside the tolerance: [5]"
+    assert check.problems[0].startswith("the loss matches one process but rank 5's gradients do not")
+    assert check.problems[0].endswith("the forward pass was right and the gradient reduction was not; rank 5's "
+                                      "gradients are not the sum over its data group")
+    assert check.problems[1] == "ranks outside the tolerance: [5]"
     assert check.rank_errors.drop(5).max() <= 1e-5 and check.rank_errors[5] > 1e-3
     assert (check.table.loc[~check.table["ok"], "worst_rank"] == 5).all()
 
 
 def test_with_zero_1_the_unreduced_slice_reaches_the_data_group(threads):
     check = check_training(threads, LAYOUT, fault=TrainingFault(unreduced=5))
-    assert check.problems[0] == "ranks outside the tolerance: [5, 7]"  # rank 7 all-gathers rank 5's slice
+    assert check.problems[0].startswith("the loss matches one process but rank 5's gradients do not")
+    assert check.problems[1] == "ranks outside the tolerance: [5, 7]"  # rank 7 all-gathers rank 5's slice
 
 
 def test_a_wrong_tp_seed_shift_gives_masks_that_do_not_match(threads):
@@ -89,7 +93,8 @@ def test_faults_on_gloo_processes_are_named_the_same_way(gloo):
         "rank 4 used the pipeline group [4, 0]; the layout's is [0, 4]",
     ]
     assert "FAILED" in swapped.summary().splitlines()[-1]
-    assert unreduced.problems[0] == "ranks outside the tolerance: [6]"
+    assert unreduced.problems[0].startswith("the loss matches one process but rank 6's gradients do not")
+    assert unreduced.problems[1] == "ranks outside the tolerance: [6]"
 
 
 def test_nothing_broken_is_ok(threads):

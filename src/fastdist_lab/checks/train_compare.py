@@ -197,3 +197,18 @@ def zero_problems(frame: pd.DataFrame) -> list[str]:
         f"{len(names)} tensors {what}have a zero gradient where one process has none (held by ranks {holders}): "
         f"their pipeline stage left them out of the step; first {names[0]}"
     ]
+
+
+def reduction_problems(frame: pd.DataFrame, tolerance: float) -> list[str]:
+    """When the forward pass was right (the loss matches) and every rank started from its shard, gradients outside
+    the tolerance point at their reduction: the rank whose gradients differ most, in words."""
+    worst = frame.dropna(subset=["grad_rel"]).groupby("rank")["grad_rel"].max()
+    worst = worst[worst > tolerance]
+    if worst.empty:
+        return []
+    rank = int(worst.idxmax())
+    return [
+        f"the loss matches one process but rank {rank}'s gradients do not (relative error {worst.max():.1e}): the "
+        f"forward pass was right and the gradient reduction was not; rank {rank}'s gradients are not the sum over "
+        "its data group"
+    ]

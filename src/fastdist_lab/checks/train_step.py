@@ -35,6 +35,7 @@ from .train_compare import (
     parameter_table,
     rank_rows,
     rank_worst,
+    reduction_problems,
     shard_problems,
     zero_problems,
 )
@@ -263,11 +264,14 @@ def _judge_reference(check: TrainingCheck, reference: dict[str, Any], values: li
     check.tensors = frame = rank_rows(reference, values)
     check.table = table = parameter_table(frame, reference, values, tolerance)
     problems = shard_problems(frame) + zero_problems(frame)
+    loss, ref_loss = check.loss, check.reference_loss
+    loss_differs = loss is None or abs(loss - ref_loss) > tolerance * max(abs(ref_loss), 1e-30)
+    if not problems and not loss_differs:  # the cause first: a right forward with wrong gradients
+        problems += reduction_problems(frame, tolerance)
     bad = [int(rank) for rank, value in rank_worst(frame, world).items() if not value <= tolerance]
     if bad and len(bad) < world:
         problems.append(f"ranks outside the tolerance: {bad}")
-    loss, ref_loss = check.loss, check.reference_loss
-    if loss is None or abs(loss - ref_loss) > tolerance * max(abs(ref_loss), 1e-30):
+    if loss_differs:
         problems.append(f"the loss differs: {loss} on the layout, {ref_loss} in one process")
     for row in table[~table["ok"]].itertuples():
         worst = row.weight_rel if math.isnan(row.grad_rel) else max(row.grad_rel, row.weight_rel)
