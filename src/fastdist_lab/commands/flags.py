@@ -17,8 +17,6 @@ DEFAULT_LAYOUT = {"world_size": 8, "tensor_parallel": 2, "pipeline_parallel": 2,
 GIVEN_FACTOR_DEFAULT = 1
 """A parallel factor the user did not give, once any size flag is given: 1, as ``Layout(...)`` takes it."""
 
-DEFAULTS_RULE = "a factor not given is 1 when any size flag is given; without size flags, the main job's layout"
-"""The rule of the layout flags' defaults, as the help says it (once, in the group's description)."""
 
 SHAPE_FLAGS = {
     "tensor_parallel": "--tensor-parallel",
