@@ -28,6 +28,9 @@ SLOW_PATHS = (
     "tests/test_train_step_cli.py",
     "tests/test_count_guard.py",  # pytest sessions in subprocesses
     "tests/cost/test_schedules.py",  # every table against torch.distributed.pipelining's own schedule classes
+    "tests/cost/test_search.py",  # whole searches, every row estimated again
+    "tests/cost/test_search_cli.py",
+    "tests/cost/test_validation.py",  # the step time against every published run
     "tests/conventions/test_seeds_and_pictures.py",  # pictures
 )
 """Files (or folders) whose tests start processes, clusters, browsers or notebooks, draw pictures or drive torch's
@@ -44,25 +47,25 @@ SLOW_TESTS = {
         "test_an_old_spelling_kept_for_one_release_is_not_reported",
         "test_a_name_leaking_into_a_subpackages_dir_breaks_the_rule",  # every subpackage imported in a subprocess
         "test_python_from_the_clones_parent_imports_the_installed_package",
+        "test_every_public_namespace_dir_is_its_all",  # (tests/api/test_public_names.py holds every dir() too)
     ),
     "tests/api/test_public_names.py": ("test_a_name_removed_or_renamed_in_a_copy_of_the_package_breaks_the_list",),
     "tests/cost/test_cost_cli.py": (
         "test_cost_replay_runs_the_step_on_local_gloo_ranks",
         "test_cost_command_in_a_fresh_process",
     ),
-    "tests/cost/test_search.py": (
-        "test_every_row_is_the_step_of_its_layout_and_training",  # every row estimated again, one by one
-        "test_ranked_fitting_and_within_the_batch",
-    ),
-    "tests/cost/test_search_cli.py": ("test_a_progress_bar_on_a_terminal_and_nothing_into_a_redirected_stream",),
     "tests/conventions/test_config_loaders.py": ("test_cli_bad_input_is_one_line_exit_2",),  # a process each
     "tests/conventions/test_torchtitan_versions.py": ("test_every_mesh_name_matches_torch_numbering",),
+    "tests/test_streams.py": ("test_cli_streams_real",),  # (the tests on its running ``cluster`` fixture are slow too)
+    "tests/test_cli.py": ("test_console_script_is_installed",),
     "tests/test_new_user.py": (
         "test_a_wrong_world_size_is_the_only_thing_said",
         "test_defaulted_sizes_are_named_when_they_are_the_problem",
     ),
 }
-"""Single slow tests (by function name) of files that are otherwise quick."""
+"""Single slow tests (by function name) of files that are otherwise quick. Also slow: every test on a running
+``cluster`` fixture, and the tests of ``tests/test_architecture.py`` that break a copy of the package (the rules
+themselves, on the package, stay in the quick loop)."""
 
 
 QUICK_EXAMPLES = 10
@@ -83,5 +86,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         path = item.path.relative_to(config.rootpath).as_posix()
         name = getattr(item, "originalname", None) or item.name.split("[")[0]
-        if path.startswith(SLOW_PATHS) or name in SLOW_TESTS.get(path, ()):
+        fixtures = getattr(item, "fixturenames", ())
+        if (
+            path.startswith(SLOW_PATHS)
+            or name in SLOW_TESTS.get(path, ())
+            or "cluster" in fixtures  # a running cluster
+            or (path == "tests/test_architecture.py" and "tmp_path" in fixtures)  # a broken copy of the package
+        ):
             item.add_marker(pytest.mark.slow)

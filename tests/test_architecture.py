@@ -6,6 +6,7 @@ a test that breaks a copy of the package and sees the rule report it."""
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import json
 import os
@@ -116,7 +117,10 @@ def _modules(package: Path) -> dict[str, Path]:
     return out
 
 
+@functools.lru_cache(maxsize=4)
 def _trees(package: Path) -> dict[str, tuple[Path, ast.Module]]:
+    """Every module of the package at ``package`` parsed (once per folder: each broken copy is a folder of its own,
+    written before it is read). Readers never change the trees."""
     return {name: (path, ast.parse(path.read_text(), str(path))) for name, path in _modules(package).items()}
 
 
