@@ -6,6 +6,7 @@ a test that breaks a copy of the package and sees the rule report it."""
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import json
 import os
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import typing
+from collections.abc import Collection
 from pathlib import Path
 
 import pytest
@@ -115,7 +117,10 @@ def _modules(package: Path) -> dict[str, Path]:
     return out
 
 
+@functools.lru_cache(maxsize=4)
 def _trees(package: Path) -> dict[str, tuple[Path, ast.Module]]:
+    """Every module of the package at ``package`` parsed (once per folder: each broken copy is a folder of its own,
+    written before it is read). Readers never change the trees."""
     return {name: (path, ast.parse(path.read_text(), str(path))) for name, path in _modules(package).items()}
 
 
@@ -147,9 +152,40 @@ def _imported_base(module: str, path: Path, node: ast.ImportFrom) -> str:
     return ".".join(parts + ([node.module] if node.module else []))
 
 
+MODULE_STRING = re.compile(r"^(\.*)([A-Za-z_][\w.]*)?$")
+"""A string that may name a module: ``"fastdist_lab.viz"``, ``".runtime"``, ``"..errors"``."""
+
+
+def _named_module(module: str, path: Path, text: str, trees: dict) -> str | None:
+    """The package module a string names, as ``importlib.import_module(text, package)`` and the lazy tables
+    (``lazy.lazy_attributes``) read it (relative to the module's package), or ``None``."""
+    match = MODULE_STRING.match(text)
+    if not match or not text.strip("."):
+        return None
+    dots, rest = match.groups()
+    if not dots:
+        return text if text in trees and "." in text else None  # the root package's own name is no import
+    name = _imported_base(module, path, ast.ImportFrom(module=rest, names=[], level=len(dots)))
+    return name if name in trees else None
+
+
+def _strings(node: ast.AST):
+    """The whole string constants under ``node`` that code reads: no docstring, no piece of an f-string."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.Expr) and isinstance(child.value, ast.Constant):
+            continue  # a docstring (of a module, a class, a function or an attribute)
+        if isinstance(child, ast.JoinedStr):
+            continue
+        if isinstance(child, ast.Constant) and isinstance(child.value, str):
+            yield child.value
+        yield from _strings(child)
+
+
 def _import_graph(package: Path) -> dict[str, set[str]]:
     """Module -> the package modules it imports, at its top or inside a function (a name imported from a package is
-    an edge to the package, or to its submodule when it names one)."""
+    an edge to the package, or to its submodule when it names one). A string naming a package module is an import
+    too: ``importlib.import_module("fastdist_lab.x")`` / ``import_module(".x", package)`` and the lazy tables of
+    ``lazy.lazy_attributes`` (a name served on first use, a subpackage, an old name) import it when read."""
     trees = _trees(package)
     graph: dict[str, set[str]] = {name: set() for name in trees}
     for name, (path, tree) in trees.items():
@@ -162,8 +198,61 @@ def _import_graph(package: Path) -> dict[str, set[str]]:
                     target = f"{base}.{alias.name}" if f"{base}.{alias.name}" in trees else base
                     if target in trees:
                         graph[name].add(target)
+        graph[name] |= _lazy_edges(name, path, tree, trees)
         graph[name].discard(name)
     return graph
+
+
+def _lazy_edges(module: str, path: Path, tree: ast.Module, trees: dict) -> set[str]:
+    """The modules ``module`` imports by name at run time: every string naming one, and each ``submodules`` entry of
+    a ``lazy_attributes`` call (a bare name, relative to the package)."""
+    edges = {target for text in _strings(tree) if (target := _named_module(module, path, text, trees))}
+    for call in ast.walk(tree):
+        if isinstance(call, ast.Call) and getattr(call.func, "id", getattr(call.func, "attr", "")) == "lazy_attributes":
+            for keyword in call.keywords:
+                if keyword.arg == "submodules":
+                    names = [c.value for c in ast.walk(keyword.value) if isinstance(c, ast.Constant)]
+                    edges |= {f"{module}.{n}" for n in names if isinstance(n, str) and f"{module}.{n}" in trees}
+    return edges
+
+
+def _layers(pyproject: Path) -> list[list[set[str]]]:
+    """The layers of ``[tool.importlinter]``, top first: each a list of groups of siblings that may import each other
+    (``:``); groups of one layer (``|``) are independent."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: the backport the project depends on there
+        import tomli as tomllib
+
+    contract = tomllib.loads(pyproject.read_text())["tool"]["importlinter"]["contracts"][0]
+    return [
+        [{name.strip(" ()") for name in group.split(":")} for group in layer.split("|")] for layer in contract["layers"]
+    ]
+
+
+def layer_violations(package: Path, pyproject: Path) -> list[str]:
+    """Every import (``_import_graph``: statements anywhere, ``import_module`` strings, lazy tables) from a module to
+    one of a higher layer, or to an independent sibling: ``"importer -> imported"``. The root ``__init__`` is the
+    container, in no layer."""
+    where = {}
+    for index, layer in enumerate(_layers(pyproject)):
+        for group_index, group in enumerate(layer):
+            for name in group:
+                where[name] = (index, group_index)
+
+    def place(module: str) -> tuple[int, int] | None:
+        parts = module.split(".")
+        return where.get(parts[1]) if len(parts) > 1 else None
+
+    out = []
+    for importer, imported in sorted(_import_graph(package).items()):
+        for target in sorted(imported):
+            low, high = place(importer), place(target)
+            if low is None or high is None or importer.split(".")[1] == target.split(".")[1]:
+                continue
+            if high[0] < low[0] or (high[0] == low[0] and high[1] != low[1]):
+                out.append(f"{importer} -> {target}")
+    return out
 
 
 def import_cycles(package: Path) -> list[list[str]]:
@@ -193,10 +282,14 @@ def _stem(name: str) -> str:
     return name
 
 
+SUBCOMMAND = ("add_arguments", "run")
+"""What a sub-command module of ``commands/`` defines; ``cli`` calls them through its table of modules."""
+
+
 def _is_subcommand(tree: ast.Module) -> bool:
     """A module of ``commands/`` named after its sub-command: it defines ``add_arguments`` and ``run``."""
     defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
-    return {"add_arguments", "run"} <= defined
+    return set(SUBCOMMAND) <= defined
 
 
 def repeated_module_names(package: Path) -> dict[str, list[str]]:
@@ -285,19 +378,31 @@ class _Hierarchy:
         return [value]
 
 
-class _Reader(ast.NodeVisitor):
-    """Collects every function definition and every use of a name (a name read, an attribute read, an identifier in a
-    string such as an ``__all__`` entry or a ``getattr`` argument), with the functions each use sits in."""
+PACKAGE_USE, LOCAL_USE, ATTRIBUTE_USE = "package", "local", "attribute"
+"""How a name is used: through an import of the package (``from .x import f``, ``x.f`` on a package module, an
+``__all__`` entry, ``getattr(module, "f")``), by a bare name in the module itself, or as any object's attribute."""
 
-    def __init__(self, module: str):
+NAME_FUNCTIONS = frozenset({"getattr", "hasattr", "setattr", "delattr"})
+
+
+class _Reader(ast.NodeVisitor):
+    """Collects every function definition and every use of a name, with how it is used (``PACKAGE_USE``, ...) and the
+    functions each use sits in. A string is a use only as an ``__all__`` entry (or a key of a table spread into one) or
+    the name given to ``getattr`` and its kin; docstrings, messages and f-strings say nothing."""
+
+    def __init__(self, module: str, names: _Names, modules: Collection[str], tree: ast.Module):
         self.module = module
+        self.names = names
+        self.modules = modules
+        self.tables = _top_level_values(tree)
         self.owners: list[ast.AST] = []
         self.definitions: list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef, ast.ClassDef | None]] = []
-        self.uses: dict[str, list[frozenset[int]]] = {}
+        self.uses: dict[str, list[tuple[frozenset[int], str]]] = {}
+        self.deprecated: set[int] = set()
 
-    def _use(self, name: str) -> None:
+    def _use(self, name: str, kind: str) -> None:
         functions = frozenset(id(o) for o in self.owners if not isinstance(o, ast.ClassDef))
-        self.uses.setdefault(name, []).append(functions)
+        self.uses.setdefault(name, []).append((functions, kind))
 
     def _define(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         owner = self.owners[-1] if self.owners and isinstance(self.owners[-1], ast.ClassDef) else None
@@ -319,16 +424,70 @@ class _Reader(ast.NodeVisitor):
 
     def visit_Name(self, node: ast.Name) -> None:
         if isinstance(node.ctx, ast.Load):
-            self._use(node.id)
+            base, attribute = self.names.aliases.get(node.id, ("", None))
+            if attribute is not None and _in_package(base, self.modules):
+                self._use(attribute, PACKAGE_USE)  # from .x import f (as g): g() uses x's f
+            self._use(node.id, LOCAL_USE)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         if isinstance(node.ctx, ast.Load):
-            self._use(node.attr)
+            self._use(node.attr, PACKAGE_USE if self._is_package_module(node.value) else ATTRIBUTE_USE)
         self.generic_visit(node)
 
-    def visit_Constant(self, node: ast.Constant) -> None:
-        if isinstance(node.value, str) and node.value.isidentifier():
-            self._use(node.value)
+    def visit_Assign(self, node: ast.Assign) -> None:
+        if any(getattr(target, "id", None) == "__all__" for target in node.targets):
+            self._all_entries(node.value)
+        self.generic_visit(node)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        if getattr(node.target, "id", None) == "__all__":
+            self._all_entries(node.value)
+        self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        if getattr(node.func, "id", getattr(node.func, "attr", None)) == "warn_deprecated" and self.owners:
+            self.deprecated.add(id(self.owners[-1]))  # the function that warns is an old spelling
+        if getattr(node.func, "id", None) in NAME_FUNCTIONS and len(node.args) > 1:
+            name = node.args[1]
+            if isinstance(name, ast.Constant) and isinstance(name.value, str):
+                self._use(name.value, PACKAGE_USE)
+        self.generic_visit(node)
+
+    def _all_entries(self, value: ast.expr) -> None:
+        for element in getattr(value, "elts", ()):
+            if isinstance(element, ast.Starred) and isinstance(element.value, ast.Name):
+                table = self.tables.get(element.value.id)
+                for key in getattr(table, "keys", None) or getattr(table, "elts", ()):
+                    if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                        self._use(key.value, PACKAGE_USE)
+            elif isinstance(element, ast.Constant) and isinstance(element.value, str):
+                self._use(element.value, PACKAGE_USE)
+
+    def _is_package_module(self, expr: ast.expr) -> bool:
+        """Whether ``expr`` is a module of the package (``x`` after ``from . import x``, ``fastdist_lab.x``)."""
+        chain: list[str] = []
+        while isinstance(expr, ast.Attribute):
+            chain.insert(0, expr.attr)
+            expr = expr.value
+        if not isinstance(expr, ast.Name) or expr.id not in self.names.aliases:
+            return False
+        base, attribute = self.names.aliases[expr.id]
+        return ".".join([base, *([attribute] if attribute else []), *chain]) in self.modules
+
+
+def _in_package(module: str, modules: Collection[str]) -> bool:
+    return module.split(".")[0] == next(iter(modules), ".").split(".")[0]
+
+
+def _top_level_values(tree: ast.Module) -> dict[str, ast.expr]:
+    """A module's top-level ``name = value`` (annotated or not) assignments."""
+    out = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            out[node.targets[0].id] = node.value
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            out[node.target.id] = node.value
+    return out
 
 
 def user_code(repo: Path) -> list[str]:
@@ -340,38 +499,50 @@ def user_code(repo: Path) -> list[str]:
 
 def unused_functions(package: Path, shown: list[str] = ()) -> list[str]:
     """Functions and methods of the package that nothing calls or names: not the package (outside their own body), not
-    an ``__all__``, not the code ``shown`` to users (``user_code``: a method documented there is API). Called by Python
-    or a framework, so allowed by kind: dunder methods, IPython's display hooks (``DISPLAY_HOOK``), members of a
-    ``Protocol``, methods that override an outside base class's attribute (or whose base is known only at run time),
-    methods registered by a framework's decorator (``FRAMEWORK_DECORATORS``). Tests and benchmarks are no use."""
+    an ``__all__``, not the code ``shown`` to users (``user_code``: a method documented there is API). A function of a
+    module counts as used by its bare name in its own module, or through an import of the package (``from .x import
+    f``, ``x.f``, an ``__all__`` entry, ``getattr(x, "f")``); the same name elsewhere (a local variable, another
+    object's attribute, a string, a docstring) is another thing. A method counts as used by any attribute of its name
+    (the object's class is not known statically). Called by Python or a framework, so allowed by kind: dunder methods,
+    IPython's display hooks (``DISPLAY_HOOK``), members of a ``Protocol``, methods that override an outside base
+    class's attribute (or whose base is known only at run time), methods registered by a framework's decorator
+    (``FRAMEWORK_DECORATORS``), the sub-command interface (``SUBCOMMAND``), and old spellings kept for one release (a
+    function that calls ``lazy.warn_deprecated``). Tests and benchmarks are no use."""
     trees = _trees(package)
     hierarchy = _Hierarchy(package, trees)
     readers = []
     for module, (_, tree) in trees.items():
-        reader = _Reader(module)
+        reader = _Reader(module, hierarchy.names[module], trees, tree)
         reader.visit(tree)
         readers.append(reader)
-    uses: dict[str, list[frozenset[int]]] = {}
+    uses: dict[str, list[tuple[frozenset[int], str, str]]] = {}
     for name in re.findall(r"[A-Za-z_]\w*", "\n".join(shown)):
-        uses.setdefault(name, []).append(frozenset())
+        uses.setdefault(name, []).append((frozenset(), PACKAGE_USE, ""))
     for reader in readers:
         for name, places in reader.uses.items():
-            uses.setdefault(name, []).extend(places)
+            uses.setdefault(name, []).extend((functions, kind, reader.module) for functions, kind in places)
     unused = []
     for reader in readers:
         for module, node, owner in reader.definitions:
             name = node.name
-            if any(id(node) not in functions for functions in uses.get(name, ())):
+
+            def counts(kind: str, where: str, owner: ast.ClassDef | None = owner, module: str = module) -> bool:
+                return owner is not None or kind == PACKAGE_USE or (kind == LOCAL_USE and where == module)
+
+            if any(id(node) not in functions and counts(kind, where) for functions, kind, where in uses.get(name, ())):
                 continue
             if (name.startswith("__") and name.endswith("__")) or DISPLAY_HOOK.match(name):
                 continue
-            if _registered(hierarchy, module, node):
+            if id(node) in reader.deprecated or _registered(hierarchy, module, node):
+                continue
+            path, tree = trees[module]
+            if owner is None and name in SUBCOMMAND and path.parent.name == "commands" and _is_subcommand(tree):
                 continue
             if owner is not None:
                 bases = hierarchy.outside_bases(module, owner)
                 if any(base is None or base is typing.Protocol or hasattr(base, name) for base in bases):
                     continue
-            path = trees[module][0].relative_to(package)
+            path = path.relative_to(package)
             where = f"{owner.name}.{name}" if owner is not None else name
             unused.append(f"{path}:{node.lineno} {where}")
     return sorted(unused)
@@ -556,3 +727,207 @@ def test_methods_called_by_python_ipython_or_a_framework_are_not_reported(tmp_pa
         """,
     )
     assert _unused(copy) == []
+
+
+def _forgotten(name: str) -> str:
+    return f'\n\ndef {name}(text: str) -> str:\n    """Nobody calls this."""\n    return text\n'
+
+
+NAMED_ELSEWHERE = {
+    "in_a_message": 'def _message() -> str:\n    return "in_a_message"\n',
+    "in_a_table": 'TABLE = {"in_a_table": 1}\n',
+    "in_a_docstring": 'def _documented() -> None:\n    """Calls in_a_docstring() (it does not)."""\n',
+    "as_an_attribute": "def _attribute(args) -> object:\n    return args.as_an_attribute\n",
+    "as_a_local": "def _local() -> int:\n    as_a_local = 1\n    return as_a_local\n",
+    "in_an_f_string": 'def _f_string(x) -> str:\n    return f"{x}in_an_f_string"\n',
+}
+"""Functions of ``formatting`` that nobody uses, each named elsewhere (in ``validation``) as something else."""
+
+USED_THROUGH_THE_PACKAGE = {
+    "imported_as": "from .formatting import imported_as as spelled\n\n_A = spelled\n",
+    "module_attribute": "from . import formatting\n\n_B = formatting.module_attribute\n",
+    "dotted_attribute": "import fastdist_lab.formatting\n\n_C = fastdist_lab.formatting.dotted_attribute\n",
+    "by_getattr": "_D = getattr(formatting, 'by_getattr')\n",
+    "in_all": "__all__ = ['in_all']\n",
+}
+"""Functions of ``formatting`` used from ``painters`` through an import of the package, one way each."""
+
+
+def test_an_unused_function_named_elsewhere_still_breaks_the_rule(tmp_path):
+    copy = _copy_package(tmp_path)
+    _append(copy / "formatting.py", "".join(_forgotten(name) for name in NAMED_ELSEWHERE))
+    _append(
+        copy / "validation.py",
+        "".join(f"\n\n{code}" for code in NAMED_ELSEWHERE.values())
+        + "\n_USED = _message, _documented, _attribute, _local, _f_string\n",
+    )
+    reported = {re.sub(r":\d+", "", f) for f in _unused(copy)}
+    assert reported == {f"formatting.py {name}" for name in NAMED_ELSEWHERE}
+
+
+def test_a_function_used_through_an_import_of_the_package_is_used(tmp_path):
+    copy = _copy_package(tmp_path)
+    _append(copy / "formatting.py", "".join(_forgotten(name) for name in USED_THROUGH_THE_PACKAGE))
+    _append(copy / "painters.py", "".join(f"\n{code}" for code in USED_THROUGH_THE_PACKAGE.values()))
+    assert _unused(copy) == []
+
+
+def test_an_old_spelling_kept_for_one_release_is_not_reported(tmp_path):
+    copy = _copy_package(tmp_path)
+    _append(
+        copy / "formatting.py",
+        """
+
+        def old_spelling(text: str) -> str:
+            \"\"\"Deprecated: ``plural``.\"\"\"
+            from .lazy import warn_deprecated
+
+            warn_deprecated("fastdist_lab.formatting.old_spelling", "fastdist_lab.formatting.plural")
+            return text
+        """,
+    )
+    assert _unused(copy) == []
+
+
+def test_no_import_reaches_up_a_layer_by_name():
+    assert layer_violations(PACKAGE, REPO / "pyproject.toml") == []
+
+
+@pytest.mark.parametrize(
+    ("module", "code", "edge"),
+    [
+        (  # import_module of an absolute name, inside a function
+            "layout.py",
+            "\n\ndef _late():\n    import importlib\n\n    return importlib.import_module('fastdist_lab.viz')\n",
+            "fastdist_lab.layout -> fastdist_lab.viz",
+        ),
+        (  # import_module of a relative name
+            "runtime/results.py",
+            "\n\ndef _late():\n    from importlib import import_module\n\n"
+            "    return import_module('..checks', __package__)\n",
+            "fastdist_lab.runtime.results -> fastdist_lab.checks",
+        ),
+        (  # a lazy table of a package (lazy.lazy_attributes) serving a name from a higher layer
+            "streams/__init__.py",
+            "\n_LATER: dict[str, str] = {'plot_streams': '..viz'}\n",
+            "fastdist_lab.streams -> fastdist_lab.viz",
+        ),
+        (  # independent siblings, by name
+            "conventions/megatron.py",
+            "\n\ndef _late():\n    import importlib\n\n"
+            "    return importlib.import_module('fastdist_lab.streams.predict')\n",
+            "fastdist_lab.conventions.megatron -> fastdist_lab.streams.predict",
+        ),
+        (  # an ordinary upward import: the same rule as import-linter's
+            "streams/stream_report.py",
+            "\n\ndef _late():\n    from ..runtime import LocalCluster\n\n    return LocalCluster\n",
+            "fastdist_lab.streams.stream_report -> fastdist_lab.runtime",
+        ),
+    ],
+)
+def test_an_upward_import_by_name_breaks_the_layers(tmp_path, module, code, edge):
+    copy = _copy_package(tmp_path)
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    _append(copy / module, code)
+    assert layer_violations(copy, tmp_path / "pyproject.toml") == [edge]
+
+
+def test_an_import_cycle_through_a_packages_lazy_names_breaks_the_rule(tmp_path, monkeypatch):
+    # The root serves LocalCluster from .runtime on first use, the runtime serves its names from its modules: a module
+    # of the runtime importing the root closes a cycle that no import statement shows.
+    copy = _copy_package(tmp_path)
+    _append(copy / "runtime" / "results.py", "\nfrom .. import Layout\n")
+    cycles = import_cycles(copy)
+    assert len(cycles) == 1 and {"fastdist_lab", "fastdist_lab.runtime.results"} <= set(cycles[0])
+    monkeypatch.setattr(sys.modules[__name__], "_lazy_edges", lambda *args: set())
+    assert import_cycles(copy) == []  # what the statements alone show: the miss this rule closes
+
+
+# ---------------------------------------------------------------------------------------------------- docs and dir()
+PATH_TOKEN = re.compile(r"`([\w./-]+(?:/|\.(?:py|ipynb|md|json|toml|sh|cfg|yml|yaml)))`")
+"""A file or folder named in a document's code span: ``cost/``, ``streams/invariants.py``, ``validation.py``."""
+
+OUTSIDE_PATHS = ("fast_llm/", "megatron/", "torchtitan/", "pretrain_gpt.py", "run_train.sh")
+"""Paths of other projects the documents name (Fast-LLM's sources, Megatron-LM's and torchtitan's launch scripts)."""
+
+
+def missing_paths(repo: Path, document: str) -> list[str]:
+    """The paths ``document`` (a Markdown file of ``repo``) names that do not exist. A path with a folder is read from
+    the repository's root or the package's; a bare file name from the last folder its paragraph named (``cost/``, then
+    ``schedules.py`` is ``cost/schedules.py``), or anywhere in the repository when the paragraph named none."""
+    package = repo / "src" / "fastdist_lab"
+    everywhere = {path.name for path in repo.rglob("*") if not {".git", ".venv", "node_modules"} & set(path.parts)}
+    missing = []
+    for paragraph in re.split(r"\n\s*\n", (repo / document).read_text()):
+        folder = None
+        for token in PATH_TOKEN.findall(paragraph):
+            name = token.rstrip("/")
+            if token.startswith(OUTSIDE_PATHS):
+                continue
+            if "/" in token:
+                found = any((base / name).exists() for base in (repo, package, repo / "src"))
+                if token.endswith("/"):
+                    folder = next((base / name for base in (package, repo) if (base / name).is_dir()), None)
+            else:
+                found = (folder / name).exists() if folder is not None else name in everywhere
+            if not found:
+                where = f" (in {folder.relative_to(repo)}/)" if folder is not None and "/" not in token else ""
+                missing.append(f"{document}: {token}{where}")
+    return missing
+
+
+@pytest.mark.parametrize("document", ["ARCHITECTURE.md", "README.md"])
+def test_every_path_the_documents_name_exists(document):
+    assert missing_paths(REPO, document) == []
+
+
+def test_a_path_that_does_not_exist_breaks_the_rule(tmp_path):
+    shutil.copytree(REPO / "src", tmp_path / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "DOC.md").write_text(
+        "`cost/` holds `schedules.py` and `validation.py`; `viz/colors.py`, `viz/palette.py`, `scripts/`.\n\n"
+        "Core: `validation.py`.\n"
+    )
+    assert missing_paths(tmp_path, "DOC.md") == [
+        "DOC.md: validation.py (in src/fastdist_lab/cost/)",  # there is one in the core, not in cost/
+        "DOC.md: viz/palette.py",
+        "DOC.md: scripts/",
+    ]
+
+
+PUBLIC_NAMESPACES_CODE = """
+import importlib, json, fastdist_lab
+out = {}
+for name in ["fastdist_lab", *("fastdist_lab." + s for s in fastdist_lab._SUBPACKAGES)]:
+    module = importlib.import_module(name)
+    public = lambda names: sorted(n for n in names if not (n.startswith("__") and n.endswith("__")))
+    out[name] = [public(dir(module)), public(getattr(module, "__all__", ()))]
+print(json.dumps(out))
+"""
+
+
+def _namespace_leaks(source_root: Path) -> dict[str, list[str]]:
+    """For the root and each subpackage it serves: the names ``dir()`` shows outside ``__all__`` (or the reverse),
+    read in a fresh interpreter from the package under ``source_root``."""
+    env = dict(os.environ, PYTHONPATH=str(source_root))
+    out = subprocess.run(
+        [sys.executable, "-c", PUBLIC_NAMESPACES_CODE], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert out.returncode == 0, out.stderr
+    return {name: sorted(set(seen) ^ set(public)) for name, (seen, public) in json.loads(out.stdout).items()}
+
+
+def test_every_public_namespace_dir_is_its_all():
+    leaks = _namespace_leaks(REPO / "src")
+    assert "fastdist_lab.errors" in leaks and "fastdist_lab.cost" in leaks
+    assert {name: names for name, names in leaks.items() if names} == {}
+
+
+def test_a_name_leaking_into_a_subpackages_dir_breaks_the_rule(tmp_path):
+    copy = _copy_package(tmp_path)
+    errors = copy / "errors.py"
+    errors.write_text(errors.read_text().replace('"""\n\n', '"""\n\nfrom typing import Any\n\n', 1))
+    cost = copy / "cost" / "__init__.py"
+    cost.write_text(cost.read_text().replace("__getattr__, __dir__ = lazy_attributes(", "_ = lazy_attributes("))
+    leaks = _namespace_leaks(copy.parent)
+    assert leaks["fastdist_lab.errors"] == ["Any"]
+    assert {"annotations", "training", "schedules", "lazy_attributes"} <= set(leaks["fastdist_lab.cost"])

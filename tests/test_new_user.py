@@ -44,10 +44,10 @@ def test_a_wrong_world_size_is_the_only_thing_said():
 
 
 def test_defaulted_sizes_are_named_when_they_are_the_problem():
-    result = run_cli("layout", "--world-size", "4", "--tp", "2", "--pp", "2")
+    result = run_cli("layout", "--tp", "3")
     assert result.returncode == 2 and len(result.stderr.splitlines()) == 1
-    assert "sequence_data_parallel=2 must divide data_parallel=1" in result.stderr
-    assert "not given, so the defaults: --sequence-data-parallel 2" in result.stderr
+    assert "tensor_parallel=3 must divide local_world_size=8" in result.stderr
+    assert "not given, so the defaults: --world-size 8, --pipeline-parallel 1" in result.stderr
     assert "--tensor-parallel" not in result.stderr.split("defaults:")[1]  # given explicitly
 
 
@@ -63,7 +63,8 @@ def test_one_rank_of_a_huge_world_and_an_out_of_range_rank(capsys):
 
 
 def test_one_rank_shows_members_not_ranges(capsys):
-    assert main(["layout", "--world-size", "16", "--local-world-size", "8", "--rank", "5"]) == 0
+    assert main(["layout", "--world-size", "16", "--local-world-size", "8", "--tp", "2", "--pp", "2", "--sdp", "2",
+                 "--rank", "5"]) == 0  # fmt: skip
     out = capsys.readouterr().out
     assert "range(" not in out
     assert "[5, 13]" in out  # its pipeline group

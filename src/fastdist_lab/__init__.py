@@ -49,6 +49,9 @@ __all__ = [
     *_LAZY,
 ]
 
+_SUBPACKAGES = ("errors", "viz", "conventions", "streams", "cost", "runtime", "checks", "widgets")
+"""The public subpackages (and ``errors``), imported when first read as attributes of the root."""
+
 _MOVED: dict[str, tuple[str, ...]] = {
     ".config": ("MAX_SEED", "DistributedBackend", "DistributedDim", "DistributedDimNames"),
     ".seeds": ("generator_seeds",),
@@ -93,7 +96,7 @@ __getattr__, __dir__ = lazy_attributes(
     __name__,
     _LAZY,
     __all__,
-    submodules=("errors", "viz", "conventions", "streams", "cost", "runtime", "checks", "widgets"),
+    submodules=_SUBPACKAGES,
     deprecated={
         name: (module, f"fastdist_lab{module}.{name}" + (f" or {_METHODS[name]}" if name in _METHODS else ""))
         for module, names in _MOVED.items()

@@ -3,12 +3,8 @@
 Bad input is a ``ValueError``: ``LayoutError`` (a layout, a config or its fields), ``ConventionError`` (another
 framework's numbering or config), ``CostError`` (a model, training set-up or hardware). A failure of running ranks
 is a ``ClusterError`` (a ``RuntimeError``) carrying what the ranks returned. Pure Python: importing this module
-imports nothing else.
+imports nothing else, so ``dir()`` shows the exceptions and ``__all__`` names them all.
 """
-
-from __future__ import annotations
-
-from typing import Any
 
 
 class LayoutError(ValueError):
@@ -42,7 +38,7 @@ class ClusterError(RuntimeError):
     ranks at fault.
     """
 
-    def __init__(self, message: str, results: Any = None, ranks: list[int] | None = None):
+    def __init__(self, message: str, results: object = None, ranks: list[int] | None = None):
         super().__init__(message)
         self.results = results
         self.ranks = list(ranks or [])
@@ -54,7 +50,7 @@ class ClusterTimeout(ClusterError, TimeoutError):
     def __init__(
         self,
         message: str,
-        results: Any = None,
+        results: object = None,
         ranks: list[int] | None = None,
         stacks: dict[int, str] | None = None,
     ):
@@ -110,3 +106,21 @@ class RemoteTraceback(Exception):
 
 class WrongAnswer(AssertionError):
     """An exercise's answer that is not right yet (``fastdist_lab.exercises``); the message is a hint."""
+
+
+__all__ = [
+    "BackendUnavailable",
+    "CapacityError",
+    "ClusterError",
+    "ClusterTimeout",
+    "ConventionError",
+    "ConventionWorldSizeNeeded",
+    "CostError",
+    "InProcessUnavailable",
+    "LayoutError",
+    "PipeliningUnavailable",
+    "ProtocolError",
+    "RemoteTraceback",
+    "WorldSizeNeeded",
+    "WrongAnswer",
+]

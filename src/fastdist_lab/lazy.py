@@ -2,7 +2,8 @@
 
 ``lazy_attributes`` gives a package its module ``__getattr__`` and ``__dir__`` (PEP 562): a public name is imported
 from its module when first read (then kept), a subpackage is imported when first read, an old name still works with a
-``DeprecationWarning`` naming the new spelling, and ``dir()`` lists exactly the public names.
+``DeprecationWarning`` naming the new spelling, and ``dir()`` lists exactly the public names. ``warn_deprecated`` is
+the one wording of a deprecation, also for an old method or class attribute.
 """
 
 from __future__ import annotations
@@ -40,11 +41,7 @@ def lazy_attributes(
             return importlib.import_module(f".{name}", package)
         if name in moved:
             module, spelling = moved[name]
-            warnings.warn(
-                f"{package}.{name} is deprecated: use {spelling} (the old name goes in the next release)",
-                DeprecationWarning,
-                stacklevel=2,
-            )
+            warn_deprecated(f"{package}.{name}", spelling, stacklevel=3)
             return getattr(importlib.import_module(module, package), name)
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
 
@@ -52,3 +49,14 @@ def lazy_attributes(
         return sorted(public)
 
     return __getattr__, __dir__
+
+
+def warn_deprecated(old: str, spelling: str, *, stacklevel: int = 3) -> None:
+    """Warn that ``old`` is deprecated in favour of ``spelling`` (the one wording of the package's deprecations: an
+    old name works, with this ``DeprecationWarning``, for one release). ``stacklevel`` 3 points at the caller of the
+    function that calls this."""
+    warnings.warn(
+        f"{old} is deprecated: use {spelling} (the old name goes in the next release)",
+        DeprecationWarning,
+        stacklevel=stacklevel,
+    )

@@ -66,7 +66,7 @@ def test_cost_csv_sections(capsys):
     ("argv", "message"),
     [
         (["--tp", "3"], "tensor_parallel=3"),
-        (["--model", "gpt3-1.3b", "--tp", "2", "--seq-length", "4097"], "seq_length=4097"),
+        (["--model", "gpt3-1.3b", "--tp", "2", "--sdp", "2", "--seq-length", "4097"], "seq_length=4097"),
         (["--micro-batch-size", "0"], "micro_batch_size=0"),
         (["--zero-stage", "5"], "zero_stage=5"),
         (["--num-microbatches", "-1"], "num_microbatches=-1"),

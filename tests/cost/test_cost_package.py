@@ -12,7 +12,18 @@ from pathlib import Path
 import fastdist_lab
 
 PACKAGE = Path(fastdist_lab.__file__).parent / "cost"
-CORE = {"config", "layout", "seeds", "numbering", "errors", "validation", "painters", "formatting", "unit_frame"}
+CORE = {
+    "config",
+    "layout",
+    "seeds",
+    "numbering",
+    "errors",
+    "validation",
+    "painters",
+    "formatting",
+    "unit_frame",
+    "lazy",
+}
 
 
 def test_cost_imports_only_core():

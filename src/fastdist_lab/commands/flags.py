@@ -11,7 +11,12 @@ from ..formatting import first_line
 from ..layout import Layout
 
 DEFAULT_LAYOUT = {"world_size": 8, "tensor_parallel": 2, "pipeline_parallel": 2, "sequence_data_parallel": 2}
-"""The main job's default layout: world 8, tensor 2, pipeline 2, sequence-data 2 (one node)."""
+"""The main job's default layout, used when no size flag is given: world 8, tensor 2, pipeline 2, sequence-data 2
+(one node)."""
+
+GIVEN_FACTOR_DEFAULT = 1
+"""A parallel factor the user did not give, once any size flag is given: 1, as ``Layout(...)`` takes it."""
+
 
 SHAPE_FLAGS = {
     "tensor_parallel": "--tensor-parallel",
@@ -22,6 +27,18 @@ SHAPE_FLAGS = {
 
 _DEFAULTED_FLAGS = {"world_size": "--world-size", **SHAPE_FLAGS}
 
+SIZES_GIVEN = "layout_sizes_given"
+"""The attribute of parsed arguments that says whether the user gave any size flag (``--world-size``,
+``--local-world-size`` or a parallel factor; a world the torchrun worker takes from its launcher is not given)."""
+
+
+class _SizeFlag(argparse.Action):
+    """Stores a size flag's value and notes that a size was given (``SIZES_GIVEN``)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: Any = None):
+        setattr(namespace, self.dest, values)
+        setattr(namespace, SIZES_GIVEN, True)
+
 
 def add_layout_arguments(parser: argparse.ArgumentParser, launcher: bool = False) -> None:
     """Add ``--world-size``, ``--local-world-size``, the parallel factors, ``--pipeline-first`` and ``--seed``.
@@ -31,36 +48,38 @@ def add_layout_arguments(parser: argparse.ArgumentParser, launcher: bool = False
     """
     if launcher:
         world, local = "the launcher's WORLD_SIZE", "the launcher's LOCAL_WORLD_SIZE"
-        description = "without flags: tensor 2, pipeline 2, sequence-data 2 on the launcher's world"
+        demo = "tensor 2, pipeline 2, sequence-data 2 on the launcher's world"
     else:
         world, local = str(DEFAULT_LAYOUT["world_size"]), "the world size, one node"
-        description = "without flags: the main job's layout, 8 ranks on one node, tensor 2, pipeline 2, sequence-data 2"
-    group = parser.add_argument_group("layout", description)
-    group.add_argument(
-        "--world-size", type=int, default=None, help=f"number of ranks (GPUs) in the job (default: {world})"
+        demo = "the main job's layout, 8 ranks on one node, tensor 2, pipeline 2, sequence-data 2"
+    description = (
+        f"without size flags: {demo}; with any size flag (--world-size, --local-world-size, --tp, --pp, --sdp), "
+        f"a parallel factor not given is {GIVEN_FACTOR_DEFAULT}, as in Layout(...)"
     )
-    group.add_argument("--local-world-size", type=int, default=None, help=f"ranks (GPUs) per node (default: {local})")
+    group = parser.add_argument_group("layout", description)
+    parser.set_defaults(**{SIZES_GIVEN: False})
+    sizes = {"type": int, "default": None, "action": _SizeFlag}
+    group.add_argument("--world-size", **sizes, help=f"number of ranks (GPUs) in the job (default: {world})")
+    group.add_argument("--local-world-size", **sizes, help=f"ranks (GPUs) per node (default: {local})")
+    factor = f"(default: {GIVEN_FACTOR_DEFAULT} when any size flag is given, else {{}})"
     group.add_argument(
         "--tensor-parallel",
         "--tp",
-        type=int,
-        default=None,
-        help=f"tensor-parallel size: ranks that split each layer (default: {DEFAULT_LAYOUT['tensor_parallel']})",
+        **sizes,
+        help="tensor-parallel size: ranks that split each layer " + factor.format(DEFAULT_LAYOUT["tensor_parallel"]),
     )
     group.add_argument(
         "--pipeline-parallel",
         "--pp",
-        type=int,
-        default=None,
-        help=f"pipeline-parallel size: stages of layers (default: {DEFAULT_LAYOUT['pipeline_parallel']})",
+        **sizes,
+        help="pipeline-parallel size: stages of layers " + factor.format(DEFAULT_LAYOUT["pipeline_parallel"]),
     )
     group.add_argument(
         "--sequence-data-parallel",
         "--sdp",
-        type=int,
-        default=None,
+        **sizes,
         help="sequence-data-parallel size: data ranks that share one sequence "
-        f"(default: {DEFAULT_LAYOUT['sequence_data_parallel']})",
+        + factor.format(DEFAULT_LAYOUT["sequence_data_parallel"]),
     )
     group.add_argument(
         "--pipeline-first",
@@ -81,23 +100,33 @@ def given_shape_flags(args: argparse.Namespace) -> list[str]:
     return given + (["--pipeline-first"] if args.pipeline_first else [])
 
 
-def _factors(args: argparse.Namespace) -> tuple[dict[str, int], list[str]]:
-    """World size and parallel factors from the flags, defaults filled in, and the fields left at their default."""
-    values, defaulted = {}, []
+def layout_defaults(args: argparse.Namespace) -> dict[str, int]:
+    """The world size and parallel factors a command line leaves out take these: the main job's layout
+    (``DEFAULT_LAYOUT``) when no size flag was given, else ``GIVEN_FACTOR_DEFAULT`` for each factor (the world size
+    stays ``DEFAULT_LAYOUT``'s)."""
+    if not getattr(args, SIZES_GIVEN, False):
+        return dict(DEFAULT_LAYOUT)
+    return {name: GIVEN_FACTOR_DEFAULT for name in SHAPE_FLAGS} | {"world_size": DEFAULT_LAYOUT["world_size"]}
+
+
+def _factors(args: argparse.Namespace) -> tuple[dict[str, int], dict[str, int]]:
+    """World size and parallel factors from the flags, defaults filled in (``layout_defaults``), and the fields left
+    at their default with that default."""
+    defaults = layout_defaults(args)
+    values, defaulted = {}, {}
     for name in _DEFAULTED_FLAGS:
         given = getattr(args, name)
         if given is None:
-            values[name] = DEFAULT_LAYOUT[name]
-            defaulted.append(name)
+            values[name] = defaulted[name] = defaults[name]
         else:
             values[name] = given
     return values, defaulted
 
 
-def _with_defaults_named(error: LayoutError, defaulted: list[str]) -> LayoutError:
+def _with_defaults_named(error: LayoutError, defaulted: dict[str, int]) -> LayoutError:
     """``error``, telling which of the sizes it names were not given but defaulted (they are easy to overlook)."""
     text = str(error)
-    named = [f"{_DEFAULTED_FLAGS[name]} {DEFAULT_LAYOUT[name]}" for name in defaulted if f"{name}=" in text]
+    named = [f"{_DEFAULTED_FLAGS[name]} {value}" for name, value in defaulted.items() if f"{name}=" in text]
     if not named:
         return error
     return LayoutError(f"{text} (not given, so the defaults: {', '.join(named)}; give the sizes you want)")

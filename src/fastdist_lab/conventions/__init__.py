@@ -15,6 +15,7 @@ compares which ranks share random streams under each framework's seeding rules. 
 
 from __future__ import annotations
 
+from ..lazy import lazy_attributes
 from .base import Convention
 from .device_mesh import (
     DeepSpeed,
@@ -66,3 +67,15 @@ __all__ = [
     "torchtitan",
     "torchtitan_seeds",
 ]
+
+__getattr__, __dir__ = lazy_attributes(
+    __name__,
+    {},
+    __all__,
+    deprecated={
+        name: ("..errors", f"fastdist_lab.errors.{name}")
+        for name in ("ConventionError", "ConventionWorldSizeNeeded", "WorldSizeNeeded")
+    },
+)
+"""``dir()`` is ``__all__``; the exceptions this package held before ``fastdist_lab.errors`` still work, with a
+``DeprecationWarning`` naming their new spelling, for one release."""

@@ -10,16 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import combinations
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import ConventionError
+from ..lazy import warn_deprecated
 from ..numbering import RankGrid
 from ..validation import check_int
-
-if TYPE_CHECKING:
-    pass
 
 MAX_CONVENTION_WORLD_SIZE = 2**24
 """The largest world a convention materialises (as ``Layout`` does)."""
@@ -93,6 +90,22 @@ class Convention:
     def coordinates(self, rank: int) -> dict[str, int]:
         """The coordinate of global ``rank`` along every axis."""
         return self.rank_grid.coordinates_of(rank)
+
+    def rank_of(self, **coordinates: int) -> int:
+        """Deprecated (one release): ``int(convention.grid[index])``, ``index`` the coordinates in ``grid_axes`` order.
+        The global rank at ``coordinates`` (axes left out are 0)."""
+        warn_deprecated(
+            f"fastdist_lab.conventions.{type(self).__name__}.rank_of",
+            "int(convention.grid[index]), index the coordinates in convention.grid_axes order",
+        )
+        unknown = sorted(set(coordinates) - set(self.axes))
+        if unknown:
+            raise ConventionError(f"unknown axes {unknown}; use {', '.join(self.axes)}")
+        index = tuple(
+            check_int(axis, coordinates.get(axis, 0), minimum=0, maximum=self.size(axis) - 1, error=ConventionError)
+            for axis in self.grid_axes
+        )
+        return int(self.grid[index])
 
     # ------------------------------------------------------------------ groups
     def canonical_axes(self, spec: str | Sequence[str]) -> tuple[str, ...]:

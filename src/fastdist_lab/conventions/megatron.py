@@ -95,7 +95,8 @@ class Megatron(Convention):
     """Megatron-Core's ``RankGenerator``: ``Megatron(tp, pp, dp, cp=1, ep=1, order="tp-cp-ep-dp-pp")``.
 
     ``groups("dp-cp")`` returns the groups ``RankGenerator.get_ranks("dp-cp")`` returns, in the same order and
-    with each group's members in the same order (one row per group).
+    with each group's members in the same order (one row per group). The deprecated ``Megatron.from_args`` and
+    ``Megatron.expert`` (one release) are attached by ``megatron_state``, since they build a ``MegatronParallelState``.
     """
 
     def __init__(self, tp: int = 1, pp: int = 1, dp: int = 1, cp: int = 1, ep: int = 1, order: str = DEFAULT_ORDER):

@@ -32,6 +32,7 @@ import numpy as np
 
 from ..errors import ConventionError, ConventionWorldSizeNeeded
 from ..layout import Layout
+from ..lazy import warn_deprecated
 from .equivalence import equivalent
 from .launch import Command, shell_commands, split_launch
 from .megatron import DEFAULT_ORDER, Megatron, check_size, embedding_groups, position_embedding_groups
@@ -280,6 +281,53 @@ class MegatronParallelState(Megatron):
 
     def __repr__(self) -> str:
         return f"MegatronParallelState({self.describe_configuration()})"
+
+
+# ------------------------------------------------------------------ old spellings on Megatron, for one release
+# They build a MegatronParallelState, so they are attached here: megatron.py importing this module would close an
+# import cycle (this module subclasses Megatron).
+def _megatron_from_args(
+    cls: type, args: str | Sequence[str], world_size: int | None = None, local_world_size: int | None = None
+) -> MegatronParallelState:
+    """Deprecated ``Megatron.from_args`` (one release): ``MegatronParallelState.from_args``, same arguments."""
+    warn_deprecated(
+        "fastdist_lab.conventions.Megatron.from_args", "fastdist_lab.conventions.MegatronParallelState.from_args"
+    )
+    return MegatronParallelState.from_args(args, world_size=world_size, local_world_size=local_world_size)
+
+
+def _megatron_expert(
+    cls: type,
+    world_size: int,
+    tp: int = 1,
+    pp: int = 1,
+    ep: int = 1,
+    expert_tp: int | None = None,
+    order: str = DEFAULT_ORDER,
+    cp: int = 1,
+) -> Megatron:
+    """Deprecated ``Megatron.expert(world_size, tp, pp, ep, expert_tp, order, cp)`` (one release): the expert generator
+    of ``MegatronParallelState(world_size, tensor_model_parallel_size=tp, ...)``, refusals included."""
+    warn_deprecated(
+        "fastdist_lab.conventions.Megatron.expert",
+        "fastdist_lab.conventions.MegatronParallelState(world_size, tensor_model_parallel_size=tp, "
+        "pipeline_model_parallel_size=pp, context_parallel_size=cp, expert_model_parallel_size=ep, "
+        "expert_tensor_parallel_size=expert_tp, order=order).expert",
+    )
+    state = MegatronParallelState(
+        world_size,
+        tensor_model_parallel_size=tp,
+        pipeline_model_parallel_size=pp,
+        context_parallel_size=cp,
+        expert_model_parallel_size=ep,
+        expert_tensor_parallel_size=expert_tp,
+        order=order,
+    )
+    return state.expert
+
+
+Megatron.from_args = classmethod(_megatron_from_args)  # type: ignore[attr-defined]
+Megatron.expert = classmethod(_megatron_expert)  # type: ignore[attr-defined]
 
 
 def _first_rows(groups: np.ndarray, n: int = 4) -> str:

@@ -17,6 +17,7 @@ estimator where that covers the set-up (``tests/cost/crosscheck_megatron_memory.
 from __future__ import annotations
 
 from ..formatting import format_bytes
+from ..lazy import lazy_attributes
 from .accuracy import CALIBRATED, VALIDATION_COLUMNS, calibrate, error_summary, predict, validate
 from .communication import COLLECTIVES, COMMUNICATION_COLUMNS, CollectiveRow, bus_factor, nodes_spanned
 from .comparison import COMPARE_COLUMNS, compare, compare_reports, heaviest_inter_node_dim, layout_name
@@ -124,3 +125,6 @@ __all__ = [
     "table_graph",
     "validate",
 ]
+
+__getattr__, __dir__ = lazy_attributes(__name__, {}, __all__)
+"""``dir()`` is ``__all__``: the modules of the package stay out of it, as ``from __future__`` names do."""

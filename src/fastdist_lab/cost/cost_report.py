@@ -136,7 +136,7 @@ class CostReport:
             >>> layout = Layout(world_size=64, local_world_size=8, tensor_parallel=8, pipeline_parallel=2)
             >>> training = Training(num_microbatches=16, recompute="full", sequence_tensor_parallel=True)
             >>> step = estimate(layout, "llama2-70b", training).step("h100-sxm-80gb")
-            >>> step.mfu > 0.3, step.fits
+            >>> 0.2 < step.mfu < 0.4, step.fits  # full recompute: a quarter of the peak or so, and it fits
             (True, True)
         """
         hw = Hardware.coerce(hardware)

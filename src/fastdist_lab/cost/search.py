@@ -188,7 +188,7 @@ def search(
 
     Example:
         >>> result = search("llama2-7b", 16, hardware="h100-sxm-80gb", global_batch_size=64, top=3)
-        >>> result.frame.loc[0, "seconds"] <= result.frame.loc[2, "seconds"]
+        >>> bool(result.frame.loc[0, "seconds"] <= result.frame.loc[2, "seconds"])
         True
     """
     if isinstance(model, str):

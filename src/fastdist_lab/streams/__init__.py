@@ -11,6 +11,7 @@ and matplotlib only inside the functions that need them.
 
 from __future__ import annotations
 
+from ..lazy import lazy_attributes
 from .draws import DRAW_FUNCTION, draw_values
 from .predict import predict
 from .real import compare_on_cluster, comparison_text, draw
@@ -25,3 +26,6 @@ __all__ = [
     "draw_values",
     "predict",
 ]
+
+__getattr__, __dir__ = lazy_attributes(__name__, {}, __all__)
+"""``dir()`` is ``__all__``: the modules of the package stay out of it, as ``from __future__`` names do."""

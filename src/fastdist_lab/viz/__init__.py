@@ -11,6 +11,7 @@ The rank grids are composed pixel by pixel: ``grid_picture`` / ``stream_picture`
 
 from __future__ import annotations
 
+from ..lazy import lazy_attributes
 from .convention_pictures import plot_conventions, plot_seed_sharing
 from .cost_pictures import plot_cost, plot_cost_comparison, plot_memory, plot_traffic
 from .grid import plot_dims
@@ -53,3 +54,6 @@ __all__ = [
     "training_marks",
     "verdict_marks",
 ]
+
+__getattr__, __dir__ = lazy_attributes(__name__, {}, __all__)
+"""``dir()`` is ``__all__``: the modules of the package stay out of it, as ``from __future__`` names do."""
