@@ -11,6 +11,7 @@ import threading
 import pytest
 
 from fastdist_lab import SimulatedCluster
+from fastdist_lab.checks import verify_groups
 from fastdist_lab.checks.layout_check import check_layout
 from fastdist_lab.config import DIM_NAMES
 from fastdist_lab.errors import ClusterError, ClusterTimeout, LayoutError
@@ -55,7 +56,10 @@ def test_apply_gives_the_layouts_groups_in_both_orders(mode, world, local, facto
         assert (cluster.mode, cluster.world_size, cluster.local_world_size) == (mode, world, local)
         for pipeline_first in (False, True):
             layout = Layout(world_size=world, local_world_size=local, pipeline_first=pipeline_first, **factors)
-            verification = cluster.apply(layout)
+            built = cluster.apply(layout)  # the pools' membership, no collective
+            assert_groups_match(built, layout)
+            assert not built.collectives and "no collective ran" in built.summary()
+            verification = verify_groups(cluster, layout)
             assert_groups_match(verification, layout)
             assert verification.mode == mode and cluster.layout is layout
             assert MODES[mode] in verification.summary()

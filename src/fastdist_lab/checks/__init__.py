@@ -2,7 +2,8 @@
 with what the layout predicts.
 
 ``check_layout(cluster, layout)`` is the main job (``fastdist-lab check``): every group verified with real
-collectives, then every rank's real generator streams compared with the prediction.
+collectives (``verify_groups``: ``cluster.apply`` builds the groups, then the collective check), then every rank's
+real generator streams compared with the prediction.
 
 ``check_training(cluster, layout)`` runs one real training step of a small GPT (``TinyGPT``) on the layout's groups
 (tensor, sequence-tensor, pipeline with torch's schedules, sequence-data and data parallel) and the same step in one
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 from ..lazy import lazy_attributes
 from .device_mesh_check import device_mesh_check
+from .group_check import verify_groups
 from .layout_check import LayoutCheck, check_layout
 from .ranks import rank_summary
 
@@ -40,6 +42,7 @@ __all__ = [
     "check_training",
     "device_mesh_check",
     "rank_summary",
+    "verify_groups",
 ]
 
 

@@ -25,11 +25,11 @@ from ..errors import ClusterError
 from ..layout import Layout
 from ..validation import check_number
 from .backends import resolve_backend
-from .capacity import check_capacity
+from .capacity import check_capacity, cluster_sizes
 from .channel import Workers
-from .cluster import CALL_MODULES, Cluster, check_progress, cluster_sizes
+from .cluster import CALL_MODULES, Cluster
 from .procs import FILES_PER_PROCESS, hold_interrupts, preload, raise_file_limit
-from .progress import ProgressCallback, finish, resolve_progress
+from .progress import ProgressCallback, check_progress, finish, resolve_progress
 from .replay import SWEEP_SIZES
 from .replay import bandwidth as sweep_bandwidth
 from .replay import replay as replay_step
