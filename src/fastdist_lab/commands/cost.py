@@ -124,7 +124,7 @@ def _replay(args: argparse.Namespace, layout: Any, model: Any, training: Any) ->
             f"--replay starts one process per rank: world_size={layout.world_size} is over {MAX_REPLAY_RANKS}; "
             "replay a smaller layout"
         )
-    from ..checks import verify_groups
+    from ..checks import replay, verify_groups
     from ..errors import ClusterError
     from ..runtime import LocalCluster
 
@@ -135,4 +135,4 @@ def _replay(args: argparse.Namespace, layout: Any, model: Any, training: Any) ->
         verification = verify_groups(cluster, layout)
         if not verification.ok:
             raise ClusterError(f"the layout's groups failed their check: {verification.summary()}")
-        return cluster.replay(layout, model, training, args.scale, hardware=args.hardware, progress=progress)
+        return replay(cluster, layout, model, training, args.scale, hardware=args.hardware, progress=progress)

@@ -6,12 +6,12 @@ cluster's (``cluster.Cluster``: the same deadlines, results and errors as a ``Lo
 threads by ``rank_threads``. Two modes:
 
 - ``"threads"``: one thread per rank, torch's threaded process groups. Real tensors, real reductions: ``apply``
-  checks every group of every dim with collectives, ``run(fn)`` gets the same ``ctx``, ``streams.draw`` draws real
-  numbers. No network transport, no NCCL kernel: what it proves is the membership, order and arithmetic of every
-  group, not the wires.
+  builds every group of every dim (``checks.verify_groups`` then checks each with collectives), ``run(fn)`` gets the
+  same ``ctx``, ``checks.draw_streams`` draws real numbers. No network transport, no NCCL kernel: what it proves is
+  the membership, order and arithmetic of every group, not the wires.
 - ``"fake"``: one thread running the ranks one after another, torch's fake process groups. ``apply`` checks the
   membership and group rank of every group of every rank; no collective runs (fake collectives return wrong
-  values by design). Generators are real, so ``streams.draw`` works too.
+  values by design). Generators are real, so ``checks.draw_streams`` works too.
 
 Why a sibling class rather than a mode of ``LocalCluster``: nothing of a ``LocalCluster``'s machinery (worker
 server, sockets, file limits, process supervision) applies here, while the calls, results and errors are their
