@@ -14,6 +14,7 @@ A ``Verification`` renders as text and HTML, converts to pandas, and round-trips
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import os
@@ -64,6 +65,54 @@ def membership_problems(rank: int, row: dict[str, Any], members: list[int], dim_
     return problems
 
 
+def judged_rows(expected: dict[str, list[list[int]]], results: RankResults, judge: Judge) -> list[dict[str, Any]]:
+    """One row per (dim, group) of ``expected``: every member's row in ``results`` judged by ``judge`` (see
+    ``Verification.from_rank_rows``)."""
+    by_rank: dict[int, dict[str, dict[str, Any]]] = {}
+    for record in results:
+        if record.ok and isinstance(record.value, dict):
+            by_rank[record.rank] = {row["dim"]: row for row in record.value.get("dims", [])}
+    rows = []
+    for dim_index, (dim, groups) in enumerate(expected.items()):
+        for index, members in enumerate(groups):
+            problems: list[str] = []
+            seconds_max = create_max = 0.0
+            created = skipped = False
+            for rank in members:
+                row = by_rank.get(rank, {}).get(dim)
+                if row is None:
+                    if rank < len(results):
+                        record = results[rank]
+                        why = "no check rows" if record.ok else record.status
+                        if record.error is not None:  # the error itself, first line, not just its status
+                            why += f" ({str(record.error).splitlines()[0][:200]})"
+                    else:
+                        why = "missing"
+                    problems.append(f"rank {rank}: {why}")
+                    continue
+                seconds_max = max(seconds_max, float(row.get("seconds", 0.0)))
+                create_max = max(create_max, float(row.get("create_seconds", 0.0)))
+                created = created or bool(row.get("created", False))
+                skipped = skipped or bool(row.get("skipped", False))
+                problems += judge(rank, row, members, dim_index)
+            if skipped and not problems:
+                problems.append("not checked: the group was skipped")
+            rows.append(
+                {
+                    "dim": dim,
+                    "group": index,
+                    "members": list(members),
+                    "size": len(members),
+                    "ok": not problems,
+                    "seconds": seconds_max,
+                    "create_seconds": create_max,
+                    "created": created,
+                    "detail": "; ".join(problems[:4]) + (" ..." if len(problems) > 4 else ""),
+                }
+            )
+    return rows
+
+
 class Verification:
     """Checks of a layout on every rank: one row per (dim, group), plus per-rank generator-seed checks.
 
@@ -83,7 +132,8 @@ class Verification:
         mode: str = "processes",
         collectives: bool | None = None,
     ):
-        self.rows = rows
+        self._rows = rows
+        self._judge_later: Callable[[], list[dict[str, Any]]] | None = None
         self.results = results
         self.layout_fields = layout_fields or {}
         self.backend = backend
@@ -105,50 +155,18 @@ class Verification:
         """Aggregate per-rank check rows (the value each rank returned) against the expected groups of each dim,
         each member's row judged by ``judge`` (default ``membership_problems``: no collective ran; a judge that
         reads collective results makes the verdict one of collectives, unless ``mode`` is ``"fake"``)."""
-        by_rank: dict[int, dict[str, dict[str, Any]]] = {}
-        for record in results:
-            if record.ok and isinstance(record.value, dict):
-                by_rank[record.rank] = {row["dim"]: row for row in record.value.get("dims", [])}
-        rows = []
-        for dim_index, (dim, groups) in enumerate(expected.items()):
-            for index, members in enumerate(groups):
-                problems: list[str] = []
-                seconds_max = create_max = 0.0
-                created = skipped = False
-                for rank in members:
-                    row = by_rank.get(rank, {}).get(dim)
-                    if row is None:
-                        if rank < len(results):
-                            record = results[rank]
-                            why = "no check rows" if record.ok else record.status
-                            if record.error is not None:  # the error itself, first line, not just its status
-                                why += f" ({str(record.error).splitlines()[0][:200]})"
-                        else:
-                            why = "missing"
-                        problems.append(f"rank {rank}: {why}")
-                        continue
-                    seconds_max = max(seconds_max, float(row.get("seconds", 0.0)))
-                    create_max = max(create_max, float(row.get("create_seconds", 0.0)))
-                    created = created or bool(row.get("created", False))
-                    skipped = skipped or bool(row.get("skipped", False))
-                    problems += (judge or membership_problems)(rank, row, members, dim_index)
-                if skipped and not problems:
-                    problems.append("not checked: the group was skipped")
-                rows.append(
-                    {
-                        "dim": dim,
-                        "group": index,
-                        "members": list(members),
-                        "size": len(members),
-                        "ok": not problems,
-                        "seconds": seconds_max,
-                        "create_seconds": create_max,
-                        "created": created,
-                        "detail": "; ".join(problems[:4]) + (" ..." if len(problems) > 4 else ""),
-                    }
-                )
         collectives = judge is not None and mode != "fake"
-        return cls(rows, results, layout_fields, backend, seconds, mode, collectives=collectives)
+        verification = cls([], results, layout_fields, backend, seconds, mode, collectives=collectives)
+        verification._judge_later = functools.partial(judged_rows, expected, results, judge or membership_problems)
+        return verification
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """One dict per (dim, group): ``VERIFICATION_COLUMNS`` (judged on first read: an ``apply`` whose verdict
+        nobody reads judges nothing)."""
+        if self._judge_later is not None:
+            self._rows, self._judge_later = self._judge_later(), None
+        return self._rows
 
     @property
     def seeds_ok(self) -> bool:
