@@ -173,6 +173,7 @@ def cold_figures(sizes: list[int], repeat: int) -> None:
 def reapply_figures(world: int) -> None:
     """First apply, warm re-applies of new layouts, and group creation per dim, at ``world`` ranks."""
     from fastdist_lab import Layout, LocalCluster
+    from fastdist_lab.checks import verify_groups
 
     def layout(**factors: object) -> Layout:
         return Layout(world_size=world, local_world_size=world, **factors)  # type: ignore[arg-type]
@@ -183,14 +184,14 @@ def reapply_figures(world: int) -> None:
     third = layout(tensor_parallel=2, pipeline_parallel=4 if world % 8 == 0 else 1)
     with LocalCluster(world, backend="gloo", progress=False, timeout=300) as cluster:
         begin = time.monotonic()
-        verification = cluster.apply(first)
+        verification = verify_groups(cluster, first)
         first_apply = time.monotonic() - begin
         assert verification.ok, verification
         print(f"first apply at {world} ranks (every group new): {first_apply:.2f} s")
         print("warm re-apply (same workers), target < 2 s for a new layout:")
         for name, target in (("pipeline-first", second), ("tp2-pp4", third), ("first again", first)):
             begin = time.monotonic()
-            result = cluster.apply(target)
+            result = verify_groups(cluster, target)
             seconds = time.monotonic() - begin
             assert result.ok, result
             created = len({tuple(row["members"]) for row in result.rows if row["created"]})
@@ -205,6 +206,7 @@ def reapply_figures(world: int) -> None:
 def scale_figures(worlds: list[int]) -> None:
     """Start-up and the apply of a tp2 pp2 sdp2 layout (8 ranks per node) at each world size."""
     from fastdist_lab import Layout, LocalCluster
+    from fastdist_lab.checks import verify_groups
 
     print("start-up and apply of tp2 pp2 sdp2 (8 ranks per node):")
     for world in worlds:
@@ -214,7 +216,7 @@ def scale_figures(worlds: list[int]) -> None:
         with LocalCluster(world, backend="gloo", local_world_size=8, progress=False, timeout=600) as cluster:
             start = time.monotonic() - begin
             begin = time.monotonic()
-            verification = cluster.apply(layout)
+            verification = verify_groups(cluster, layout)
             apply = time.monotonic() - begin
             assert verification.ok, verification
         issue, earlier = ISSUE_APPLY.get(world), EARLIER_APPLY.get(world)

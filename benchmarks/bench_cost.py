@@ -164,6 +164,7 @@ def panel_figure(repeat: int) -> None:
 def replay_figure(repeat: int) -> None:
     """``replay`` on 8 gloo ranks with its progress bar, against the same calls as world all-reduces."""
     from fastdist_lab import LocalCluster
+    from fastdist_lab.checks import replay
 
     layout = Layout(world_size=8, local_world_size=4, tensor_parallel=2, pipeline_parallel=2, sequence_data_parallel=2)
     training = Training(num_microbatches=8, distributed_optimizer=True, sequence_tensor_parallel=True)
@@ -171,11 +172,11 @@ def replay_figure(repeat: int) -> None:
     with LocalCluster(8, backend="gloo", local_world_size=4, progress=False) as cluster:
         assert cluster.apply(layout).ok
         ready = time.perf_counter() - start
-        rows = cluster.replay(layout, "llama2-7b", training, per="collective", progress=False)  # warm-up
+        rows = replay(cluster, layout, "llama2-7b", training, per="collective", progress=False)  # warm-up
         runs = []
         for _ in range(max(1, repeat)):
             begin = time.perf_counter()
-            cluster.replay(layout, "llama2-7b", training, progress=True)  # tqdm's bar on stderr
+            replay(cluster, layout, "llama2-7b", training, progress=True)  # tqdm's bar on stderr
             runs.append(time.perf_counter() - begin)
         calls = 1 + rows.attrs["iterations"]  # the warm-up call and the timed ones, per row
         issued = [(dim, int(b)) for dim, b in zip(rows["dim"], rows["replayed_bytes_per_call"]) for _ in range(calls)]

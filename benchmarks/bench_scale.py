@@ -61,15 +61,14 @@ def child_simulated(mode: str, world_size: int, probe: int) -> dict[str, Any]:
     as the cluster does it and as the naive check (every group all-gathered), on the same built groups, ``probe``
     times each (the best is kept)."""
     from fastdist_lab import SimulatedCluster
-    from fastdist_lab.runtime.rank_loop import check_groups
-    from fastdist_lab.runtime.verification import THREADS_GATHER_LIMIT
+    from fastdist_lab.checks.group_check import THREADS_GATHER_LIMIT, check_groups, verify_groups
 
     layout = layout_of(world_size)
     begin = time.monotonic()
     cluster = SimulatedCluster(world_size, mode=mode, local_world_size=8, timeout=TIMEOUT, progress=False)
     started = time.monotonic()
     try:
-        verification = cluster.apply(layout)
+        verification = verify_groups(cluster, layout)  # the apply and the collective check, as `check` makes them
         applied = time.monotonic()
         out: dict[str, Any] = {
             "start_s": started - begin,
@@ -100,12 +99,13 @@ def child_simulated(mode: str, world_size: int, probe: int) -> dict[str, Any]:
 def child_processes(world_size: int) -> dict[str, Any]:
     """Start a ``LocalCluster`` of gloo processes and apply the layout."""
     from fastdist_lab import LocalCluster
+    from fastdist_lab.checks import verify_groups
 
     begin = time.monotonic()
     cluster = LocalCluster(world_size, backend="gloo", local_world_size=8, timeout=TIMEOUT, progress=False)
     started = time.monotonic()
     try:
-        verification = cluster.apply(layout_of(world_size))
+        verification = verify_groups(cluster, layout_of(world_size))
         applied = time.monotonic()
     finally:
         cluster.close()

@@ -373,7 +373,7 @@ def cluster():
     ids=["default", "pipeline_first-reproducible_init"],
 )
 def test_real_draws_equal_the_prediction_exactly(cluster, fields: dict) -> None:
-    from fastdist_lab.streams import draw
+    from fastdist_lab.checks import draw_streams as draw
 
     lay = Layout(**fields)
     assert cluster.apply(lay).ok
@@ -391,7 +391,7 @@ def test_real_draws_equal_the_prediction_exactly(cluster, fields: dict) -> None:
 
 
 def test_real_broken_shift_fails_the_same_check(cluster) -> None:
-    from fastdist_lab.streams import draw
+    from fastdist_lab.checks import draw_streams as draw
 
     lay = layout(tp_seed_shift=0)
     assert cluster.apply(lay).ok
@@ -403,7 +403,7 @@ def test_real_broken_shift_fails_the_same_check(cluster) -> None:
 
 
 def test_draw_leaves_the_workers_generators_alone(cluster) -> None:
-    from fastdist_lab.streams import draw
+    from fastdist_lab.checks import draw_streams as draw
 
     assert cluster.apply(layout()).ok
 
@@ -426,11 +426,12 @@ def test_draw_leaves_the_workers_generators_alone(cluster) -> None:
     assert real.matches(predict(layout(), 0, "training"))
 
 
-def test_compare_on_cluster(cluster) -> None:
-    from fastdist_lab.streams import compare_on_cluster, comparison_text
+def test_compare_streams(cluster) -> None:
+    from fastdist_lab.checks import compare_streams
+    from fastdist_lab.streams import comparison_text
 
     assert cluster.apply(layout()).ok
-    frame = compare_on_cluster(cluster, 5, "validation", draws=2)
+    frame = compare_streams(cluster, 5, "validation", draws=2)
     assert frame.attrs["matches"] is True
     assert len(frame) == 40 and frame["ok"].all()
     assert {"seed_predicted", "seed_real", "draws_predicted", "draws_real", "differs"} <= set(frame.columns)
@@ -449,3 +450,15 @@ def test_cli_streams_real(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "real vs predicted: all 40 (rank, generator) streams match exactly" in out
     assert "StreamReport(real, world_size=8" in out
+
+
+def test_the_streams_spellings_of_one_release_ago_warn_and_serve_the_checks() -> None:
+    import fastdist_lab.streams as streams
+    from fastdist_lab import checks
+
+    with pytest.warns(DeprecationWarning, match=r"fastdist_lab.streams.draw is deprecated: use .*checks.draw_streams"):
+        assert streams.draw is checks.draw_streams
+    with pytest.warns(DeprecationWarning, match=r"streams.compare_on_cluster is deprecated: use .*compare_streams"):
+        from fastdist_lab.streams import compare_on_cluster
+    assert compare_on_cluster is checks.compare_streams
+    assert "draw" not in dir(streams) and "compare_on_cluster" not in dir(streams)

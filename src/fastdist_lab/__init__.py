@@ -15,7 +15,7 @@ from typing import Any
 from .config import DistributedConfig, PhaseType
 from .errors import ClusterError, LayoutError
 from .layout import Layout
-from .lazy import lazy_attributes
+from .lazy import SUCCESSORS, lazy_attributes
 from .numbering import RankGrid
 from .painters import PAINTERS
 
@@ -122,6 +122,25 @@ PAINTERS.update(
     streams=_painter("plot_streams"),
     sharing=_painter("plot_sharing"),
     cost=_painter("plot_cost"),
+)
+
+
+def _checks_name(name: str) -> Callable[[], Any]:
+    """What loads ``fastdist_lab.checks.<name>`` for a lower layer's deprecated spelling (``lazy.SUCCESSORS``)."""
+
+    def load() -> Any:
+        from . import checks
+
+        return getattr(checks, name)
+
+    return load
+
+
+SUCCESSORS.update(
+    {
+        f"fastdist_lab.checks.{name}": _checks_name(name)
+        for name in ("draw_streams", "compare_streams", "replay", "bandwidth")
+    }
 )
 
 

@@ -4,6 +4,10 @@
 from its module when first read (then kept), a subpackage is imported when first read, an old name still works with a
 ``DeprecationWarning`` naming the new spelling, and ``dir()`` lists exactly the public names. ``warn_deprecated`` is
 the one wording of a deprecation, also for an old method or class attribute.
+
+A name that moved *up* a layer (``streams.draw`` to ``checks.draw_streams``) cannot be imported from its old place:
+a lower layer never imports a higher one. The package root registers a loader for each new spelling in
+``SUCCESSORS`` (as it registers painters), and the old spelling serves ``successor(spelling)``.
 """
 
 from __future__ import annotations
@@ -14,6 +18,19 @@ import warnings
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
+SUCCESSORS: dict[str, Callable[[], Any]] = {}
+"""The new spelling of each name that moved up a layer (``"fastdist_lab.checks.draw_streams"``) -> what loads it;
+registered by the package's ``__init__``, read through ``successor``."""
+
+
+def successor(spelling: str) -> Any:
+    """What the new spelling ``spelling`` names, loaded through ``SUCCESSORS`` (``LookupError`` when unregistered)."""
+    try:
+        loader = SUCCESSORS[spelling]
+    except KeyError:
+        raise LookupError(f"{spelling} is not registered (import fastdist_lab registers it)") from None
+    return loader()
+
 
 def lazy_attributes(
     package: str,
@@ -21,13 +38,14 @@ def lazy_attributes(
     public: Collection[str],
     *,
     submodules: Collection[str] = (),
-    deprecated: Mapping[str, tuple[str, str]] | None = None,
+    deprecated: Mapping[str, tuple[str | None, str]] | None = None,
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """``(__getattr__, __dir__)`` for ``package``.
 
     ``names`` maps each lazily served name to the module (relative to ``package``) that defines it;
     ``submodules`` are imported when read as attributes; ``deprecated`` maps an old name to (its module, the new
-    spelling). ``__dir__`` returns ``public`` (the package's ``__all__``) and nothing else.
+    spelling), or to (``None``, the new spelling) for a name that moved up a layer (served by ``successor``).
+    ``__dir__`` returns ``public`` (the package's ``__all__``) and nothing else.
     """
     namespace = sys.modules[package].__dict__
     moved = dict(deprecated or {})
@@ -42,6 +60,8 @@ def lazy_attributes(
         if name in moved:
             module, spelling = moved[name]
             warn_deprecated(f"{package}.{name}", spelling, stacklevel=3)
+            if module is None:
+                return successor(spelling)
             return getattr(importlib.import_module(module, package), name)
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
 

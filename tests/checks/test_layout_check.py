@@ -8,6 +8,7 @@ import pytest
 
 from fastdist_lab import Layout, LocalCluster
 from fastdist_lab.checks import LayoutCheck, check_layout
+from fastdist_lab.checks.group_check import group_problems
 from fastdist_lab.cli import main
 from fastdist_lab.config import DIM_NAMES
 from fastdist_lab.runtime import Verification
@@ -45,7 +46,7 @@ def test_a_corrupted_group_is_reported_in_full(checked):
     row = next(r for r in results[5].value["dims"] if r["dim"] == "pipeline")
     row["gathered"] = [5, 5]  # rank 5 saw a wrong member in its pipeline group
     expected = {dim: LAYOUT.groups(dim).tolist() for dim in DIM_NAMES}
-    broken = Verification.from_rank_rows(expected, results, LAYOUT.fields(), "gloo")
+    broken = Verification.from_rank_rows(expected, results, LAYOUT.fields(), "gloo", judge=group_problems)
     report = LayoutCheck(LAYOUT, broken, None)
     assert not report.ok
     text = report.to_text()

@@ -7,6 +7,7 @@ import textwrap
 import pytest
 
 from fastdist_lab import LayoutError
+from fastdist_lab.checks import verify_groups
 from fastdist_lab.runtime import Verification
 
 LAYOUTS = [
@@ -30,8 +31,10 @@ WORLD = 8
 def test_apply_verifies_every_group_with_collectives(cluster, factors, layout_of):
     pids = cluster.pids
     layout = layout_of(**factors)
-    verification = cluster.apply(layout)
-    assert isinstance(verification, Verification)
+    built = cluster.apply(layout)  # the pools' membership, judged without communication
+    assert isinstance(built, Verification) and built.ok and not built.collectives, built
+    verification = verify_groups(cluster, layout)
+    assert isinstance(verification, Verification) and verification.collectives
     assert verification.ok, verification
     assert cluster.pids == pids  # the same workers serve every layout
     frame = verification.to_frame()

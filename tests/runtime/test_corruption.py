@@ -14,8 +14,8 @@ rank). A real gloo group cannot be created that way without a hang: its creation
 members at exactly their group ranks, so a group of a swapped member list or a duplicated group rank waits for
 ranks that never come. In processes mode the corrupted rank therefore joins the true group's rendezvous and the
 pool then hands out (wrong member) that group recorded as created for the swapped list, or (wrong group rank) that
-group behind a stand-in whose ``rank()`` lies. Step 1 of the verification (``runtime.rank_loop.rank_identity``) finds
-both without communication, and every member skips the group in step 2, so nothing waits.
+group behind a stand-in whose ``rank()`` lies. The apply (``runtime.rank_loop.rank_identity``) finds both without
+communication, and every member skips the group in the collective check, so nothing waits.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import pytest
 import torch
 
 from fastdist_lab import Layout, LocalCluster, SimulatedCluster
+from fastdist_lab.checks import verify_groups
 from fastdist_lab.config import DIM_NAMES
 from fastdist_lab.runtime.members import member_tuple
 
@@ -140,7 +141,7 @@ def test_simulated_worlds_report_exactly_the_corrupted_group(mode, kind):
 
 def falsify_reduction(ctx: Any, rank: int, target: tuple[int, ...], term: int, delta: int) -> None:
     """On ``rank`` only: the group of ``target`` its pool creates adds ``delta`` to term ``term`` of what this rank
-    contributes to the group's all-reduce (``verification.REDUCTION_TERMS``)."""
+    contributes to the group's all-reduce (``checks.group_check.REDUCTION_TERMS``)."""
     if ctx.rank != rank:
         return
     pool = ctx.pool
@@ -175,7 +176,7 @@ def test_threads_catch_one_ranks_falsified_all_reduce_terms_by_the_sums(term, de
     world = tuple(range(WORLD))
     with SimulatedCluster(WORLD, "threads", local_world_size=WORLD, timeout=30, progress=False) as cluster:
         cluster.run(falsify_reduction, RANK, world, term, delta)
-        verification = cluster.apply(LAYOUT)
+        verification = verify_groups(cluster, LAYOUT)
     failures = verification.failures()
     assert [(row["dim"], row["group"]) for row in failures] == [("world", 0)], failures
     assert failures[0]["detail"].startswith(f"rank 0: {problem}"), failures[0]["detail"]

@@ -1,7 +1,9 @@
 """Ctrl-C at any moment of an apply, and inside a lazy import (issue 23, attacks 1 and 2): the next call succeeds
 on time.
 
-The sweeps fire one real SIGINT at 0, 5, ..., 100 ms into an ``apply`` and then apply another layout, on one cluster
+The sweeps fire one real SIGINT at 0, 5, ..., 100 ms into an ``apply`` with its collective check
+(``checks.verify_groups``: the apply, then a run that discards the ranks when interrupted) and then apply another
+layout, on one cluster
 reused throughout. An interrupted apply discards the ranks (``cluster`` module docstring), so each trial costs at
 most a restart (forking 8 ranks from the warm server) and two applies. Budget: ``SWEEP_BUDGET`` seconds for the
 whole sweep (measured 10-20 s for processes on 2 busy cores, up to 40 s for a simulated world swept over its own
@@ -47,13 +49,21 @@ def _layouts() -> list[Layout]:
     ]
 
 
+def verify_groups(cluster, layout: Layout, timeout: float) -> object:
+    """``checks.verify_groups``, imported when called: the workers import this module to unpickle the functions
+    the tests run, and it must stay as quick to import as they expect (an interrupt 1 s in must find them running)."""
+    from fastdist_lab.checks import verify_groups as verify
+
+    return verify(cluster, layout, timeout=timeout)
+
+
 def _interrupted_apply(cluster, layout: Layout, delay: float, interrupts) -> bool:
     """Apply ``layout`` with a SIGINT ``delay`` seconds in; whether the interrupt cut it short. The SIGINT is aimed at
     the package (conftest's ``interrupts``): one that arrives after the apply returned is dropped here, never raised
     in the caller or in the test runner."""
     timer = interrupts.after(delay)
     try:
-        cluster.apply(layout, timeout=NEXT_CALL_DEADLINE)
+        verify_groups(cluster, layout, timeout=NEXT_CALL_DEADLINE)
         timer.join()
         for _ in range(20):  # the handler runs at the main thread's next check: let it run here
             time.sleep(0.005)
@@ -70,7 +80,7 @@ def _apply_seconds(cluster) -> float:
     for layout in _layouts()[:3]:
         cluster.restart()
         start = time.monotonic()
-        assert cluster.apply(layout, timeout=NEXT_CALL_DEADLINE).ok
+        assert verify_groups(cluster, layout, timeout=NEXT_CALL_DEADLINE).ok
         durations.append(time.monotonic() - start)
     return min(durations)
 
@@ -91,7 +101,7 @@ def _sweep(cluster, budget: float, interrupts) -> list[tuple[float, bool, float]
                 cluster.restart()  # fresh ranks, as after a start: every group of the next apply is created
             cut = _interrupted_apply(cluster, layouts[(2 * index) % len(layouts)], delay, interrupts)
             start = time.monotonic()
-            verification = cluster.apply(layouts[(2 * index + 1) % len(layouts)], timeout=NEXT_CALL_DEADLINE)
+            verification = verify_groups(cluster, layouts[(2 * index + 1) % len(layouts)], timeout=NEXT_CALL_DEADLINE)
             seconds = time.monotonic() - start
             assert verification.ok, f"interrupt at {delay * 1000:.0f} ms, then:\n{verification}"
             assert seconds < NEXT_CALL_DEADLINE
@@ -202,3 +212,21 @@ def test_an_interrupt_inside_a_lazy_import_does_not_break_later_calls(tmp_path):
     assert result["fired"] and result["interrupts"] <= 1, result
     assert len(result["texts"]) == 2 and "ok" in result["texts"][1], result
     assert "tensor" in result["texts"][0]
+
+
+@pytest.mark.parametrize("discard", [False, True])
+def test_an_interrupted_run_keeps_its_ranks_unless_it_asked_to_discard_them(interrupts, discard):
+    # verify_groups' collective check asks for it: members may have begun a collective the others did not
+    with LocalCluster(2, backend="gloo", local_world_size=2, progress=False, timeout=60) as cluster:
+        assert cluster.run(lambda ctx: ctx.rank).values == [0, 1]
+        pids = cluster.pids
+        timer = interrupts.after(1.0)
+        with pytest.raises(KeyboardInterrupt):
+            cluster.run(_count_then_wait, discard_on_interrupt=discard)
+        timer.join()
+        assert cluster.running != discard and (cluster.pids == pids) != discard
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert cluster.run(lambda ctx: ctx.rank).values == [0, 1]
+        stopped = [w for w in caught if "the interrupted call stopped the workers" in str(w.message)]
+        assert bool(stopped) == discard and set(cluster.pids).isdisjoint(pids) == discard

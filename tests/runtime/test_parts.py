@@ -14,6 +14,7 @@ from multiprocessing.connection import Connection
 import pytest
 
 from fastdist_lab import Layout
+from fastdist_lab.checks.group_check import group_problems
 from fastdist_lab.errors import ProtocolError
 from fastdist_lab.runtime import Distributed, ProcessGroupPool, RankError, RankResult, RankResults, Verification
 from fastdist_lab.runtime.capture import OutputCapture, quiet_harmless_c10d
@@ -162,12 +163,12 @@ def test_a_bar_shows_only_for_slow_work(capsys):
     assert "slow" in err and "4/4" in err and "all ready" in err
 
 
-def test_a_rank_reports_an_unknown_call_kind_as_its_own_error():
+def test_a_rank_reports_a_call_it_cannot_unpickle_as_its_own_error():
     from fastdist_lab.runtime.rank_loop import RankContext, execute
 
-    outcome = execute(RankContext(0, 1, None), "nope", None)
+    outcome = execute(RankContext(0, 1, None), b"not a pickle")
     result = outcome_to_result(0, outcome)
-    assert result.status == "error" and str(result.error) == "RuntimeError: unknown call kind 'nope'"
+    assert result.status == "error" and result.error.type == "UnpicklingError"
 
 
 # ----------------------------------------------------------------------------------------------- results
@@ -193,7 +194,7 @@ def test_results_are_indexed_by_rank_and_a_missing_rank_is_reported_as_missing()
     assert results[3].status == "error" and results[2].status == "missing"
     assert results.values[3] is None and results.values[2] is None and results.values[1] is not None
     assert results.failed_ranks == [2, 3] and sorted(results.errors) == [2, 3]
-    verification = Verification.from_rank_rows(expected_groups(layout), results)
+    verification = Verification.from_rank_rows(expected_groups(layout), results, judge=group_problems)
     tensor = [row for row in verification.rows if row["dim"] == "tensor" and row["members"] == [2, 3]][0]
     assert "rank 2: missing" in tensor["detail"] and "rank 3: error" in tensor["detail"]
     assert all(row["ok"] for row in verification.rows if not {2, 3} & set(row["members"]))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fastdist_lab.runtime.verification import FIRST_SPLIT, expected_reduction, reduction_terms
+from fastdist_lab.checks.group_check import FIRST_SPLIT, expected_reduction, reduction_terms
 
 MAX_RANK = 2**24  # a Layout's limit: the sums must stay exact up there
 

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from fastdist_lab import Layout
+from fastdist_lab.checks.group_check import group_problems
 from fastdist_lab.runtime import RankError, RankResult, RankResults, Verification, load_report
 from fastdist_lab.runtime.verification import expected_groups
 
@@ -28,7 +29,9 @@ def _layout() -> Layout:
 def test_all_good_rows_make_an_ok_verification():
     layout = _layout()
     results = RankResults([RankResult(r, "ok", _rows_of(layout, r)) for r in range(4)])
-    verification = Verification.from_rank_rows(expected_groups(layout), results, layout.fields(), "gloo")
+    verification = Verification.from_rank_rows(
+        expected_groups(layout), results, layout.fields(), "gloo", judge=group_problems
+    )
     assert verification.ok
     assert len(verification.rows) == sum(layout.groups(d).shape[0] for d in layout.dim_names)
 
@@ -36,7 +39,9 @@ def test_all_good_rows_make_an_ok_verification():
 def test_a_wrong_all_gather_fails_that_group_only_and_says_why():
     layout = _layout()
     records = [RankResult(r, "ok", _rows_of(layout, r, wrong_gather=(r == 3))) for r in range(4)]
-    verification = Verification.from_rank_rows(expected_groups(layout), RankResults(records), {}, "gloo")
+    verification = Verification.from_rank_rows(
+        expected_groups(layout), RankResults(records), {}, "gloo", judge=group_problems
+    )
     assert not verification.ok
     failures = verification.failures()
     assert [(row["dim"], row["members"]) for row in failures] == [("tensor", [2, 3])]
@@ -48,7 +53,9 @@ def test_a_rank_that_failed_fails_every_group_it_is_in():
     layout = _layout()
     records = [RankResult(r, "ok", _rows_of(layout, r)) for r in range(3)]
     records.append(RankResult(3, "error", error=RankError("RuntimeError", "gloo connect failed", "Traceback ...")))
-    verification = Verification.from_rank_rows(expected_groups(layout), RankResults(records), {}, "gloo")
+    verification = Verification.from_rank_rows(
+        expected_groups(layout), RankResults(records), {}, "gloo", judge=group_problems
+    )
     assert not verification.ok
     assert all(3 in row["members"] for row in verification.failures())
     assert "rank 3 did not complete" in verification.summary()
@@ -71,7 +78,9 @@ def test_report_round_trip_and_foreign_files(tmp_path):
     layout = _layout()
     results = RankResults([RankResult(r, "ok", _rows_of(layout, r), stdout=f"out {r}") for r in range(4)])
     fields = {k: getattr(v, "value", v) for k, v in layout.fields().items()}
-    verification = Verification.from_rank_rows(expected_groups(layout), results, fields, "gloo", 1.5)
+    verification = Verification.from_rank_rows(
+        expected_groups(layout), results, fields, "gloo", 1.5, judge=group_problems
+    )
     path = tmp_path / "r.json"
     verification.save(path)
     loaded = load_report(path)
@@ -87,7 +96,12 @@ def test_rank_failures_name_what_failed_on_each_rank():
     layout = _layout()
     records = [RankResult(r, "ok", _rows_of(layout, r, wrong_gather=(r == 3))) for r in range(3)]
     records.append(RankResult(3, "ok", {**_rows_of(layout, 3, wrong_gather=True), "seeds_ok": False}))
-    verification = Verification.from_rank_rows(expected_groups(layout), RankResults(records), {}, "gloo")
+    verification = Verification.from_rank_rows(
+        expected_groups(layout), RankResults(records), {}, "gloo", judge=group_problems
+    )
     assert verification.rank_failures() == [[], [], ["tensor"], ["tensor", "seeds"]]
     good = [RankResult(r, "ok", _rows_of(layout, r)) for r in range(4)]
-    assert Verification.from_rank_rows(expected_groups(layout), RankResults(good)).rank_failures() == [[]] * 4
+    assert (
+        Verification.from_rank_rows(expected_groups(layout), RankResults(good), judge=group_problems).rank_failures()
+        == [[]] * 4
+    )

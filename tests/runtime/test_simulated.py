@@ -11,12 +11,12 @@ import threading
 import pytest
 
 from fastdist_lab import SimulatedCluster
+from fastdist_lab.checks import compare_streams, verify_groups
 from fastdist_lab.checks.layout_check import check_layout
 from fastdist_lab.config import DIM_NAMES
 from fastdist_lab.errors import ClusterError, ClusterTimeout, LayoutError
 from fastdist_lab.layout import Layout
 from fastdist_lab.runtime.verification import MODES
-from fastdist_lab.streams import compare_on_cluster
 
 THREAD_PREFIX = "fastdist-sim"
 """The name prefix of every thread of a simulated world (``runtime.rank_threads``)."""
@@ -55,7 +55,10 @@ def test_apply_gives_the_layouts_groups_in_both_orders(mode, world, local, facto
         assert (cluster.mode, cluster.world_size, cluster.local_world_size) == (mode, world, local)
         for pipeline_first in (False, True):
             layout = Layout(world_size=world, local_world_size=local, pipeline_first=pipeline_first, **factors)
-            verification = cluster.apply(layout)
+            built = cluster.apply(layout)  # the pools' membership, no collective
+            assert_groups_match(built, layout)
+            assert not built.collectives and "no collective ran" in built.summary()
+            verification = verify_groups(cluster, layout)
             assert_groups_match(verification, layout)
             assert verification.mode == mode and cluster.layout is layout
             assert MODES[mode] in verification.summary()
@@ -93,7 +96,7 @@ def test_run_gives_each_rank_its_context(sim8, layout_of):
 def test_the_real_streams_match_the_prediction(sim8, layout_of):
     layout = layout_of(tensor_parallel=2, pipeline_parallel=2, sequence_data_parallel=2, pipeline_first=True)
     sim8.apply(layout)
-    frame = compare_on_cluster(sim8, step=3, draws=2)
+    frame = compare_streams(sim8, step=3, draws=2)
     assert frame.attrs["matches"], frame[~frame["ok"]]
     check = check_layout(sim8, layout)
     assert check.ok and check.mode == sim8.mode

@@ -21,7 +21,7 @@ def test_torchrun_standalone_four_ranks_writes_a_report(tmp_path):
     assert "Verification OK" in done.stdout
     verification = load_report(report)
     assert isinstance(verification, Verification) and isinstance(verification.results, RankResults)
-    assert verification.ok and verification.seeds_ok
+    assert verification.ok and verification.seeds_ok and verification.collectives  # checked with collectives
     layout = Layout(world_size=4, local_world_size=4, tensor_parallel=2, pipeline_parallel=2, pipeline_first=True)
     frame = verification.to_frame()
     for dim in layout.dim_names:

@@ -228,7 +228,7 @@ def test_a_serving_rank_whose_store_is_gone_stops_at_once_with_one_line(tmp_path
     command += ["--backend", "gloo"]
     worker = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        store.set(f"{CALL_PREFIX}/1", cloudpickle.dumps(("run", cloudpickle.dumps((lambda ctx: ctx.rank * 10, ())))))
+        store.set(f"{CALL_PREFIX}/1", cloudpickle.dumps((lambda ctx: ctx.rank * 10, ())))
         store.wait([f"{CALL_PREFIX}/1/1"], datetime.timedelta(seconds=120))  # it serves
         answer = cloudpickle.loads(store.get(f"{CALL_PREFIX}/1/1"))
         del store  # the store's server stops

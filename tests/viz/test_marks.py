@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from fastdist_lab import Layout
+from fastdist_lab.checks.group_check import group_problems
 from fastdist_lab.runtime import RankResult, RankResults, Verification
 from fastdist_lab.runtime.verification import expected_groups
 from fastdist_lab.streams import StreamReport, predict
@@ -27,7 +28,9 @@ def verification(layout: Layout, wrong_tensor_gather: int | None = None, wrong_s
             dims.append({"dim": name, "members": members, "gathered": gathered, "sum": sum(members)})
         value = {"rank": rank, "dims": dims, "seeds_ok": rank != wrong_seeds}
         records.append(RankResult(rank, "ok", value))
-    return Verification.from_rank_rows(expected_groups(layout), RankResults(records), layout.fields(), "gloo")
+    return Verification.from_rank_rows(
+        expected_groups(layout), RankResults(records), layout.fields(), "gloo", judge=group_problems
+    )
 
 
 def color_count(picture, rank: int, color) -> int:

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from fastdist_lab import Layout, LayoutError
+from fastdist_lab.checks.group_check import group_problems
 from fastdist_lab.runtime import RankResult, RankResults, Verification
 from fastdist_lab.runtime.verification import expected_groups
 from fastdist_lab.seeds import generator_seeds
@@ -25,7 +26,9 @@ def broken_verification(layout: Layout, rank: int) -> Verification:
             gathered = members[::-1] if r == rank and name == "tensor" else members
             dims.append({"dim": name, "members": members, "gathered": gathered, "sum": sum(members)})
         records.append(RankResult(r, "ok", {"rank": r, "dims": dims, "seeds_ok": True}))
-    return Verification.from_rank_rows(expected_groups(layout), RankResults(records), layout.fields(), "gloo")
+    return Verification.from_rank_rows(
+        expected_groups(layout), RankResults(records), layout.fields(), "gloo", judge=group_problems
+    )
 
 
 def test_a_click_on_a_cell_highlights_that_rank_and_shows_its_card():

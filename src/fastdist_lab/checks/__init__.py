@@ -2,12 +2,18 @@
 with what the layout predicts.
 
 ``check_layout(cluster, layout)`` is the main job (``fastdist-lab check``): every group verified with real
-collectives, then every rank's real generator streams compared with the prediction.
+collectives (``verify_groups``: ``cluster.apply`` builds the groups, then the collective check), then every rank's
+real generator streams compared with the prediction.
 
 ``check_training(cluster, layout)`` runs one real training step of a small GPT (``TinyGPT``) on the layout's groups
 (tensor, sequence-tensor, pipeline with torch's schedules, sequence-data and data parallel) and the same step in one
 process, and compares every rank's gradients and updated weights (``TrainingCheck``); ``TrainingFault`` breaks one
 thing on purpose. These names import torch, so they are served on first use.
+
+``draw_streams(cluster)`` draws every rank's real generator streams, ``compare_streams(cluster)`` compares them with
+``streams.predict``. ``replay(cluster, layout, model)`` issues a training step's collectives (the rows of
+``cost.estimate``) on the real groups and ``bandwidth(cluster, dim)`` sweeps a dim's groups like nccl-tests (they
+import torch: served on first use).
 
 ``device_mesh_check(cluster)`` builds torch's real ``DeviceMesh`` from ``Layout.device_mesh_spec()`` on every rank
 and checks each named dim's mesh group with a real collective; ``rank_summary`` is what the cluster panel asks
@@ -18,17 +24,21 @@ from __future__ import annotations
 
 from ..lazy import lazy_attributes
 from .device_mesh_check import device_mesh_check
+from .group_check import verify_groups
 from .layout_check import LayoutCheck, check_layout
 from .ranks import rank_summary
+from .stream_draw import compare_streams, draw_streams
 
 _LAZY: dict[str, str] = {
     "SCHEDULES": ".pipeline_carrier",
+    "bandwidth": ".step_replay",
+    "replay": ".step_replay",
     "TinyGPT": ".tiny_gpt",
     "TrainingCheck": ".train_step",
     "TrainingFault": ".train_rank",
     "check_training": ".train_step",
 }
-"""The training check's public names and their modules (they import torch: served on first use)."""
+"""The public names that import torch and their modules (served on first use)."""
 
 __all__ = [
     "SCHEDULES",
@@ -36,10 +46,15 @@ __all__ = [
     "TinyGPT",
     "TrainingCheck",
     "TrainingFault",
+    "bandwidth",
     "check_layout",
     "check_training",
+    "compare_streams",
     "device_mesh_check",
+    "draw_streams",
     "rank_summary",
+    "replay",
+    "verify_groups",
 ]
 
 

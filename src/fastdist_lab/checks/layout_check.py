@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..formatting import TEXT_WIDTH, members_text, ranks_text, wrap_lines
 from ..layout import Layout
-from ..runtime.verification import THREADS_GATHER_LIMIT
-from ..streams import compare_on_cluster, comparison_text
+from ..streams import comparison_text
 from .fake_mesh import fake_device_mesh_check
+from .group_check import THREADS_GATHER_LIMIT, verify_groups
+from .stream_draw import compare_streams
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -149,11 +150,11 @@ def _mesh_text(mesh: pd.DataFrame) -> str:
 
 
 def check_layout(cluster: Any, layout: Layout, timeout: float | None = None) -> LayoutCheck:
-    """Apply ``layout`` on ``cluster`` (every group checked; see ``WHAT_IS_CHECKED`` for each mode) and, when every
-    group passed, draw every rank's generator streams and compare them with the prediction. On a fake world, also
-    build torch's ``DeviceMesh`` with fake groups (``fake_device_mesh_check``)."""
-    verification = cluster.apply(layout, timeout=timeout)
-    streams = compare_on_cluster(cluster, timeout=timeout) if verification.ok else None
+    """Apply ``layout`` on ``cluster`` and check every group (``verify_groups``; see ``WHAT_IS_CHECKED`` for each
+    mode) and, when every group passed, draw every rank's generator streams and compare them with the prediction. On
+    a fake world, also build torch's ``DeviceMesh`` with fake groups (``fake_device_mesh_check``)."""
+    verification = verify_groups(cluster, layout, timeout=timeout)
+    streams = compare_streams(cluster, timeout=timeout) if verification.ok else None
     mesh = None
     if getattr(verification, "mode", "processes") == "fake" and verification.ok:
         mesh = fake_device_mesh_check(verification_layout(layout, cluster))

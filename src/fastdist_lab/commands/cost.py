@@ -124,6 +124,7 @@ def _replay(args: argparse.Namespace, layout: Any, model: Any, training: Any) ->
             f"--replay starts one process per rank: world_size={layout.world_size} is over {MAX_REPLAY_RANKS}; "
             "replay a smaller layout"
         )
+    from ..checks import replay, verify_groups
     from ..errors import ClusterError
     from ..runtime import LocalCluster
 
@@ -131,7 +132,7 @@ def _replay(args: argparse.Namespace, layout: Any, model: Any, training: Any) ->
     with LocalCluster(
         layout.world_size, backend=args.backend, local_world_size=layout.local_world_size, progress=progress
     ) as cluster:
-        verification = cluster.apply(layout)
+        verification = verify_groups(cluster, layout)
         if not verification.ok:
             raise ClusterError(f"the layout's groups failed their check: {verification.summary()}")
-        return cluster.replay(layout, model, training, args.scale, hardware=args.hardware, progress=progress)
+        return replay(cluster, layout, model, training, args.scale, hardware=args.hardware, progress=progress)

@@ -75,11 +75,11 @@ def _json_default(value: Any) -> Any:
 
 
 def _real(layout: Any, args: argparse.Namespace) -> Any:
-    from ..streams import draw
+    from ..checks import draw_streams
 
     with cluster_from_args(args, layout) as cluster:
         cluster.apply(layout)
-        return draw(cluster, args.step, args.phase, args.draws)
+        return draw_streams(cluster, args.step, args.phase, args.draws)
 
 
 def run(args: argparse.Namespace) -> int:

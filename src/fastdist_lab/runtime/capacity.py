@@ -17,8 +17,10 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
-from ..errors import CapacityError
+from ..errors import CapacityError, LayoutError
+from ..validation import check_int
 from .procs import FILES_PER_PROCESS, file_limits, files_needed
 
 MIB = 2**20
@@ -213,3 +215,12 @@ def check_capacity(world_size: int, mode: str = "processes", machine: Machine | 
     )
     message = f"{needs.what} need {'; '.join(problems)}{advice}"
     raise CapacityError(message, problems, alternative)
+
+
+def cluster_sizes(world_size: Any, local_world_size: Any) -> tuple[int, int]:
+    """``(world_size, local_world_size)`` checked (``LayoutError`` naming the value); local defaults to world."""
+    world_size = check_int("world_size", world_size, minimum=1)
+    local = check_int("local_world_size", world_size if local_world_size is None else local_world_size, minimum=1)
+    if world_size % local:
+        raise LayoutError(f"local_world_size={local} must divide world_size={world_size}")
+    return world_size, local

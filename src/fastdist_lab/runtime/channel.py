@@ -163,11 +163,10 @@ class WorkerFailed:
 
 
 class Call(NamedTuple):
-    """Request to every rank: ``kind`` ``"run"``, ``"apply"`` or ``"check"`` and its payload (``rank_loop.call_target``
-    says what each runs)."""
+    """Request to every rank: run a function; ``payload`` is ``(fn, args)``, cloudpickled across processes
+    (``rank_loop.call_target``)."""
 
     call_id: int
-    kind: str
     payload: Any
 
 

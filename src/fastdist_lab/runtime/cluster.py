@@ -2,9 +2,9 @@
 
 ``Cluster`` is the base of ``LocalCluster`` (worker processes, ``runtime.local_cluster``), ``SimulatedCluster``
 (ranks in this process, ``runtime.simulated``) and ``LaunchedCluster`` (the ranks of a launcher,
-``runtime.torchrun``): their facts (sizes, backend, deadline, applied layout), their life as a context manager, and
-the two calls, ``run`` and ``apply``, written once. A subclass starts and stops its ranks; ``_ranks`` is how a call
-reaches them (a ``CallTransport``), and ``perform_call`` drives any transport the same way: a rank that raises is
+``runtime.torchrun``): their facts (``cluster_facts``) and the two calls, ``run`` and ``apply`` (a ``run`` of
+``rank_loop.build_layout``), written once. A subclass starts and stops its ranks; ``_ranks`` is how a call reaches
+them (a ``CallTransport``), and ``perform_call`` drives any transport the same way: a rank that raises is
 reported in the results; a rank that is gone ends the call within about a second (``ClusterError``), and so does a
 rank that fails to build its groups during an apply (one error naming the group: its partners would wait for it in
 the rendezvous); ranks that do not answer by the deadline end it with their Python stacks, identical stacks shown
@@ -13,18 +13,18 @@ answer). Whenever not every rank answered, the ranks are stopped before the call
 arrives meanwhile, and the next call starts fresh ones. Every call has a deadline, waiting for an earlier call
 included.
 
-**An interrupted generation is discarded.** An interrupt that cuts an ``apply`` short (either of its steps) always
-stops the ranks: at that moment some may have created a group that others have not, or begun a collective check
-the others did not, and no later call could agree on their groups again. The next call starts fresh ranks (with no
-layout: the interrupted apply did not apply one). An interrupted ``run`` keeps the ranks, and their ``ctx.state``,
-only when every rank answered within the grace and none was creating or releasing groups
+**An interrupted generation is discarded.** An interrupt that cuts an ``apply`` short always stops the ranks: at
+that moment some may have created a group that others have not, and no later call could agree on their groups
+again. The next call starts fresh ranks (with no layout: the interrupted apply did not apply one). So does an
+interrupted ``run(..., discard_on_interrupt=True)`` (``checks.verify_groups``' collective check: some members may
+have begun a collective the others did not). Any other interrupted ``run`` keeps the ranks, and their
+``ctx.state``, only when every rank answered within the grace and none was creating or releasing groups
 (``results.GROUPS_INTERRUPTED``); otherwise it is discarded too.
 """
 
 from __future__ import annotations
 
 import contextlib
-import html
 import threading
 import time
 import warnings
@@ -38,12 +38,21 @@ from ..config import DistributedConfig
 from ..errors import ClusterError, ClusterTimeout, LayoutError
 from ..formatting import ranks_text
 from ..layout import Layout
-from ..validation import check_int, check_number
+from ..validation import check_number
 from .channel import Call, Reply, outcome_to_result
+from .cluster_facts import ClusterFacts
 from .procs import hold_interrupts
 from .progress import ProgressCallback, finish, resolve_progress
-from .results import GROUPS_INTERRUPTED, STATUS_OK, RankError, RankResult, RankResults, call_failure
-from .verification import Verification, apply_in_two_steps, layout_for_cluster, rank_coordinates
+from .results import (
+    GROUPS_INTERRUPTED,
+    STATUS_OK,
+    RankError,
+    RankResult,
+    RankResults,
+    call_failure,
+    rank_coordinates,
+)
+from .verification import Verification, expected_groups
 
 DEATH_GRACE = 1.0
 """Seconds the other ranks still get to answer once one rank died during a call."""
@@ -53,24 +62,29 @@ LIVENESS_EVERY = 0.25
 """Seconds between two checks that the ranks still awaited are alive."""
 TICK = 0.5
 """Seconds between two progress reports while nothing arrives."""
-CALL_MODULES = ("pandas", "tqdm.auto")
-"""What a call's results and progress import lazily (their tables, the bar): a cluster imports them in the
-background when it starts (``procs.preload``), so that no interrupt can cut those imports in half in a call."""
+CALL_MODULES = ("pandas", "tqdm.auto", "fastdist_lab.runtime.rank_loop")
+"""What a call's results and progress import lazily (their tables, the bar) and what ``apply`` sends (its function,
+which imports torch): a cluster imports them in the background when it starts (``procs.preload``), so that no
+interrupt can cut those imports in half in a call."""
 
 
-def cluster_sizes(world_size: Any, local_world_size: Any) -> tuple[int, int]:
-    """``(world_size, local_world_size)`` checked (``LayoutError`` naming the value); local defaults to world."""
-    world_size = check_int("world_size", world_size, minimum=1)
-    local = check_int("local_world_size", world_size if local_world_size is None else local_world_size, minimum=1)
-    if world_size % local:
-        raise LayoutError(f"local_world_size={local} must divide world_size={world_size}")
-    return world_size, local
-
-
-def check_progress(progress: Any) -> None:
-    """``TypeError`` unless ``progress`` is ``None``, a bool or a callable(done, total, message)."""
-    if not (progress is None or isinstance(progress, bool) or callable(progress)):
-        raise TypeError(f"progress={progress!r} must be None, True, False or a callable(done, total, message)")
+def layout_for_cluster(
+    layout: Layout | DistributedConfig, world_size: int, local_world_size: int, backend: str
+) -> tuple[Layout, Layout]:
+    """Check that ``layout`` fits a cluster of these sizes; returns it (as a ``Layout``) and the layout the ranks
+    run: the same with the cluster's backend. ``LayoutError`` when the sizes do not fit."""
+    if isinstance(layout, DistributedConfig):
+        layout = Layout.from_config(layout)
+    if not isinstance(layout, Layout):
+        raise TypeError(f"apply() needs a Layout, got {type(layout).__name__}")
+    if layout.world_size != world_size:
+        raise LayoutError(f"layout world_size={layout.world_size} does not match the cluster's {world_size} ranks")
+    if layout.local_world_size > local_world_size:
+        raise LayoutError(
+            f"layout local_world_size={layout.local_world_size} is larger than the cluster's "
+            f"local_world_size={local_world_size}"
+        )
+    return layout, Layout(**dict(layout.fields(), backend=backend))
 
 
 def call_limit(timeout: Any, default: float) -> float:
@@ -162,6 +176,9 @@ class CallState:
     abort_on_error: bool = False
     """Whether a rank that answers with an error fails the whole call, and leaves the others ``DEATH_GRACE`` to
     answer, as a death does (a rank that failed to build its groups leaves its partners waiting for it)."""
+    keep_on_interrupt: bool = True
+    """Whether an interrupted call may keep its ranks (when all answer within ``INTERRUPT_GRACE``); ``False``: they
+    are stopped at once (an apply, or a run of collectives that would leave groups out of step)."""
     failed: set[int] = field(default_factory=set)
 
 
@@ -229,10 +246,10 @@ def perform_call(
             _collect(transport, state, time.monotonic() + state.limit - state.waited, progress)
         except KeyboardInterrupt:
             transport.interrupt(state.pending)
-            if state.call.kind == "run":  # only a run may keep its ranks (an apply's are stopped at once)
+            if state.keep_on_interrupt:  # the others (an apply's) are stopped at once
                 with contextlib.suppress(KeyboardInterrupt):  # a second interrupt only ends the grace early
                     _collect(transport, state, time.monotonic() + INTERRUPT_GRACE, None)
-            stop = bool(state.pending or state.dead) or state.call.kind != "run" or _groups_interrupted(state)
+            stop = bool(state.pending or state.dead) or not state.keep_on_interrupt or _groups_interrupted(state)
             state.settled = not stop
             raise
         if not state.pending and not state.dead and not state.failed:
@@ -254,7 +271,7 @@ def perform_call(
 _Cluster = TypeVar("_Cluster", bound="Cluster")
 
 
-class Cluster:
+class Cluster(ClusterFacts):
     """What every kind of cluster answers the same way: its sizes, default deadline and applied layout (set by
     the subclass as ``_world_size``, ``_local_world_size``, ``_timeout``, ``_layout``), its life as a context
     manager (``start()`` on entry when closed, ``close()`` on exit and when collected), and its calls.
@@ -264,12 +281,6 @@ class Cluster:
     and the groups are torch's in-process ones, on CPU tensors).
     """
 
-    _world_size: int
-    _local_world_size: int
-    _timeout: float
-    _layout: Layout | None
-    _closed: bool
-    _backend: str
     _lock: threading.RLock
     _call_id: int
     _in_flight: int | None
@@ -277,22 +288,13 @@ class Cluster:
     _ranks: Any = None
     _discarded = False
     _mode = "processes"
-    _gather_limit: int | None = None
     _in_process = False
     _ranks_word = "workers"
     _pending: Layout | None = None  # a layout to re-apply: a restart cut short by an interrupt did not
     _restarting = False
 
-    def start(self: _Cluster) -> _Cluster:
-        """Start the ranks (the subclass's)."""
-        raise NotImplementedError
-
     def restart(self: _Cluster) -> _Cluster:
         """Replace every rank by a fresh one and re-apply the layout (the subclass's)."""
-        raise NotImplementedError
-
-    def close(self) -> None:
-        """End the ranks (the subclass's)."""
         raise NotImplementedError
 
     @property
@@ -311,70 +313,77 @@ class Cluster:
         return True
 
     # ------------------------------------------------------------------ the calls
-    def run(self, fn: Any, *args: Any, timeout: float | None = None) -> RankResults:
+    def run(self, fn: Any, *args: Any, timeout: float | None = None, discard_on_interrupt: bool = False) -> RankResults:
         """Run ``fn(ctx, *args)`` on every rank (``ctx``: its ``RankContext``) and return every rank's value or error.
 
         Across processes ``fn`` and ``args`` travel by value (cloudpickle), so notebook functions and closures work;
         ranks in this process get them as they are. Raises ``ClusterTimeout`` (with the stacks of the ranks that did
         not answer) when a rank does not answer within ``timeout`` (default: the cluster's; time spent waiting for
         another call on this cluster counts) and ``ClusterError`` when a rank dies; a rank that raises is reported in
-        the results instead.
+        the results instead. ``discard_on_interrupt``: an interrupt stops the ranks at once, as for ``apply`` (for
+        functions whose collectives an interrupt would leave out of step between the members).
         """
         if not callable(fn):
             raise TypeError(f"fn={fn!r} is not callable")
-        payload = (fn, args) if self._in_process else cloudpickle.dumps((fn, args))
         label = getattr(fn, "__name__", "run")
         limit = call_limit(timeout, self._timeout)
         with held(self._lock, limit, label) as waited:
-            return self._call("run", payload, limit, waited, label)
+            state = self._state_of(fn, args, limit, waited, label)
+            state.keep_on_interrupt = not discard_on_interrupt
+            return self._call(state)
 
     def apply(self, layout: Layout | DistributedConfig, timeout: float | None = None) -> Verification:
-        """Build ``Distributed(layout.config(rank))`` on every rank from its pool and check every group: as the pool
-        holds it, then with real collectives (all-gather and all-reduce; fake groups stop before any collective).
-        See ``runtime.verification``.
+        """Build ``Distributed(layout.config(rank))`` on every rank from its pool: a ``run`` of
+        ``rank_loop.build_layout``, each rank checking its groups as its pool holds them, without communication.
 
-        The layout runs with the cluster's backend (CPU tensors for ranks in this process). Returns the
-        ``Verification``; raises ``ClusterTimeout`` / ``ClusterError`` when ranks hang or die, ``LayoutError`` when
-        the sizes do not fit. Both steps share the deadline.
+        Returns the ``Verification`` of that membership (``collectives`` false: no collective ran;
+        ``fastdist_lab.checks.verify_groups`` applies and then checks every group with real collectives). The layout
+        is recorded only when every rank built it; otherwise the ranks are stopped (the next call starts fresh
+        ones), at once after a rank's error or an interrupt. The layout runs with the cluster's backend (CPU tensors
+        for ranks in this process). Raises ``ClusterTimeout`` / ``ClusterError`` when ranks hang, die or fail to build,
+        ``LayoutError`` when the sizes do not fit.
         """
+        from .rank_loop import build_layout  # imports torch; preloaded when the cluster starts (CALL_MODULES)
+
         backend = "gloo" if self._in_process else self._backend
         layout, applied = layout_for_cluster(layout, self._world_size, self._local_world_size, backend)
         limit = call_limit(timeout, self._timeout)
         with held(self._lock, limit, "apply") as waited:
             self._layout = None
             begin = time.monotonic()
-
-            def call(kind: str, payload: Any) -> RankResults:
-                return self._call(kind, payload, limit, waited + time.monotonic() - begin, "apply", applied)
-
             with self._applying(applied):
-                payload = applied if self._in_process else applied.fields()
-                verification = apply_in_two_steps(call, applied, payload, self._mode, self._gather_limit, self._backend)
-            if verification.results.ok:
+                state = self._state_of(build_layout, (applied,), limit, waited, "apply")
+                state.abort_on_error, state.keep_on_interrupt = True, False
+                built = self._call(state, applied)
+            if built.ok:
                 self._layout = layout
             else:  # ranks disagree about their groups now: start over on the next call
                 self._stop_ranks()
-            return verification
+            fields = {key: getattr(value, "value", value) for key, value in applied.fields().items()}
+            seconds = time.monotonic() - begin
+            return Verification.from_rank_rows(expected_groups(applied), built, fields, self._backend, seconds,
+                                               mode=self._mode)  # fmt: skip
 
     def _applying(self, applied: Layout) -> contextlib.AbstractContextManager[Any]:
-        """Around the two steps of an apply (ranks in this process prepare what they share)."""
+        """Around an apply (ranks in this process prepare what they share)."""
         return contextlib.nullcontext()
 
-    def _call(
-        self, kind: str, payload: Any, limit: float, waited: float, label: str, layout: Layout | None = None
-    ) -> RankResults:
-        """One call on every rank (the caller holds the cluster); ``waited`` seconds of ``limit`` are already gone.
-        The call stays in flight until it is settled."""
+    def _state_of(self, fn: Any, args: tuple, limit: float, waited: float, label: str) -> CallState:
+        """A new call of ``fn(ctx, *args)`` (pickled unless the ranks live in this process); ``ClusterError`` when the
+        cluster is closed, fresh ranks when the last ones are gone."""
         self._ensure_running()
-        ranks = self._ranks
+        payload = (fn, args) if self._in_process else cloudpickle.dumps((fn, args))
         self._call_id += 1
-        call = Call(self._call_id, kind, payload)
-        state = CallState(call, label, limit, ranks.ranks, waited=waited, abort_on_error=kind == "apply")
+        return CallState(Call(self._call_id, payload), label, limit, self._ranks.ranks, waited=waited)
+
+    def _call(self, state: CallState, layout: Layout | None = None) -> RankResults:
+        """One call on every rank (the caller holds the cluster). The call stays in flight until it is settled."""
+        ranks = self._ranks
         layout = layout or self._layout
         coordinates = None if layout is None else rank_coordinates(layout)
         self._in_flight = state.call.call_id
         try:
-            progress = resolve_progress(self._progress_option, label, leave=False)
+            progress = resolve_progress(self._progress_option, state.label, leave=False)
             return perform_call(ranks, state, coordinates, progress)
         except KeyboardInterrupt:
             self._discarded = ranks.stopped
@@ -444,57 +453,3 @@ class Cluster:
         ranks, self._ranks = self._ranks, None
         if ranks is not None:
             ranks.stop()
-
-    # ------------------------------------------------------------------ facts and display
-    def _state(self) -> str:
-        return "closed" if self._closed else "running" if self.running else "stopped (restarts on the next call)"
-
-    def _repr_html_(self) -> str:
-        name = type(self).__name__
-        text = html.escape(repr(self)[len(name) :])
-        return f"<div class='fastdist-cluster'><b>{name}</b> {text}</div>"
-
-    def __enter__(self: _Cluster) -> _Cluster:
-        if self._closed:
-            self.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # noqa: S110 - interpreter teardown
-            pass
-
-    @property
-    def world_size(self) -> int:
-        """Number of ranks."""
-        return self._world_size
-
-    @property
-    def local_world_size(self) -> int:
-        """Ranks per (emulated) node."""
-        return self._local_world_size
-
-    @property
-    def timeout(self) -> float:
-        """Default deadline of a call, in seconds."""
-        return self._timeout
-
-    @property
-    def backend(self) -> str:
-        """The groups' backend: ``"gloo"`` or ``"nccl"`` (processes, launched jobs), ``"threaded"`` or ``"fake"``
-        (simulated worlds)."""
-        return self._backend
-
-    @property
-    def device_type(self) -> str:
-        """Where the ranks' tensors live: ``"cuda"`` for NCCL, else ``"cpu"``."""
-        return "cuda" if self._backend == "nccl" else "cpu"
-
-    @property
-    def layout(self) -> Layout | None:
-        """The layout applied last, as it was given (the ranks run it with the cluster's backend), or ``None``."""
-        return self._layout

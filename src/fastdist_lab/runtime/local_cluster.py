@@ -23,16 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ClusterError
 from ..layout import Layout
+from ..lazy import successor, warn_deprecated
 from ..validation import check_number
 from .backends import resolve_backend
-from .capacity import check_capacity
+from .capacity import check_capacity, cluster_sizes
 from .channel import Workers
-from .cluster import CALL_MODULES, Cluster, check_progress, cluster_sizes
+from .cluster import CALL_MODULES, Cluster
 from .procs import FILES_PER_PROCESS, hold_interrupts, preload, raise_file_limit
-from .progress import ProgressCallback, finish, resolve_progress
-from .replay import SWEEP_SIZES
-from .replay import bandwidth as sweep_bandwidth
-from .replay import replay as replay_step
+from .progress import ProgressCallback, check_progress, finish, resolve_progress
 from .supervisor import WorkerServer, prewarm, take_spare
 
 if TYPE_CHECKING:
@@ -216,13 +214,13 @@ class LocalCluster(Cluster):
             f"local_world_size={self._local_world_size}, {self._state()}; {layout})"
         )
 
-    # ------------------------------------------------------------------ cost replay (runtime/replay.py)
-    def replay(
-        self, layout: Layout | None, model: Any, training: Any = None, scale: float | None = None, **options: Any
-    ) -> pd.DataFrame:
-        """Replay one training step's collectives on this cluster's real groups; see ``runtime.replay.replay``."""
-        return replay_step(self, layout, model, training, scale, **options)
+    # ------------------------------------------------------------------ moved to checks (deprecated)
+    def replay(self, *args: Any, **options: Any) -> pd.DataFrame:
+        """Deprecated: ``fastdist_lab.checks.replay(cluster, layout, model, training, scale, ...)``."""
+        warn_deprecated("LocalCluster.replay", "fastdist_lab.checks.replay(cluster, ...)")
+        return successor("fastdist_lab.checks.replay")(self, *args, **options)
 
-    def bandwidth(self, dim: str, sizes: Any = None, **options: Any) -> pd.DataFrame:
-        """Sweep all-reduce / all-gather / reduce-scatter on ``dim``'s groups; see ``runtime.replay.bandwidth``."""
-        return sweep_bandwidth(self, dim, SWEEP_SIZES if sizes is None else sizes, **options)
+    def bandwidth(self, *args: Any, **options: Any) -> pd.DataFrame:
+        """Deprecated: ``fastdist_lab.checks.bandwidth(cluster, dim, sizes, ...)``."""
+        warn_deprecated("LocalCluster.bandwidth", "fastdist_lab.checks.bandwidth(cluster, ...)")
+        return successor("fastdist_lab.checks.bandwidth")(self, *args, **options)

@@ -1,11 +1,17 @@
 """Member lists of process groups as the pool keys them: one tuple per distinct group, and the store prefix
-(the group's name) its members agree on without talking to each other."""
+(the group's name) its members agree on without talking to each other, and a layout's groups in that form
+(``layout_groups``: what every rank's pool must hold)."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+import numpy as np
+
+from ..config import DIM_NAMES
+from ..layout import Layout
 
 SHARED_FROM = 64
 """Ranges of at least this many ranks convert to one shared tuple per distinct range (``member_tuple``)."""
@@ -48,3 +54,21 @@ class GroupRecord:
     members: tuple[int, ...]
     group_rank: int
     name: str
+
+
+@functools.lru_cache(maxsize=4)
+def layout_groups(layout: Layout) -> dict[str, tuple[list[tuple[int, ...]], list[int], list[int]]]:
+    """Per dim: every group as a tuple of ints, each rank's row among them and its position in its group (cached
+    for a few layouts: the ranks of a simulated world share them). A group that is a progression is the tuple
+    ``member_tuple`` gives for its ``range``, so the pools' keys and these are the same objects."""
+    out = {}
+    for name in DIM_NAMES:
+        groups = layout.groups(name)
+        steps = np.diff(groups, axis=1) if groups.shape[1] > 1 else np.ones((groups.shape[0], 1), dtype=np.int64)
+        progression = (steps == steps[:, :1]).all(axis=1) & (steps[:, 0] > 0)
+        rows = [
+            member_tuple(range(row[0], row[-1] + int(step[0]), int(step[0]))) if regular else tuple(row)
+            for row, step, regular in zip(groups.tolist(), steps, progression.tolist())
+        ]
+        out[name] = (rows, layout.group_index(name).tolist(), layout.dim_rank(name).tolist())
+    return out

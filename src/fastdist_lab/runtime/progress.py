@@ -110,3 +110,9 @@ def finish(progress: ProgressCallback | None) -> None:
     """Close a bar that may still be shown (after a failure); nothing for callbacks."""
     if isinstance(progress, ProgressBar):
         progress.close()
+
+
+def check_progress(progress: Any) -> None:
+    """``TypeError`` unless ``progress`` is ``None``, a bool or a callable(done, total, message)."""
+    if not (progress is None or isinstance(progress, bool) or callable(progress)):
+        raise TypeError(f"progress={progress!r} must be None, True, False or a callable(done, total, message)")

@@ -1,11 +1,10 @@
-"""A rank: what a function run on it receives (``RankContext``), what each call runs there, and the loop of a
-``LocalCluster`` worker process.
+"""A rank: what a function run on it receives (``RankContext``), how it runs a call, the function ``apply`` runs
+on it (``build_layout``), and the loop of a ``LocalCluster`` worker process.
 
-Every kind of cluster sends its ranks the same three calls, and a rank dispatches each straight to the function it
-runs (``call_target``): ``"run"`` a user's function, ``"apply"`` step 1 of a layout verification (``build_layout``:
-``Distributed`` built from the rank's pool, each group checked as the pool holds it, without communication),
-``"check"`` step 2 (``check_groups``: the collective checks of the groups every member built right). What the
-controller sends, and how it judges what comes back, is ``runtime.verification``.
+A call is a function and its arguments (``Call.payload``: as they are for ranks in this process, cloudpickled
+across processes); a rank runs it on its ``RankContext`` (``execute``) and knows nothing else of what it does.
+``Cluster.apply`` is a call of ``build_layout``: ``Distributed`` built from the rank's pool, each group checked as
+the pool holds it, without communication (``rank_identity``); ``runtime.verification`` judges the rows.
 
 A local worker is forked by the cluster's worker server (``runtime.server``) with torch already imported and its end
 of a socket pair to the controller, opens its generation's rendezvous store (a ``FileStore`` in the cluster's private
@@ -43,11 +42,10 @@ from ..layout import Layout
 from ..seeds import generator_seeds
 from .capture import OutputCapture
 from .channel import Call, Channel, Exit, Outcome, Reply, WorkerFailed, WorkerReady, WorkerSpec
-from .members import member_tuple
-from .pool import LOOPBACK, Distributed, ProcessGroup, ProcessGroupPool
+from .members import layout_groups, member_tuple
+from .pool import LOOPBACK, Distributed, ProcessGroupPool
 from .procs import die_with_parent
 from .results import GROUPS_INTERRUPTED, STATUS_ERROR, STATUS_INTERRUPTED, STATUS_OK, RankError
-from .verification import SKIP_KEY, layout_groups, reduction_terms
 
 
 class RankContext:
@@ -121,21 +119,14 @@ def interrupted(caught: BaseException, ctx: RankContext, changes: int) -> RankEr
     return error
 
 
-def call_target(kind: str, payload: Any) -> tuple[Callable[..., Any], tuple]:
-    """The function a call runs on a rank and its arguments after ``ctx``: ``"run"`` ``(fn, args)`` (unpickled
-    first when they travelled as bytes), ``"apply"`` ``build_layout`` for the ``Layout`` (or its fields),
-    ``"check"`` ``check_groups`` with ``(skip, gather_limit)``. ``RuntimeError`` for any other kind."""
-    if kind == "run":
-        return payload if isinstance(payload, tuple) else cloudpickle.loads(payload)
-    if kind == "apply":
-        return build_layout, (payload if isinstance(payload, Layout) else Layout(**payload),)
-    if kind == "check":
-        return check_groups, tuple(payload)
-    raise RuntimeError(f"unknown call kind {kind!r}")
+def call_target(payload: Any) -> tuple[Callable[..., Any], tuple]:
+    """The function a call runs on a rank and its arguments after ``ctx``: ``payload`` is ``(fn, args)``, or their
+    cloudpickled bytes (unpickled here)."""
+    return payload if isinstance(payload, tuple) else cloudpickle.loads(payload)
 
 
-def execute(ctx: RankContext, kind: str, payload: Any) -> Outcome:
-    """Run the call ``kind`` on this rank (``call_target``), capturing output, time and the value or error.
+def execute(ctx: RankContext, payload: Any) -> Outcome:
+    """Run the call ``payload`` on this rank (``call_target``), capturing output, time and the value or error.
 
     The function is looked up (and unpickled) inside, interruptible and reported like the call itself.
     """
@@ -147,7 +138,7 @@ def execute(ctx: RankContext, kind: str, payload: Any) -> Outcome:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             _Interruptible.active = True
             try:
-                fn, args = call_target(kind, payload)
+                fn, args = call_target(payload)
                 value = fn(ctx, *args)
             finally:
                 _Interruptible.active = False
@@ -176,7 +167,7 @@ def execute(ctx: RankContext, kind: str, payload: Any) -> Outcome:
     )
 
 
-# --------------------------------------------------------------------------- step 1: build and check, no communication
+# --------------------------------------------------------------------------- apply: build and check, no communication
 def _seeds(distributed: Distributed) -> dict[str, Any]:
     """Compare each generator's initial seed with ``generator_seeds(config)`` (valid right after construction)."""
     expected = generator_seeds(distributed.config)
@@ -253,8 +244,8 @@ def _members_of(config: DistributedConfig | None) -> list[Any]:
 
 
 def build_layout(ctx: RankContext, layout: Layout) -> dict[str, Any]:
-    """Step 1 of an apply on this rank: build ``Distributed`` for ``layout`` from the rank's pool (on the pool's
-    device) and check each dim's group as the pool holds it (``rank_identity``, kept in ``ctx.identity``).
+    """What ``Cluster.apply`` runs on this rank: build ``Distributed`` for ``layout`` from the rank's pool (on the
+    pool's device) and check each dim's group as the pool holds it (``rank_identity``, kept in ``ctx.identity``).
 
     Keeps the groups of this layout and of the previous one in the pool (switching back and forth stays instant);
     the rest go, so exploring many layouts does not pile up sockets and threads. Every member of a group decides
@@ -271,61 +262,6 @@ def build_layout(ctx: RankContext, layout: Layout) -> dict[str, Any]:
         ctx.pool.release_groups(_members_of(config) + _members_of(previous))
     ctx.identity = identity
     return identity
-
-
-# --------------------------------------------------------------------------- step 2: the collective checks
-def _collectives(group: ProcessGroup, terms: list[int], rank: int, gather: bool, device: torch.device) -> dict:
-    """All-reduce (sum) ``terms`` inside ``group`` and, with ``gather``, all-gather ``rank``."""
-    out: dict[str, Any] = {}
-    if gather:
-        mine = torch.tensor([rank], dtype=torch.int64, device=device)
-        gathered = [torch.zeros_like(mine) for _ in range(group.size())]
-        group.allgather([gathered], [mine]).wait()
-        out["gathered"] = torch.cat(gathered).tolist()
-    total = torch.tensor(terms, dtype=torch.int64, device=device)
-    group.allreduce([total]).wait()
-    out["reduced"] = total.tolist()
-    out["sum"] = out["reduced"][1]
-    return out
-
-
-def check_groups(ctx: RankContext, skip: set[SKIP_KEY], gather_limit: int | None) -> dict[str, Any]:
-    """Step 2 of an apply on this rank: the collective check of each of its groups not in ``skip`` (every member
-    skips the same ones): the all-reduce of ``verification.reduction_terms``, and the all-gather of the global
-    ranks where the group has at most ``gather_limit`` members (``None``: every group).
-
-    Returns step 1's dict with each row completed by ``gathered`` / ``reduced`` / ``sum`` (or ``skipped``, or
-    ``detail`` when a collective raised) and ``seconds`` (creation plus checks).
-    """
-    distributed, identity = ctx.distributed, ctx.identity
-    if distributed is None or identity is None:
-        raise RuntimeError(f"rank {ctx.rank} has no layout built (its apply failed or never ran)")
-    config = distributed.config
-    rank = config.rank
-    rows = []
-    for index, row in enumerate(identity["dims"]):
-        name = row["dim"]
-        row = dict(row)
-        dim = config.distributed_dims[name]
-        first = int(dim.global_ranks[0])
-        group = distributed.group(name)
-        begin = time.perf_counter()
-        if row.get("identity") or (name, first) in skip:
-            row["skipped"] = True
-        elif group is None:
-            row["gathered"], row["sum"] = [rank], rank
-        else:
-            slot = group.rank()
-            at_slot = 0 <= slot < dim.size and int(dim.global_ranks[slot]) == rank
-            terms = reduction_terms(index, rank, at_slot, first)
-            gather = gather_limit is None or dim.size <= gather_limit
-            try:
-                row.update(_collectives(group, terms, rank, gather, distributed.device))
-            except Exception as error:  # reported in the row; the other dims still run
-                row["detail"] = f"{type(error).__name__}: {error}"
-        row["seconds"] = row.get("create_seconds", 0.0) + time.perf_counter() - begin
-        rows.append(row)
-    return {**identity, "dims": rows}
 
 
 # --------------------------------------------------------------------------- the local worker process
@@ -408,4 +344,4 @@ def _worker(spec: WorkerSpec, rank: int, server_pid: int, end: socket.socket) ->
         if isinstance(message, Exit):
             pool.shutdown()
             return 0
-        channel.send(Reply(message.call_id, rank, execute(ctx, message.kind, message.payload)))
+        channel.send(Reply(message.call_id, rank, execute(ctx, message.payload)))

@@ -102,7 +102,7 @@ def execute_here(ctx: RankContext, call: Call) -> RankResult:
     status, value, error = STATUS_OK, None, None
     changes = 0 if ctx.pool is None else ctx.pool.changes
     try:
-        fn, args = call_target(call.kind, call.payload)
+        fn, args = call_target(call.payload)
         value = fn(ctx, *args)
     except KeyboardInterrupt as caught:
         status, error = STATUS_INTERRUPTED, interrupted(caught, ctx, changes)

@@ -7,6 +7,7 @@ sent nothing is kept in its place as a ``"missing"`` record, so position and ran
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import re
@@ -19,6 +20,8 @@ from ..formatting import plural, ranks_text
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from ..layout import Layout
 
 STATUS_OK = "ok"
 STATUS_ERROR = "error"
@@ -369,3 +372,14 @@ def call_failure(
         *stacks_text(stacks, pid_of),
     ]
     return ClusterTimeout("\n".join(lines), results=results, ranks=sorted(pending), stacks=stacks)
+
+
+@functools.lru_cache(maxsize=4)
+def rank_coordinates(layout: Layout) -> tuple[dict[str, int], ...]:
+    """Each rank's ``rank`` and ``Layout.coordinates``, one dict per rank in rank order, for ``RankResults.to_frame``
+    (cached: the results of every call on a layout share them, and only read them)."""
+    import numpy as np
+
+    names = ["rank", *layout.coordinates]
+    table = np.column_stack([np.arange(layout.world_size), *layout.coordinates.values()]).tolist()
+    return tuple(dict(zip(names, row)) for row in table)

@@ -6,12 +6,12 @@ cluster's (``cluster.Cluster``: the same deadlines, results and errors as a ``Lo
 threads by ``rank_threads``. Two modes:
 
 - ``"threads"``: one thread per rank, torch's threaded process groups. Real tensors, real reductions: ``apply``
-  checks every group of every dim with collectives, ``run(fn)`` gets the same ``ctx``, ``streams.draw`` draws real
-  numbers. No network transport, no NCCL kernel: what it proves is the membership, order and arithmetic of every
-  group, not the wires.
+  builds every group of every dim (``checks.verify_groups`` then checks each with collectives), ``run(fn)`` gets the
+  same ``ctx``, ``checks.draw_streams`` draws real numbers. No network transport, no NCCL kernel: what it proves is
+  the membership, order and arithmetic of every group, not the wires.
 - ``"fake"``: one thread running the ranks one after another, torch's fake process groups. ``apply`` checks the
   membership and group rank of every group of every rank; no collective runs (fake collectives return wrong
-  values by design). Generators are real, so ``streams.draw`` works too.
+  values by design). Generators are real, so ``checks.draw_streams`` works too.
 
 Why a sibling class rather than a mode of ``LocalCluster``: nothing of a ``LocalCluster``'s machinery (worker
 server, sockets, file limits, process supervision) applies here, while the calls, results and errors are their
@@ -32,15 +32,15 @@ from ..config import CLUSTER_MODES
 from ..errors import LayoutError
 from ..layout import Layout
 from ..validation import check_number
-from .capacity import check_capacity
-from .cluster import CALL_MODULES, Cluster, check_progress, cluster_sizes
+from .capacity import check_capacity, cluster_sizes
+from .cluster import CALL_MODULES, CallState, Cluster
 from .inprocess import FakeGroupPool, ThreadedGroupPool, fake_store, release_collectives, require_inprocess
+from .members import layout_groups
 from .procs import preload
-from .progress import ProgressCallback
+from .progress import ProgressCallback, check_progress
 from .rank_loop import RankContext
 from .rank_threads import OneThread, ThreadPerRank, routed_output
 from .results import RankResults
-from .verification import THREADS_GATHER_LIMIT, layout_groups
 
 SIMULATED_MODES = CLUSTER_MODES[1:]
 """The modes of a ``SimulatedCluster``."""
@@ -97,7 +97,6 @@ class SimulatedCluster(Cluster):
         self._world_size = world_size
         self._local_world_size = local
         self._mode = mode
-        self._gather_limit = THREADS_GATHER_LIMIT
         self._backend = BACKEND_OF_MODE[mode]
         self._timeout = check_number(
             "timeout", default_timeout(world_size) if timeout is None else timeout, unit="seconds"
@@ -201,11 +200,9 @@ class SimulatedCluster(Cluster):
             self._shared.update((members, members) for rows, _, _ in groups.values() for members in rows)
             yield
 
-    def _call(
-        self, kind: str, payload: Any, limit: float, waited: float, label: str, layout: Layout | None = None
-    ) -> RankResults:
+    def _call(self, state: CallState, layout: Layout | None = None) -> RankResults:
         with routed_output(), gc_paused():
-            return super()._call(kind, payload, limit, waited, label, layout)
+            return super()._call(state, layout)
 
     # ------------------------------------------------------------------ display
     def __repr__(self) -> str:

@@ -24,18 +24,19 @@ from ..errors import ClusterError, ClusterTimeout
 from ..formatting import first_line, ranks_text
 from ..layout import Layout
 from .capture import quiet_harmless_c10d
-from .channel import outcome_to_result
-from .cluster import Cluster
+from .channel import Call, outcome_to_result
+from .cluster import CallState, Cluster
 from .pool import ProcessGroupPool
 from .rank_loop import RankContext, execute
-from .results import RankResults
-from .verification import rank_coordinates
+from .results import RankResults, rank_coordinates
 
 CALL_PREFIX = "fastdist_lab/calls"
 """Store keys under which rank 0 posts calls and every rank leaves its results."""
 STORE_TIMEOUT_LINES = (b"waitForInput",)
 """What torch's C++ store prints when a wait passes its deadline: filtered while rank 0 collects answers, whose
 missing ranks the ``ClusterTimeout`` names."""
+EXIT_MESSAGE = b"exit"
+"""What rank 0 posts to release the serving ranks (a call is cloudpickled ``(fn, args)``, never these bytes)."""
 IDLE_LIMIT = 3600.0
 """Seconds a serving rank waits for rank 0's next call before giving up (one wait: no timeout lines meanwhile)."""
 
@@ -87,7 +88,7 @@ class LaunchedCluster(Cluster):
             if self.rank == 0 and self.pool.store is not None:
                 self._calls += 1
                 try:
-                    self.pool.store.set(f"{CALL_PREFIX}/{self._calls}", cloudpickle.dumps(("exit", None)))
+                    self.pool.store.set(f"{CALL_PREFIX}/{self._calls}", EXIT_MESSAGE)
                 except Exception:  # a store that is gone has no serving rank left to release
                     pass
         finally:
@@ -95,16 +96,19 @@ class LaunchedCluster(Cluster):
             self.pool.shutdown()
 
     # ------------------------------------------------------------------ rank 0: calls
-    def _call(
-        self, kind: str, payload: Any, limit: float, waited: float, label: str, layout: Layout | None = None
-    ) -> RankResults:
-        """One call through the launcher's store: rank 0 posts it, runs its own part, then collects the others'."""
+    def _state_of(self, fn: Any, args: tuple, limit: float, waited: float, label: str) -> CallState:
+        """A new call of ``fn(ctx, *args)``, pickled for the store; ``ClusterError`` unless this is an open rank 0."""
         if self.rank != 0:
             raise ClusterError(f"rank {self.rank} serves rank 0's calls; only rank 0 makes them")
         if self._closed:
             raise ClusterError("this launched cluster is closed")
-        deadline = time.monotonic() + max(1e-3, limit - waited)  # for the whole call, rank 0's own part included
-        message = cloudpickle.dumps((kind, payload))
+        return CallState(Call(self._calls + 1, cloudpickle.dumps((fn, args))), label, limit, [], waited=waited)
+
+    def _call(self, state: CallState, layout: Layout | None = None) -> RankResults:
+        """One call through the launcher's store: rank 0 posts it, runs its own part, then collects the others'."""
+        limit, label = state.limit, state.label
+        deadline = time.monotonic() + max(1e-3, limit - state.waited)  # for the whole call, rank 0's own part included
+        message = payload = state.call.payload
         self._calls += 1
         number = self._calls
         store = self.pool.store
@@ -113,7 +117,7 @@ class LaunchedCluster(Cluster):
                 store.set(f"{CALL_PREFIX}/{number}", message)
             except Exception as error:
                 raise store_lost(error, self.rank) from None
-        records = [outcome_to_result(0, execute(self._ctx, kind, payload))]
+        records = [outcome_to_result(0, execute(self._ctx, payload))]
         if store is not None:
             records += self._collect(store, number, label, limit, deadline)
         layout = layout or self._layout
@@ -161,11 +165,10 @@ class LaunchedCluster(Cluster):
                 if time.monotonic() - waited >= IDLE_LIMIT - 1.0:
                     raise ClusterTimeout(f"rank {self.rank}: no call from rank 0 for {IDLE_LIMIT:g} s") from None
                 raise store_lost(error, self.rank) from None
-            kind, payload = cloudpickle.loads(message)
-            if kind == "exit":
+            if message == EXIT_MESSAGE:
                 self.close()
                 return
-            outcome = execute(self._ctx, kind, payload)
+            outcome = execute(self._ctx, message)
             try:
                 store.set(f"{key}/{self.rank}", cloudpickle.dumps(outcome))
             except Exception as error:

@@ -1,21 +1,15 @@
-"""A layout verification, both halves: what every rank checks and how the controller puts it together.
+"""The verdict of a layout on every rank (``Verification``): one row per (dim, group), plain data (no torch).
 
-A verification is two calls on every rank, whatever runs the ranks (processes, threads, fake groups, a launcher);
-``apply_in_two_steps`` makes them through a cluster's call on every rank:
+``Cluster.apply`` builds the layout's groups on every rank (``rank_loop.build_layout``), each rank checking, without
+any communication, every dim's group as its pool holds it (its config's members, the group object's size and group
+rank, that the pool created that very object for those members) and its generators' seeds; the rows it returns are
+judged here into the ``Verification`` that ``apply`` returns: what can be judged without communication
+(``collectives`` false). The collective check of every group (``fastdist_lab.checks.verify_groups``: the all-reduce
+of a few terms per member, the all-gather of the member list) judges its rows with its own ``judge`` on top of
+``membership_problems``, through the same ``Verification.from_rank_rows``.
 
-1. **build** (``"apply"``; on each rank ``rank_loop.build_layout``): the rank builds ``Distributed`` for the layout
-   from its pool, then checks, without any communication, each dim's group as its pool holds it against
-   ``layout_groups``: its config's members, the group object's size and group rank, and that the pool created that
-   very object for those members. Its generators' seeds are compared with ``generator_seeds``.
-2. **check** (``"check"``; ``rank_loop.check_groups``): every group whose members all passed step 1 is checked
-   with real collectives; a group where some member failed is skipped by all its members (``groups_to_skip``), so
-   one bad pool cannot leave its partners waiting. Fake groups stop after step 1: their collectives compute nothing.
-
-The collective check of a group of ``k`` members ``G`` (group-rank order): each member all-reduces (sum) the vector
-of ``reduction_terms`` and all-gathers its global rank when ``k <= gather_limit``; ``REDUCTION_TERMS`` says why the
-sums prove the membership and order exactly in O(1) values per rank. ``Verification`` judges every group from the
-rows the ranks sent back. It is plain data (no torch): renders as text and HTML, converts to pandas, and round-trips
-through the JSON report that ``python -m fastdist_lab.worker --report`` writes (``load_report``).
+A ``Verification`` renders as text and HTML, converts to pandas, and round-trips through the JSON report that
+``python -m fastdist_lab.worker --report`` writes (``load_report``).
 """
 
 from __future__ import annotations
@@ -24,17 +18,12 @@ import functools
 import html
 import json
 import os
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from ..config import DIM_NAMES, DistributedConfig
-from ..errors import LayoutError
+from ..config import DIM_NAMES
 from ..formatting import members_text, plural, ranks_text
 from ..layout import Layout
-from .members import member_tuple
 from .results import RankResults
 
 if TYPE_CHECKING:
@@ -47,9 +36,6 @@ REPORT_VERSION = 1
 VERIFICATION_COLUMNS = ("dim", "group", "members", "size", "ok", "seconds", "create_seconds", "created", "detail")
 """Columns of ``Verification.to_frame()``."""
 
-THREADS_GATHER_LIMIT = 4
-"""Widest group a simulated (threaded) world also all-gathers; processes all-gather every group, as always."""
-
 MODES = {
     "processes": "real process groups, one process per rank",
     "threads": "torch's threaded process groups, one thread per rank of one process: real collectives",
@@ -57,63 +43,12 @@ MODES = {
 }
 """What runs the ranks of a verification, in words."""
 
-FIRST_SPLIT = 4096
-"""A group's first member enters the all-reduce as ``divmod(first, FIRST_SPLIT)``, so no sum can overflow int64
-(a ``Layout`` has at most 2**24 ranks)."""
+MEMBERSHIP_ONLY = "membership only: no collective ran"
+"""What the summary of a verification without collectives (``Cluster.apply``'s) adds."""
 
-REDUCTION_TERMS = ("count", "rank", "at_slot", "dim", "dim^2", "first_hi", "first_hi^2", "first_lo", "first_lo^2")
-"""What each member of a group of ``k`` members ``G`` (group-rank order, dim number ``d`` in ``DIM_NAMES``)
-all-reduces (sum): 1, its global rank, 1 when its global rank is ``G[its slot in the communicator]`` (else 0), and
-``d``, ``hi``, ``lo`` (``divmod(G[0], FIRST_SPLIT)``: the group it believes it checks) with their squares.
-
-The sums equal ``(k, sum(G), k, k d, k d^2, k hi, k hi^2, k lo, k lo^2)`` exactly when the communicator's ``k``
-slots hold members that all check this dim's group ``G`` (a sum of squares equal to ``k`` times the square of the
-mean leaves no spread) and each sits at the slot ``G`` gives it: the members are ``G`` in ``G``'s order. That is as
-exact as an all-gather, in a few values per rank whatever the group's width."""
-
-
-def reduction_terms(dim_index: int, rank: int, at_slot: bool, first: int) -> list[int]:
-    """One member's contribution to a group's all-reduce (see ``REDUCTION_TERMS``)."""
-    high, low = divmod(int(first), FIRST_SPLIT)
-    return [1, int(rank), int(at_slot), dim_index, dim_index**2, high, high**2, low, low**2]
-
-
-def expected_reduction(dim_index: int, members: list[int]) -> list[int]:
-    """The all-reduce a group of ``members`` must give (see ``REDUCTION_TERMS``)."""
-    size = len(members)
-    high, low = divmod(int(members[0]), FIRST_SPLIT)
-    return [size, sum(members), size, *(size * v for v in (dim_index, dim_index**2, high, high**2, low, low**2))]
-
-
-SKIP_KEY = tuple[str, int]
-"""A group to skip: (dim, its first member in the layout)."""
-
-
-@functools.lru_cache(maxsize=4)
-def layout_groups(layout: Layout) -> dict[str, tuple[list[tuple[int, ...]], list[int], list[int]]]:
-    """Per dim: every group as a tuple of ints, each rank's row among them and its position in its group (cached
-    for a few layouts: the ranks of a simulated world share them). A group that is a progression is the tuple
-    ``member_tuple`` gives for its ``range``, so the pools' keys and these are the same objects."""
-    out = {}
-    for name in DIM_NAMES:
-        groups = layout.groups(name)
-        steps = np.diff(groups, axis=1) if groups.shape[1] > 1 else np.ones((groups.shape[0], 1), dtype=np.int64)
-        progression = (steps == steps[:, :1]).all(axis=1) & (steps[:, 0] > 0)
-        rows = [
-            member_tuple(range(row[0], row[-1] + int(step[0]), int(step[0]))) if regular else tuple(row)
-            for row, step, regular in zip(groups.tolist(), steps, progression.tolist())
-        ]
-        out[name] = (rows, layout.group_index(name).tolist(), layout.dim_rank(name).tolist())
-    return out
-
-
-@functools.lru_cache(maxsize=4)
-def rank_coordinates(layout: Layout) -> tuple[dict[str, int], ...]:
-    """Each rank's ``rank`` and ``Layout.coordinates``, one dict per rank in rank order, for ``RankResults.to_frame``
-    (cached: the results of every call on a layout share them, and only read them)."""
-    names = ["rank", *layout.coordinates]
-    table = np.column_stack([np.arange(layout.world_size), *layout.coordinates.values()]).tolist()
-    return tuple(dict(zip(names, row)) for row in table)
+Judge = Callable[[int, dict[str, Any], list[int], int], list[str]]
+"""``judge(rank, row, members, dim_index)``: what one member's row says is wrong with its group (empty when nothing
+is)."""
 
 
 def expected_groups(layout: Layout) -> dict[str, list[list[int]]]:
@@ -121,107 +56,70 @@ def expected_groups(layout: Layout) -> dict[str, list[list[int]]]:
     return {name: layout.groups(name).tolist() for name in DIM_NAMES}
 
 
-def layout_for_cluster(
-    layout: Layout | DistributedConfig, world_size: int, local_world_size: int, backend: str
-) -> tuple[Layout, Layout]:
-    """Check that ``layout`` fits a cluster of these sizes; returns it (as a ``Layout``) and the layout the ranks
-    run: the same with the cluster's backend. ``LayoutError`` when the sizes do not fit."""
-    if isinstance(layout, DistributedConfig):
-        layout = Layout.from_config(layout)
-    if not isinstance(layout, Layout):
-        raise TypeError(f"apply() needs a Layout, got {type(layout).__name__}")
-    if layout.world_size != world_size:
-        raise LayoutError(f"layout world_size={layout.world_size} does not match the cluster's {world_size} ranks")
-    if layout.local_world_size > local_world_size:
-        raise LayoutError(
-            f"layout local_world_size={layout.local_world_size} is larger than the cluster's "
-            f"local_world_size={local_world_size}"
-        )
-    return layout, Layout(**dict(layout.fields(), backend=backend))
-
-
-def apply_in_two_steps(
-    call: Callable[[str, Any], RankResults],
-    applied: Layout,
-    build_payload: Any,
-    mode: str = "processes",
-    gather_limit: int | None = None,
-    backend: str = "",
-) -> Verification:
-    """A whole verification through ``call(kind, payload)`` (a cluster's call on every rank): ``"apply"`` with
-    ``build_payload`` (the layout, or its fields), then, unless ``mode`` is ``"fake"``, ``"check"`` with the groups
-    to skip and ``gather_limit``. Returns the ``Verification`` of every rank's final rows (step 2's, or step 1's
-    where step 1 failed)."""
-    begin = time.monotonic()
-    built = call("apply", build_payload)
-    if mode == "fake":
-        results = built
-    else:
-        checked = call("check", (groups_to_skip(built, applied), gather_limit))
-        records = [step1 if not step1.ok else step2 for step1, step2 in zip(built, checked)]
-        results = RankResults(records, built.coordinates, checked.label, world_size=len(built))
-    fields = {key: getattr(value, "value", value) for key, value in applied.fields().items()}
-    return Verification.from_rank_rows(
-        expected_groups(applied), results, fields, backend or fields["backend"], time.monotonic() - begin, mode=mode
-    )
-
-
-def groups_to_skip(built: RankResults, layout: Layout) -> set[SKIP_KEY]:
-    """The groups step 2 must skip: those with a member that failed step 1 or found its group wrong."""
-    skip: set[SKIP_KEY] = set()
-    groups = layout_groups(layout)
-    for record in built:
-        if record.ok and isinstance(record.value, dict):
-            bad = [row["dim"] for row in record.value.get("dims", []) if row.get("identity")]
-        else:
-            bad = list(DIM_NAMES)
-        for name in bad:
-            rows, index, _ = groups[name]
-            skip.add((name, rows[index[record.rank]][0]))
-    return skip
-
-
-def _reduction_problem(got: list[int], expected: list[int]) -> str:
-    """Which part of an all-reduce differs, in words."""
-    wrong = [name for name, a, b in zip(REDUCTION_TERMS, got, expected) if a != b]
-    if "count" in wrong:
-        return f"all-reduce counted {got[0]} members, expected {expected[0]}"
-    if "rank" in wrong or "at_slot" in wrong:
-        return f"all-reduce gave ranks summing to {got[1]} with {got[2]} at their slot, expected {expected[1]}, all"
-    return "all-reduce shows members checking different groups (" + ", ".join(wrong) + " differ)"
-
-
-def _row_problems(rank: int, row: dict[str, Any], members: list[int], dim_index: int, mode: str) -> list[str]:
-    """What one member's row says is wrong with its group (empty when nothing is)."""
+def membership_problems(rank: int, row: dict[str, Any], members: list[int], dim_index: int = 0) -> list[str]:
+    """What one member's row of ``build_layout`` says is wrong with its group, judged without communication: the
+    problems its pool's group showed (``identity``), and a member list other than ``members``."""
     problems = [f"rank {rank}: {text}" for text in row.get("identity", [])]
     if "members" in row and list(row["members"]) != list(members):
         problems.append(f"rank {rank} expected members {members_text(members)} got {members_text(row['members'])}")
-    if problems or row.get("skipped"):
-        return problems
-    if row.get("detail"):
-        return [f"rank {rank}: {row['detail']}"]
-    if "gathered" in row and row["gathered"] != list(members):
-        gathered = row["gathered"]
-        problems.append(f"rank {rank}: all-gather gave {members_text(gathered)}")
-    if "reduced" in row:
-        expected = expected_reduction(dim_index, members)
-        if list(row["reduced"]) != expected:
-            problems.append(f"rank {rank}: {_reduction_problem(list(row['reduced']), expected)}")
-    elif "sum" in row and row["sum"] != sum(members):
-        problems.append(f"rank {rank}: all-reduce gave {row.get('sum')}, expected {sum(members)}")
-    elif "sum" not in row and "gathered" not in row and mode != "fake":
-        problems.append(f"rank {rank}: no collective result")
     return problems
+
+
+def judged_rows(expected: dict[str, list[list[int]]], results: RankResults, judge: Judge) -> list[dict[str, Any]]:
+    """One row per (dim, group) of ``expected``: every member's row in ``results`` judged by ``judge`` (see
+    ``Verification.from_rank_rows``)."""
+    by_rank: dict[int, dict[str, dict[str, Any]]] = {}
+    for record in results:
+        if record.ok and isinstance(record.value, dict):
+            by_rank[record.rank] = {row["dim"]: row for row in record.value.get("dims", [])}
+    rows = []
+    for dim_index, (dim, groups) in enumerate(expected.items()):
+        for index, members in enumerate(groups):
+            problems: list[str] = []
+            seconds_max = create_max = 0.0
+            created = skipped = False
+            for rank in members:
+                row = by_rank.get(rank, {}).get(dim)
+                if row is None:
+                    if rank < len(results):
+                        record = results[rank]
+                        why = "no check rows" if record.ok else record.status
+                        if record.error is not None:  # the error itself, first line, not just its status
+                            why += f" ({str(record.error).splitlines()[0][:200]})"
+                    else:
+                        why = "missing"
+                    problems.append(f"rank {rank}: {why}")
+                    continue
+                seconds_max = max(seconds_max, float(row.get("seconds", 0.0)))
+                create_max = max(create_max, float(row.get("create_seconds", 0.0)))
+                created = created or bool(row.get("created", False))
+                skipped = skipped or bool(row.get("skipped", False))
+                problems += judge(rank, row, members, dim_index)
+            if skipped and not problems:
+                problems.append("not checked: the group was skipped")
+            rows.append(
+                {
+                    "dim": dim,
+                    "group": index,
+                    "members": list(members),
+                    "size": len(members),
+                    "ok": not problems,
+                    "seconds": seconds_max,
+                    "create_seconds": create_max,
+                    "created": created,
+                    "detail": "; ".join(problems[:4]) + (" ..." if len(problems) > 4 else ""),
+                }
+            )
+    return rows
 
 
 class Verification:
     """Checks of a layout on every rank: one row per (dim, group), plus per-rank generator-seed checks.
 
     A group passes when every member reported, each member's pool holds the group it should (members, size, group
-    rank, created for those members: see the module) and, unless ``mode`` is ``"fake"``, the collectives
-    agree: the all-reduce of ``REDUCTION_TERMS`` (or, in reports of earlier versions, the sum of the global ranks)
-    and, where the group was all-gathered, the member list in group-rank order. ``results`` is the
-    ``RankResults`` of the check; ``mode`` says what ran the ranks (``MODES``).
+    rank, created for those members: see the module) and, where ``collectives`` ran, they agree (judged by
+    ``fastdist_lab.checks.verify_groups``). ``results`` is the ``RankResults`` of the check; ``mode`` says what ran
+    the ranks (``MODES``); ``collectives`` whether any collective ran (``Cluster.apply`` and fake worlds: no).
     """
 
     def __init__(
@@ -232,13 +130,16 @@ class Verification:
         backend: str = "gloo",
         seconds: float | None = None,
         mode: str = "processes",
+        collectives: bool | None = None,
     ):
-        self.rows = rows
+        self._rows = rows
+        self._judge_later: Callable[[], list[dict[str, Any]]] | None = None
         self.results = results
         self.layout_fields = layout_fields or {}
         self.backend = backend
         self.seconds = seconds
         self.mode = mode
+        self.collectives = mode != "fake" if collectives is None else bool(collectives)
 
     @classmethod
     def from_rank_rows(
@@ -249,51 +150,23 @@ class Verification:
         backend: str = "gloo",
         seconds: float | None = None,
         mode: str = "processes",
+        judge: Judge | None = None,
     ) -> Verification:
-        """Aggregate per-rank check rows (the value each rank returned) against the expected groups of each dim."""
-        by_rank: dict[int, dict[str, dict[str, Any]]] = {}
-        for record in results:
-            if record.ok and isinstance(record.value, dict):
-                by_rank[record.rank] = {row["dim"]: row for row in record.value.get("dims", [])}
-        rows = []
-        for dim_index, (dim, groups) in enumerate(expected.items()):
-            for index, members in enumerate(groups):
-                problems: list[str] = []
-                seconds_max = create_max = 0.0
-                created = skipped = False
-                for rank in members:
-                    row = by_rank.get(rank, {}).get(dim)
-                    if row is None:
-                        if rank < len(results):
-                            record = results[rank]
-                            why = "no check rows" if record.ok else record.status
-                            if record.error is not None:  # the error itself, first line, not just its status
-                                why += f" ({str(record.error).splitlines()[0][:200]})"
-                        else:
-                            why = "missing"
-                        problems.append(f"rank {rank}: {why}")
-                        continue
-                    seconds_max = max(seconds_max, float(row.get("seconds", 0.0)))
-                    create_max = max(create_max, float(row.get("create_seconds", 0.0)))
-                    created = created or bool(row.get("created", False))
-                    skipped = skipped or bool(row.get("skipped", False))
-                    problems += _row_problems(rank, row, members, dim_index, mode)
-                if skipped and not problems:
-                    problems.append("not checked: the group was skipped")
-                rows.append(
-                    {
-                        "dim": dim,
-                        "group": index,
-                        "members": list(members),
-                        "size": len(members),
-                        "ok": not problems,
-                        "seconds": seconds_max,
-                        "create_seconds": create_max,
-                        "created": created,
-                        "detail": "; ".join(problems[:4]) + (" ..." if len(problems) > 4 else ""),
-                    }
-                )
-        return cls(rows, results, layout_fields, backend, seconds, mode)
+        """Aggregate per-rank check rows (the value each rank returned) against the expected groups of each dim,
+        each member's row judged by ``judge`` (default ``membership_problems``: no collective ran; a judge that
+        reads collective results makes the verdict one of collectives, unless ``mode`` is ``"fake"``)."""
+        collectives = judge is not None and mode != "fake"
+        verification = cls([], results, layout_fields, backend, seconds, mode, collectives=collectives)
+        verification._judge_later = functools.partial(judged_rows, expected, results, judge or membership_problems)
+        return verification
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """One dict per (dim, group): ``VERIFICATION_COLUMNS`` (judged on first read: an ``apply`` whose verdict
+        nobody reads judges nothing)."""
+        if self._judge_later is not None:
+            self._rows, self._judge_later = self._judge_later(), None
+        return self._rows
 
     @property
     def seeds_ok(self) -> bool:
@@ -350,6 +223,8 @@ class Verification:
         world = self.layout_fields.get("world_size", len(self.results))
         took = "" if self.seconds is None else f" in {self.seconds:.2f} s"
         how = "" if self.mode == "processes" else f" ({MODES.get(self.mode, self.mode)})"
+        if not self.collectives and self.mode != "fake":
+            how = f" ({self.mode}, {MEMBERSHIP_ONLY})"
         return (
             f"Verification {verdict}: {plural(len(self.rows), 'group')}{extra}; {world} ranks, "
             f"{self.backend}{took}{how}"
@@ -360,7 +235,7 @@ class Verification:
         frame = self.to_frame()
         if frame.empty:
             return self.summary()
-        no_collective = self.mode == "fake"  # fake groups: membership checked, no collective ran, nothing timed
+        no_collective = not self.collectives  # membership checked, no collective ran, nothing timed
         frame = frame.assign(
             members=[members_text(m) for m in frame["members"]],
             seconds=["not run" if no_collective else f"{s:.3f}" for s in frame["seconds"]],
@@ -378,7 +253,7 @@ class Verification:
         color = "green" if self.ok else "crimson"
         head = f"<b style='color:{color}'>{html.escape(self.summary())}</b>"
         frame = self.to_frame()
-        if self.mode == "fake":  # no collective ran: nothing was timed
+        if not self.collectives:  # no collective ran: nothing was timed
             frame = (
                 frame.drop(columns=["seconds"]).rename(columns={"ok": "membership_ok"}).assign(collectives="not run")
             )
@@ -394,6 +269,7 @@ class Verification:
             "version": REPORT_VERSION,
             "backend": self.backend,
             "mode": self.mode,
+            "collectives": self.collectives,
             "seconds": self.seconds,
             "layout": self.layout_fields,
             "rows": self.rows,
@@ -412,6 +288,7 @@ class Verification:
             backend=data.get("backend", "gloo"),
             seconds=data.get("seconds"),
             mode=data.get("mode", "processes"),
+            collectives=data.get("collectives"),
         )
 
     def save(self, path: str | os.PathLike[str]) -> None:

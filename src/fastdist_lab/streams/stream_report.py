@@ -153,3 +153,16 @@ class StreamReport(StreamCells):
     def _repr_html_(self) -> str:
         checks = self.check().to_html(index=False)
         return f"<div class='fastdist-streams'><b>{html.escape(repr(self))}</b><br><b>Checks</b>{checks}</div>"
+
+
+def comparison_text(frame: pd.DataFrame, max_rows: int = 20) -> str:
+    """A few lines for a terminal from ``compare_on_cluster``'s frame: the verdict, then the differing rows."""
+    where = f"step {frame.attrs.get('step', '?')}, {frame.attrs.get('phase', '?')}"
+    total, bad = len(frame), frame[~frame["ok"]]
+    if bad.empty:
+        return f"generator streams, real vs predicted ({where}): all {total} (rank, generator) streams match exactly"
+    lines = [f"generator streams, real vs predicted ({where}): {len(bad)} of {total} (rank, generator) streams differ"]
+    lines.append(bad.head(max_rows).to_string(index=False))
+    if len(bad) > max_rows:
+        lines.append(f"... ({len(bad) - max_rows} more)")
+    return "\n".join(lines)

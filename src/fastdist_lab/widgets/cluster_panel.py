@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as widgets
 import traitlets
 
-from ..checks import rank_summary
+from ..checks import rank_summary, verify_groups
 from ..config import CLUSTER_MODES
 from ..formatting import plural
 from ..layout import Layout
@@ -317,7 +317,7 @@ class ClusterPanel(Panel):
 
         def action() -> None:
             self._say(f"applying the layout to {cluster.world_size} rank(s)...")
-            verification = cluster.apply(layout)
+            verification = verify_groups(cluster, layout)
             self.verification.value = verification_html(verification)
             self.tables.set_title(0, f"groups checked (table): {plural(len(verification.rows), 'group')}")
             results = cluster.run(rank_summary)

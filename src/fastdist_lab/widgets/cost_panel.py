@@ -350,8 +350,10 @@ class CostPanel(Panel):
             self._say("the cluster runs another layout: Apply this layout in the cluster panel first", error=True)
             return False
         try:
-            frame = cluster.replay(
-                layout, self.transformer(), self.training(), hardware=self.hardware.value,
+            from ..checks import replay  # imports torch: only when a replay is asked for
+
+            frame = replay(
+                cluster, layout, self.transformer(), self.training(), hardware=self.hardware.value,
                 progress=self._progress, **options,
             )  # fmt: skip
         except Exception as error:  # shown in the panel, never as a traceback

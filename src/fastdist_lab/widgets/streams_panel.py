@@ -256,9 +256,10 @@ class StreamsPanel(Panel):
             self._say("the cluster runs another layout: Apply this layout in the cluster panel first", error=True)
             return False
         try:
-            from ..streams import draw, predict
+            from ..checks import draw_streams
+            from ..streams import predict
 
-            real = draw(cluster, step=self.step.value, phase=self.phase.value, draws=self.draws)
+            real = draw_streams(cluster, step=self.step.value, phase=self.phase.value, draws=self.draws)
             device = getattr(cluster, "device_type", "cpu")
             if self.predicted is None or device != "cpu":
                 self.predicted = predict(layout, self.step.value, self.phase.value, self.draws, device=device)

@@ -1,6 +1,7 @@
-"""``draw``: every rank's generator streams drawn for real by the workers of a ``LocalCluster``.
+"""``draw_streams``: every rank's generator streams drawn for real on a running cluster, and ``compare_streams``, the
+comparison with the prediction (``streams.predict``).
 
-On each worker the rank's own ``Distributed`` (built by ``cluster.apply(layout)``) provides the generators.
+On each rank its own ``Distributed`` (built by ``cluster.apply(layout)``) provides the generators.
 Nothing the user holds is disturbed: every draw is made from a *copy* of a generator's state (a fresh
 generator on the same device with ``set_state``), and the pp/tp generators get their state back after
 ``set_step``. What is drawn:
@@ -24,8 +25,8 @@ import numpy as np
 
 from ..config import PhaseType
 from ..seeds import GENERATORS, device_type
-from .draws import check_draws, draw_values
-from .stream_report import StreamReport
+from ..streams import StreamReport, predict
+from ..streams.draws import check_draws, draw_values
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -95,10 +96,10 @@ def rank_streams(ctx: Any, step: int, phase: str, draws: int) -> dict[str, Any]:
     return {"rank": ctx.rank, "seeds": seeds, "devices": devices, "origins": origins, "values": np.stack(values)}
 
 
-def draw(
+def draw_streams(
     cluster: Any, step: int = 0, phase: PhaseType | str = "training", draws: int = 4, timeout: float | None = None
 ) -> StreamReport:
-    """Every rank's generator seeds and first ``draws`` values, drawn by the cluster's workers (``source="real"``).
+    """Every rank's generator seeds and first ``draws`` values, drawn by the cluster's ranks (``source="real"``).
 
     The cluster must have a layout applied (``cluster.apply(layout)``). See the module docstring for what
     "first values" means per generator; the user's generators are left as they were.
@@ -129,7 +130,7 @@ def draw(
     )
 
 
-def compare_on_cluster(
+def compare_streams(
     cluster: Any,
     step: int = 0,
     phase: PhaseType | str = "training",
@@ -140,27 +141,12 @@ def compare_on_cluster(
 
     Returns ``predicted.compare(real)``: one row per (rank, generator) with the device, seed and draws of
     both, ``ok`` and ``differs``; ``frame.attrs`` holds ``matches`` (whether every row is ok), ``step`` and
-    ``phase``; ``comparison_text(frame)`` says it in a few lines. For the two
-    ``StreamReport`` objects themselves, call ``draw`` and ``predict`` directly.
+    ``phase``; ``streams.comparison_text(frame)`` says it in a few lines. For the two ``StreamReport`` objects
+    themselves, call ``draw_streams`` and ``streams.predict`` directly.
     """
-    from .predict import predict
-
-    real = draw(cluster, step, phase, draws, timeout=timeout)
+    real = draw_streams(cluster, step, phase, draws, timeout=timeout)
     device = real.devices[real.generator_index("pp")]
     predicted = predict(real.layout, step, phase, draws, device=device)
     frame = predicted.compare(real)
     frame.attrs.update(matches=predicted.matches(real), step=int(step), phase=PhaseType.parse(phase).name)
     return frame
-
-
-def comparison_text(frame: pd.DataFrame, max_rows: int = 20) -> str:
-    """A few lines for a terminal from ``compare_on_cluster``'s frame: the verdict, then the differing rows."""
-    where = f"step {frame.attrs.get('step', '?')}, {frame.attrs.get('phase', '?')}"
-    total, bad = len(frame), frame[~frame["ok"]]
-    if bad.empty:
-        return f"generator streams, real vs predicted ({where}): all {total} (rank, generator) streams match exactly"
-    lines = [f"generator streams, real vs predicted ({where}): {len(bad)} of {total} (rank, generator) streams differ"]
-    lines.append(bad.head(max_rows).to_string(index=False))
-    if len(bad) > max_rows:
-        lines.append(f"... ({len(bad) - max_rows} more)")
-    return "\n".join(lines)

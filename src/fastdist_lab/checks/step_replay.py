@@ -1,6 +1,7 @@
 """The step's collectives replayed on a running cluster's real process groups, and a bandwidth sweep per dim.
 
-``replay(cluster, layout, model, training, scale)`` takes the rows of ``estimate(...).communication`` and
+``replay(cluster, layout, model, training, scale)`` (``fastdist_lab.checks.replay``; ``cluster.replay`` before, now
+deprecated) takes the rows of ``estimate(...).communication`` and
 issues each on its real groups: every rank of the row's groups issues its own group's collective in the same
 call, as in training (all groups of a dim at once), with the message scaled by ``scale`` to fit this machine.
 ``bandwidth(cluster, dim, sizes)`` sweeps all-reduce / all-gather / reduce-scatter on a dim's groups like
@@ -33,8 +34,8 @@ import torch
 from ..config import DIM_NAMES
 from ..cost import COLLECTIVES, Hardware, bus_factor, estimate, format_bytes
 from ..errors import ClusterError, CostError
+from ..runtime.progress import finish, resolve_progress
 from ..validation import check_int, check_number
-from .progress import finish, resolve_progress
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -404,7 +405,7 @@ def _per_dim(rows: pd.DataFrame) -> pd.DataFrame:
 def bandwidth(
     cluster: Any,
     dim: str,
-    sizes: Sequence[int] = SWEEP_SIZES,
+    sizes: Sequence[int] | None = None,
     collectives: Sequence[str] = SWEEP_COLLECTIVES,
     *,
     iterations: int = 5,
@@ -414,7 +415,8 @@ def bandwidth(
 ) -> pd.DataFrame:
     """Sweep ``collectives`` over message ``sizes`` (bytes) on every group of ``dim`` at once, like nccl-tests.
 
-    Uses the applied layout's real ``dim`` groups. One row per (collective, size): ``BANDWIDTH_COLUMNS``
+    Uses the applied layout's real ``dim`` groups; ``sizes`` defaults to ``SWEEP_SIZES``. One row per (collective,
+    size): ``BANDWIDTH_COLUMNS``
     (size rounded to whole float32 elements, a multiple of the group size for all-gather / reduce-scatter;
     seconds per call timed as in ``replay``; bandwidths in GB/s), raw numbers displayed in units (a ``UnitFrame``).
     """
@@ -426,7 +428,7 @@ def bandwidth(
     for collective in collectives:
         if collective not in COLLECTIVES:
             raise CostError(f"collective={collective!r} is not a collective; use one of {', '.join(COLLECTIVES)}")
-    sizes = tuple(sizes)
+    sizes = SWEEP_SIZES if sizes is None else tuple(sizes)
     if not sizes or not collectives:
         raise CostError(f"sizes={sizes!r} and collectives={collectives!r} must not be empty")
     for size in sizes:
