@@ -23,7 +23,8 @@ from .memory import stage_memory
 from .model import Transformer
 from .setups import Setups, chunk_layers, placement
 from .step import STEP_COLUMNS, lower_bound, step_columns
-from .training import MULTI_STAGE_SCHEDULES, RECOMPUTE, SCHEDULES, Training
+from .schedule_kinds import MULTI_STAGE_SCHEDULES, SCHEDULES, check_schedule
+from .training import RECOMPUTE, Training
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -345,9 +346,11 @@ def _plans(pp: int, m: int, layers: int, schedules: list[str], virtual: list[int
     plans = []
     for kind in schedules:
         for v in [1] if kind not in MULTI_STAGE_SCHEDULES else virtual:
-            if (kind == "interleaved-1f1b" and v < 2) or pp * v > layers:
+            if pp * v > layers:
                 continue
-            if kind in MULTI_STAGE_SCHEDULES and m % max(1, m // pp):
+            try:  # only what torch's class runs: every row can be trained as it stands (check_training)
+                check_schedule(kind, pp, m, v, run=True)
+            except CostError:
                 continue
             plans.append((kind, v))
     return plans
