@@ -21,9 +21,9 @@ from .efficiency import DEFAULT_EFFICIENCY, Efficiency
 from .hardware import Hardware
 from .memory import stage_memory
 from .model import Transformer
+from .schedule_kinds import MULTI_STAGE_SCHEDULES, SCHEDULES, check_schedule
 from .setups import Setups, chunk_layers, placement
 from .step import STEP_COLUMNS, lower_bound, step_columns
-from .schedule_kinds import MULTI_STAGE_SCHEDULES, SCHEDULES, check_schedule
 from .training import RECOMPUTE, Training
 
 if TYPE_CHECKING:
