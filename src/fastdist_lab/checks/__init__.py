@@ -4,10 +4,12 @@ with what the layout predicts.
 ``check_layout(cluster, layout)`` is the main job (``fastdist-lab check``): every group verified with real
 collectives, then every rank's real generator streams compared with the prediction.
 
-``check_training(cluster, layout)`` runs one real training step of a small GPT (``TinyGPT``) on the layout's groups
-(tensor, sequence-tensor, pipeline with torch's schedules, sequence-data and data parallel) and the same step in one
-process, and compares every rank's gradients and updated weights (``TrainingCheck``); ``TrainingFault`` breaks one
-thing on purpose. These names import torch, so they are served on first use.
+``check_training(cluster, layout, training=Training(...))`` runs one real training step of a small GPT
+(``TinyGPT``) on the layout's groups (tensor, sequence-tensor, pipeline with torch's schedules, sequence-data and
+data parallel) and the same step in one process, and compares every rank's gradients and updated weights
+(``TrainingCheck``); the set-up is a ``cost.Training`` (the schedules of ``cost.SCHEDULE_KINDS``, ZeRO 0-3,
+recompute), the one an Advisor row gives; ``TrainingFault`` breaks one thing on purpose. ``SCHEDULES`` is
+deprecated (``cost.SCHEDULE_KINDS``). These names import torch, so they are served on first use.
 
 ``device_mesh_check(cluster)`` builds torch's real ``DeviceMesh`` from ``Layout.device_mesh_spec()`` on every rank
 and checks each named dim's mesh group with a real collective; ``rank_summary`` is what the cluster panel asks
@@ -22,7 +24,6 @@ from .layout_check import LayoutCheck, check_layout
 from .ranks import rank_summary
 
 _LAZY: dict[str, str] = {
-    "SCHEDULES": ".pipeline_carrier",
     "TinyGPT": ".tiny_gpt",
     "TrainingCheck": ".train_step",
     "TrainingFault": ".train_rank",
@@ -31,7 +32,6 @@ _LAZY: dict[str, str] = {
 """The training check's public names and their modules (they import torch: served on first use)."""
 
 __all__ = [
-    "SCHEDULES",
     "LayoutCheck",
     "TinyGPT",
     "TrainingCheck",
@@ -43,4 +43,9 @@ __all__ = [
 ]
 
 
-__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, __all__)
+__getattr__, __dir__ = lazy_attributes(
+    __name__,
+    _LAZY,
+    __all__,
+    deprecated={"SCHEDULES": (".pipeline_carrier", "fastdist_lab.cost.SCHEDULE_KINDS (name -> .torch_class)")},
+)

@@ -15,6 +15,7 @@ from .schedule_kinds import check_schedule
 RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
 """Activation recompute choices (Korthikanti et al. 2022, Section 5)."""
 
+
 @dataclass(frozen=True)
 class Training:
     """One training set-up: micro-batch, micro-batches per step, ZeRO stage, sequence tensor parallel, recompute.
