@@ -279,6 +279,7 @@ def check_training(
     plan = TrainingPlan(model, weights, tokens, training, float(dropout), learning_rate, fault or TrainingFault())
     settings = {"micro_batches": micro_batches, "micro_batch_size": training.micro_batch_size, "dropout": dropout}
     settings.update(zero_stage=training.zero_stage, recompute=training.recompute, seed=seed)
+    settings["sequence_tensor_parallel"] = bool(layout.sequence_tensor_parallel)
     if SCHEDULE_KINDS[training.schedule].multi_stage:
         settings["virtual_stages"] = training.virtual_pipeline_stages
     check = TrainingCheck(applied, str(getattr(cluster, "mode", "processes")), training.schedule, settings, None,

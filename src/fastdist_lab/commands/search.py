@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for flags, name, what in (
         (("--tensor-parallel", "--tp"), "tensor_parallel", "tensor-parallel sizes (default: the divisors of a node)"),
         (("--pipeline-parallel", "--pp"), "pipeline_parallel", "pipeline-parallel sizes (default: every one)"),
-        (("--virtual-pipeline-stages",), "virtual_pipeline_stages", "virtual stages per pipeline rank"),
+        (("--virtual-pipeline-stages", "--virtual-stages"), "virtual_pipeline_stages", "virtual stages per rank"),
         (("--sequence-data-parallel", "--sdp"), "sequence_data_parallel", "sequence-data-parallel sizes"),
         (("--micro-batch-size",), "micro_batch_size", "micro-batch sizes"),
         (("--zero-stage",), "zero_stage", "ZeRO stages"),
