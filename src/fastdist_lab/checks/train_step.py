@@ -230,6 +230,27 @@ def training_settings(
     return model, layout, micro_batches
 
 
+def model_for(layout: Layout, training: Training | None = None) -> TinyGPT:
+    """The smallest ``TinyGPT`` (from the default one) that splits over ``layout`` with ``training``: a layer per
+    pipeline stage at least, heads and vocabulary divisible by the tensor size, sequences divisible by the
+    sequence-data (and, with sequence tensor parallel, the tensor) size: what the lab trains an Advisor row on.
+
+    Example:
+        >>> model_for(Layout(world_size=64, tensor_parallel=8, pipeline_parallel=4, sequence_data_parallel=2),
+        ...           Training(schedule="interleaved-1f1b", virtual_pipeline_stages=2, sequence_tensor_parallel=True))
+        TinyGPT(vocab_size=64, hidden_size=128, heads=8, layers=8, ffn_size=256, sequence_length=16)
+    """
+    training = Training() if training is None else training
+    base, tp = TinyGPT(), layout.tensor_parallel
+    stages = SCHEDULE_KINDS[training.schedule].stages(layout.pipeline_parallel, training.virtual_pipeline_stages)
+    split = layout.sequence_data_parallel * (tp if training.sequence_tensor_parallel or
+                                             layout.sequence_tensor_parallel else 1)  # fmt: skip
+    heads = math.lcm(base.heads, tp)
+    return TinyGPT(vocab_size=math.lcm(base.vocab_size, tp), hidden_size=max(base.hidden_size, 16 * heads),
+                   heads=heads, layers=max(base.layers, stages), ffn_size=math.lcm(base.ffn_size, tp),
+                   sequence_length=math.lcm(base.sequence_length, split))  # fmt: skip
+
+
 def check_training(
     cluster: Any,
     layout: Layout,

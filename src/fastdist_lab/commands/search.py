@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         limits.add_argument(*flags, dest=name, type=int, nargs="+", metavar="N", default=argparse.SUPPRESS,
                             help=what if "default" in what else what + shown)  # fmt: skip
     limits.add_argument("--schedule", choices=SCHEDULES, nargs="+", default=argparse.SUPPRESS,
-                        help="pipeline schedules (default: every one)")  # fmt: skip
+                        help="pipeline schedules (default: every one but looped-bfs)")  # fmt: skip
     limits.add_argument(
         "--recompute",
         choices=RECOMPUTE,

@@ -30,7 +30,8 @@ class ScheduleKind:
     (``multi_stage``; at least ``min_virtual_stages`` of them), whether the backward is split into input and weight
     halves (``split_backward``), whether its micro-batches go in rounds (``rounds``: torch's rule that they be a
     multiple of ``max(1, m // pp)``), whether the cost model prices it (``priced``) and the training step runs it
-    (``runnable``), and the paper it comes from (``source``)."""
+    (``runnable``), the paper it comes from (``source``), and whether ``search`` tries it when not told which
+    schedules to try (``searched``)."""
 
     name: str
     torch_class: str
@@ -41,6 +42,7 @@ class ScheduleKind:
     priced: bool
     runnable: bool
     source: str
+    searched: bool = True
 
     def stages(self, pipeline_parallel: int, virtual_pipeline_stages: int) -> int:
         """Stages over all pipeline ranks: ``pipeline_parallel`` times the virtual stages when ``multi_stage``."""
@@ -56,13 +58,17 @@ SCHEDULE_KINDS: dict[str, ScheduleKind] = {
             "interleaved-1f1b", "ScheduleInterleaved1F1B", True, 2, False, True, True, True,
             "Narayanan et al. 2021, 2.2.2",
         ),
-        ScheduleKind("looped-bfs", "ScheduleLoopedBFS", True, 1, False, False, True, True, "Lamy-Poirier 2023"),
+        ScheduleKind(
+            "looped-bfs", "ScheduleLoopedBFS", True, 1, False, False, True, True, "Lamy-Poirier 2023", False,
+        ),
         ScheduleKind(
             "zero-bubble", "ScheduleInterleavedZeroBubble", True, 1, True, True, True, True, "Qi et al. 2023",
         ),
     )
 }  # fmt: skip
-"""Every pipeline schedule by name (``ScheduleKind``); every one is both priced and runnable."""
+"""Every pipeline schedule by name (``ScheduleKind``); every one is both priced and runnable. ``looped-bfs`` is
+searched only when asked for (``search(..., schedule=...)``, ``--schedule``): it holds every micro-batch of every
+chunk at its peak, as GPipe does, and its tables (``m * v`` forwards a rank) made the whole search 4x slower."""
 
 SCHEDULES: tuple[str, ...] = tuple(SCHEDULE_KINDS)
 """The schedule names, as the CLI spells them."""

@@ -21,7 +21,7 @@ from .efficiency import DEFAULT_EFFICIENCY, Efficiency
 from .hardware import Hardware
 from .memory import stage_memory
 from .model import Transformer
-from .schedule_kinds import MULTI_STAGE_SCHEDULES, SCHEDULES, check_schedule
+from .schedule_kinds import MULTI_STAGE_SCHEDULES, SCHEDULE_KINDS, SCHEDULES, check_schedule
 from .setups import Setups, chunk_layers, placement
 from .step import STEP_COLUMNS, lower_bound, step_columns
 from .training import RECOMPUTE, Training
@@ -52,7 +52,7 @@ LIMITS: dict[str, Any] = {
     "virtual_pipeline_stages": (1, 2, 3, 4, 6, 8),
     "sequence_data_parallel": (1, 2, 4, 8),
     "micro_batch_size": (1, 2, 4, 8),
-    "schedule": SCHEDULES,
+    "schedule": tuple(name for name, kind in SCHEDULE_KINDS.items() if kind.searched),
     "recompute": RECOMPUTE,
     "sequence_tensor_parallel": (False, True),
     "zero_stage": (0, 1, 2, 3),
