@@ -52,10 +52,11 @@ def child_threads(world_size: int) -> dict[str, Any]:
     begin = time.perf_counter()
     from fastdist_lab import Layout, SimulatedCluster
     from fastdist_lab.checks import check_training
+    from fastdist_lab.cost import Training
 
     layout = Layout(world_size=world_size, **BIG)
     with SimulatedCluster(world_size, local_world_size=8, progress=False) as cluster:
-        check = check_training(cluster, layout, micro_batches=4)
+        check = check_training(cluster, layout, training=Training(num_microbatches=4))
     return {"total_s": time.perf_counter() - begin, "ok": check.ok, "phases": check.seconds,
             "maxrss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}  # fmt: skip
 

@@ -15,7 +15,7 @@ def test_the_default_layout_agrees(capsys):
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert lines[0].startswith("layout: Layout(world_size=8, local_world_size=8, tensor_parallel=2")
-    assert lines[1].startswith("ranks: threads; schedule: 1f1b; micro_batches=4")
+    assert lines[1].startswith("ranks: threads; schedule: 1f1b; micro_batches=2")  # cost.Training's default: pp
     assert "65 parameter tensors compared on 260 shards, tolerance 1e-05 relative: 65 ok, 0 outside" in out
     assert "worst 5:" in out and lines[-1] == "result: OK"
 
@@ -35,10 +35,24 @@ def test_dropout_prints_the_judgments(capsys):
     assert "masks different across each data group" in out and out.splitlines()[-1] == "result: OK"
 
 
+def test_a_search_rows_set_up_runs_as_it_stands(capsys):
+    """The flags of ``fastdist-lab cost`` / ``search``: zero bubble with two virtual stages, ZeRO 3, recompute."""
+    flags = ["--schedule", "zero-bubble", "--virtual-stages", "2", "--micro-batches", "4", "--zero-stage", "3",
+             "--recompute", "full", "--micro-batch-size", "2", "--sequence-tensor-parallel"]  # fmt: skip
+    assert main([*THREADS, *flags]) == 0
+    out = capsys.readouterr().out
+    assert "schedule: zero-bubble; micro_batches=4; micro_batch_size=2" in out and "zero_stage=3" in out
+    assert "recompute=full" in out and "sequence_tensor_parallel=True" in out and out.splitlines()[-1] == "result: OK"
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--schedule", "zb"], "schedule='zb' is not a schedule; use one of gpipe, 1f1b, interleaved-1f1b"),
+        (["--schedule", "zb"], "schedule='zb' must be one of 'gpipe', '1f1b', 'interleaved-1f1b', 'looped-bfs', 'zero"),
+        (["--schedule", "interleaved-1f1b"], "needs virtual_pipeline_stages >= 2, got 1"),
+        (["--micro-batches", "1"], "schedule='1f1b' needs num_microbatches >= pipeline_parallel=2 to run, got 1"),
+        (["--zero-stage", "4"], "zero_stage=4"),
+        (["--recompute", "full", "--dropout", "0.1"], "recompute='full' with dropout=0.1"),
         (["--simulate", "fake"], "--simulate fake runs no collective"),
         (["--dropout", "1.5"], "dropout=1.5 must be a probability in [0, 1)"),
         (["--tp", "8", "--pp", "1", "--sdp", "1"], "tensor_parallel=8 must divide the model's heads=4"),

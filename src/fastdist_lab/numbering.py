@@ -13,12 +13,29 @@ Pure numpy: whole-world answers in milliseconds, no per-rank Python loop.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
 from .validation import check_int
+
+
+def axis_strides(axes: Sequence[str], sizes: Mapping[str, Any]) -> dict[str, Any]:
+    """Each axis's stride (rank distance between neighbours along it): the product of the sizes of the axes listed
+    before it (``axes``: fastest first). ``sizes`` may hold numbers or numpy arrays (one entry per set-up), so the
+    cost model's many set-ups get their strides from the same rule as one ``RankGrid``.
+
+    Example:
+        >>> axis_strides(("tensor", "pipeline", "data"), {"tensor": 2, "pipeline": 4, "data": 3})
+        {'tensor': 1, 'pipeline': 2, 'data': 8}
+    """
+    out, stride = {}, 1
+    for axis in axes:
+        out[axis] = stride
+        stride = stride * sizes[axis]
+    return out
 
 
 class RankGrid:
@@ -60,11 +77,7 @@ class RankGrid:
     @cached_property
     def strides(self) -> dict[str, int]:
         """Each axis's rank distance between neighbours: the product of the sizes of the faster axes."""
-        out, stride = {}, 1
-        for axis, size in zip(self.axes, self.sizes):
-            out[axis] = stride
-            stride *= size
-        return out
+        return axis_strides(self.axes, dict(zip(self.axes, self.sizes)))
 
     @property
     def grid_axes(self) -> tuple[str, ...]:

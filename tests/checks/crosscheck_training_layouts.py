@@ -1,6 +1,7 @@
 """Every layout of up to 16 ranks with tensor, pipeline, sequence-data and data factors in {1, 2, 4} trains like one
 process: ``check_training`` on a simulated world of threads for each, with and without sequence-tensor parallelism,
-data-first and pipeline-first, under each of torch's schedules (616 cases; ZeRO stage and micro-batch size vary).
+data-first and pipeline-first, under each of torch's schedules (770 cases; ZeRO stage, recompute and micro-batch
+size vary).
 
 Not collected by pytest (about 13 minutes on 2 cores): the test suite draws a sample of these cases with
 hypothesis (``test_train_step.py``). Run::
@@ -19,7 +20,8 @@ import sys
 import time
 
 from fastdist_lab import Layout, SimulatedCluster
-from fastdist_lab.checks import SCHEDULES, TinyGPT, check_training
+from fastdist_lab.checks import TinyGPT, check_training
+from fastdist_lab.cost import SCHEDULE_KINDS, SCHEDULES, Training
 
 FACTORS = (1, 2, 4)
 
@@ -52,10 +54,12 @@ def main(argv: list[str] | None = None) -> int:
             cluster = worlds.get(layout.world_size)
             if cluster is None:
                 cluster = worlds[layout.world_size] = SimulatedCluster(layout.world_size, progress=False)
-            multi = schedule in ("interleaved-1f1b", "looped-bfs")
+            multi = SCHEDULE_KINDS[schedule].multi_stage
             model = TinyGPT(layers=8) if multi and layout.pipeline_parallel == 4 else None
-            check = check_training(cluster, layout, schedule=schedule, model=model, zero_stage=index % 2,
-                                   micro_batch_size=1 + (index % 3 == 0), tolerance=args.tolerance)  # fmt: skip
+            training = Training(schedule=schedule, virtual_pipeline_stages=2 if multi else 1, zero_stage=index % 4,
+                                num_microbatches=2 * layout.pipeline_parallel, micro_batch_size=1 + (index % 3 == 0),
+                                recompute=("none", "selective", "full")[index % 3])  # fmt: skip
+            check = check_training(cluster, layout, training=training, model=model, tolerance=args.tolerance)
             worst = max(worst, float(check.table[["grad_rel", "weight_rel"]].max().max()))
             if not check.ok:
                 failed.append(f"{layout!r} {schedule}: {check.problems[0]}")

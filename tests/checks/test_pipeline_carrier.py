@@ -10,15 +10,14 @@ import torch
 import torch.distributed
 
 from fastdist_lab import Layout, LayoutError, SimulatedCluster
-from fastdist_lab.checks import SCHEDULES
 from fastdist_lab.checks.pipeline_carrier import (
     PairBroadcast,
     Solo,
-    check_schedule,
     pipeline_carrier,
     registered,
     require_pipelining,
 )
+from fastdist_lab.cost import SCHEDULE_KINDS, check_schedule
 from fastdist_lab.runtime.inprocess import threaded_group
 
 
@@ -46,7 +45,7 @@ def test_torchs_threaded_group_has_no_point_to_point():
 
 def test_pipelining_and_the_registry_are_there():
     pipelining = require_pipelining()
-    assert all(hasattr(pipelining, name) for name in SCHEDULES.values())
+    assert all(hasattr(pipelining, kind.torch_class) for kind in SCHEDULE_KINDS.values())
     from torch.distributed import distributed_c10d
 
     assert isinstance(distributed_c10d._world.pg_group_ranks, dict)
@@ -96,17 +95,19 @@ def test_a_pipeline_of_one_rank_carries_through_a_queue():
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        (("zero-bubble", 2, 4, 2), "schedule='zero-bubble' is not a schedule; use one of gpipe, 1f1b"),
-        (("1f1b", 4, 2, 2), "schedule '1f1b' needs micro_batches >= pipeline_parallel=4, not 2"),
-        (("gpipe", 2, 0, 2), "micro_batches=0 must be > 0"),
-        (("interleaved-1f1b", 2, 4, 0), "virtual_stages=0 must be > 0"),
+        (("zero-bubbles", 2, 4, 2), "schedule='zero-bubbles' must be one of 'gpipe', '1f1b'"),
+        (("1f1b", 4, 2, 1), "schedule='1f1b' needs num_microbatches >= pipeline_parallel=4 to run, got 2"),
+        (("gpipe", 2, 0, 1), "num_microbatches=0 must be"),
+        (("interleaved-1f1b", 2, 4, 0), "virtual_pipeline_stages=0 must be"),
+        (("1f1b", 4, 4, 2), "schedule='1f1b' runs one stage per rank: virtual_pipeline_stages=2 must be 1"),
     ],
 )
 def test_bad_schedules_are_named(arguments, message):
+    """The one ``check_schedule`` (``cost``), as the training step calls it: what torch would refuse to run."""
     with pytest.raises(LayoutError, match="^" + message):
-        check_schedule(*arguments)
+        check_schedule(*arguments, run=True, error=LayoutError)
 
 
 def test_stages_per_schedule():
-    assert check_schedule("1f1b", 4, 4, 2) == 4
+    assert check_schedule("1f1b", 4, 4, 1, run=True) == 4 and check_schedule("zero-bubble", 4, 4, 2) == 8
     assert check_schedule("interleaved-1f1b", 4, 8, 2) == 8 and check_schedule("looped-bfs", 2, 1, 3) == 6

@@ -1,7 +1,8 @@
-"""One real training step on a layout's groups against one process: layouts and schedules chosen at random on
-threads, a handful on gloo processes, threads and gloo giving the same numbers, and dropout judged on real masks.
+"""One real training step on a layout's groups against one process: layouts and ``cost.Training`` set-ups (every
+schedule of the registry, ZeRO 0-3, recompute) chosen at random on threads, a handful on gloo processes, threads and
+gloo giving the same numbers, dropout judged on real masks, the old keywords deprecated.
 
-Every layout of up to 16 ranks with factors in {1, 2, 4} (616 cases with the schedules, sequence-tensor parallel and
+Every layout of up to 16 ranks with factors in {1, 2, 4} (770 cases with the schedules, sequence-tensor parallel and
 both orders) is swept by ``python tests/checks/crosscheck_training_layouts.py``."""
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from hypothesis import strategies as st
 
 from fastdist_lab import ClusterError, Layout, LayoutError, SimulatedCluster
 from fastdist_lab.checks import TinyGPT, TrainingCheck, check_training
-from fastdist_lab.checks.train_rank import TrainingPlan, train_rank
+from fastdist_lab.checks.train_rank import TrainingFault, TrainingPlan, train_rank
+from fastdist_lab.cost import SCHEDULE_KINDS, SCHEDULES, Training
 from fastdist_lab.streams import predict
 
 MAIN = Layout(world_size=8, tensor_parallel=2, pipeline_parallel=2, sequence_data_parallel=2, backend="gloo")
@@ -53,10 +55,16 @@ def training_cases(draw):
         pipeline_first=draw(st.booleans()),
         backend="gloo",
     )
-    schedule = draw(st.sampled_from(("gpipe", "1f1b", "interleaved-1f1b", "looped-bfs")))
-    options = {"schedule": schedule, "zero_stage": draw(st.sampled_from((0, 1))),
-               "micro_batch_size": draw(st.sampled_from((1, 2)))}  # fmt: skip
-    if schedule in ("interleaved-1f1b", "looped-bfs") and pp == 4:
+    schedule = draw(st.sampled_from(SCHEDULES))
+    pp_m = draw(st.sampled_from((1, 2)))  # micro-batches: the pipeline size (the default) or twice it
+    kind = SCHEDULE_KINDS[schedule]
+    v = draw(st.sampled_from((kind.min_virtual_stages, 2))) if kind.multi_stage else 1
+    training = Training(schedule=schedule, zero_stage=draw(st.sampled_from((0, 1, 2, 3))),
+                        micro_batch_size=draw(st.sampled_from((1, 2))), virtual_pipeline_stages=v,
+                        num_microbatches=None if pp_m == 1 else 2 * pp,
+                        recompute=draw(st.sampled_from(("none", "selective", "full"))))  # fmt: skip
+    options = {"training": training}
+    if v * pp > 4:
         options["model"] = TinyGPT(layers=8)
     return layout, options
 
@@ -83,9 +91,21 @@ def test_the_main_layout_on_gloo_processes(gloo):
 
 def test_sequence_tensor_parallel_and_interleaving_on_gloo(gloo):
     layout = MAIN.replace(sequence_tensor_parallel=True, pipeline_first=True)
-    check = check_training(gloo, layout, schedule="interleaved-1f1b", zero_stage=0)
+    training = Training(schedule="interleaved-1f1b", virtual_pipeline_stages=2, num_microbatches=4)
+    check = check_training(gloo, layout, training=training)
     assert check.ok, check.summary()
     assert check.layout.sequence_tensor_parallel and check.settings["virtual_stages"] == 2
+    assert check.training == training
+
+
+def test_zero_bubble_zero_3_and_full_recompute_on_gloo(gloo):
+    """What an Advisor row may say, on real processes: torch's ScheduleInterleavedZeroBubble, sharded weights, the
+    layers recomputed in the backward, sequence tensor parallel turned on by the training set-up."""
+    training = Training(schedule="zero-bubble", zero_stage=3, recompute="full", sequence_tensor_parallel=True)
+    check = check_training(gloo, MAIN, training=training)
+    assert check.ok, check.summary()
+    assert check.layout.sequence_tensor_parallel and check.schedule == "zero-bubble"
+    assert check.settings["zero_stage"] == 3 and check.settings["recompute"] == "full"
 
 
 def _shards(cluster, layout, plan):
@@ -99,7 +119,7 @@ def test_threads_and_gloo_give_the_same_numbers(gloo, worlds):
     tokens = torch.randint(
         model.vocab_size, (2 * 4, model.sequence_length + 1), generator=torch.Generator().manual_seed(5)
     )
-    plan = TrainingPlan(model, model.initial_weights(5), tokens, "1f1b", micro_batches=4)
+    plan = TrainingPlan(model, model.initial_weights(5), tokens, Training(num_microbatches=4, zero_stage=1))
     layout = MAIN.replace(pipeline_first=True)
     processes, threads = _shards(gloo, layout, plan), _shards(worlds(8), layout, plan)
     for (loss_p, shards_p), (loss_t, shards_t) in zip(processes, threads):
@@ -146,9 +166,64 @@ def test_a_layout_whose_tensor_ranks_share_a_generator_fails_the_dropout_judgmen
 def test_what_cannot_run_is_refused(worlds):
     with pytest.raises(LayoutError, match="dropout=1.0 must be a probability"):
         check_training(worlds(8), MAIN, dropout=1.0)
-    with pytest.raises(LayoutError, match="zero_stage=2"):
-        check_training(worlds(8), MAIN, zero_stage=2)
-    with pytest.raises(LayoutError, match="interleaved-1f1b"):
-        check_training(worlds(8), MAIN, schedule="interleaved")
+    with pytest.raises(LayoutError, match="recompute='full' with dropout=0.1"):
+        check_training(worlds(8), MAIN, training=Training(recompute="full"), dropout=0.1)
+    with pytest.raises(LayoutError, match="needs num_microbatches >= pipeline_parallel=2 to run, got 1"):
+        check_training(worlds(8), MAIN, training=Training(num_microbatches=1))
+    with pytest.raises(LayoutError, match="layers_per_stage"):
+        check_training(worlds(8), MAIN, training=Training(layers_per_stage=(2, 2)))
+    with pytest.raises(LayoutError, match="training=.* must be a fastdist_lab.cost.Training"):
+        check_training(worlds(8), MAIN, training={"schedule": "1f1b"})
     with SimulatedCluster(4, "fake", progress=False) as fake, pytest.raises(ClusterError, match="fake process groups"):
         check_training(fake, MAIN.replace(world_size=4, local_world_size=4, sequence_data_parallel=1))
+
+
+def test_the_old_keywords_still_work_with_a_deprecation_naming_the_field(worlds):
+    with pytest.warns(DeprecationWarning) as caught:
+        check = check_training(worlds(8), MAIN, schedule="looped-bfs", virtual_stages=2, zero_stage=0)
+    assert [str(w.message).split(" is deprecated: ")[1] for w in caught] == [
+        "use training=Training(schedule=...) (the old keyword goes in the next release)",
+        "use training=Training(virtual_pipeline_stages=...) (the old keyword goes in the next release)",
+        "use training=Training(zero_stage=...) (the old keyword goes in the next release)",
+    ]
+    assert check.ok and check.training == Training(
+        schedule="looped-bfs", virtual_pipeline_stages=2, num_microbatches=4, zero_stage=0
+    )  # the old defaults kept
+    with pytest.warns(DeprecationWarning), pytest.raises(LayoutError, match="schedule='interleaved' must be one of"):
+        check_training(worlds(8), MAIN, schedule="interleaved")
+    with pytest.raises(LayoutError, match="not both"):
+        check_training(worlds(8), MAIN, training=Training(), zero_stage=1)
+    with pytest.raises(TypeError, match="'micro_batch'"):
+        check_training(worlds(8), MAIN, micro_batch=2)
+    import fastdist_lab.checks
+
+    with pytest.warns(DeprecationWarning, match="fastdist_lab.checks.SCHEDULES is deprecated"):
+        old = fastdist_lab.checks.SCHEDULES
+    assert old == {name: kind.torch_class for name, kind in SCHEDULE_KINDS.items()}
+
+
+def test_zero_3_weights_are_gathered_and_a_rank_that_keeps_its_slice_is_named(worlds):
+    sharded = check_training(worlds(8), MAIN, training=Training(zero_stage=3))
+    assert sharded.ok, sharded.summary()
+    broken = check_training(worlds(8), MAIN, training=Training(zero_stage=3), fault=TrainingFault(ungathered=5))
+    assert not broken.ok
+    assert any(problem.startswith("rank 5 started from another shard") for problem in broken.problems)
+    assert broken.rank_errors[5] == float("inf") and (broken.rank_errors.drop(5) < float("inf")).any()
+
+
+def test_recompute_runs_the_blocks_again_in_the_backward():
+    from fastdist_lab.checks.tiny_gpt import Parallel, StageModule
+
+    model = TinyGPT(layers=2)
+    calls = {"none": [], "selective": [], "full": []}
+    for recompute, seen in calls.items():
+        module = StageModule(model, range(2), True, True, Parallel(recompute=recompute))
+        module.load(model.initial_weights(0), 0, 1)
+        block, core = module.layers["0"], module.layers["0"].attention
+        block.fc1.register_forward_hook(lambda *_, seen=seen: seen.append("mlp"))
+        original = core.core
+        core.core = lambda *a, seen=seen, original=original: seen.append("core") or original(*a)
+        module(torch.randint(64, (1, 16))).sum().backward()
+    assert calls["none"] == ["core", "mlp"]
+    assert calls["selective"] == ["core", "mlp", "core"]  # the attention core again in the backward
+    assert calls["full"] == ["core", "mlp", "core", "mlp"]  # the whole block again

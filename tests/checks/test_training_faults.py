@@ -11,6 +11,7 @@ import pytest
 
 from fastdist_lab import Layout, SimulatedCluster
 from fastdist_lab.checks import TrainingFault, check_training
+from fastdist_lab.cost import Training
 from fastdist_lab.viz import training_marks
 
 LAYOUT = Layout(world_size=8, tensor_parallel=2, pipeline_parallel=2, sequence_data_parallel=2, backend="gloo")
@@ -47,7 +48,7 @@ def test_a_pipeline_stage_that_skips_a_layer(threads):
 
 
 def test_a_data_rank_that_does_not_reduce_its_gradients(threads):
-    check = check_training(threads, LAYOUT, zero_stage=0, fault=TrainingFault(unreduced=5))
+    check = check_training(threads, LAYOUT, fault=TrainingFault(unreduced=5))  # ZeRO 0 (Training's default)
     assert not check.ok
     assert check.problems[0].startswith("the loss matches one process but rank 5's gradients do not")
     assert check.problems[0].endswith("the forward pass was right and the gradient reduction was not; rank 5's "
@@ -58,7 +59,7 @@ def test_a_data_rank_that_does_not_reduce_its_gradients(threads):
 
 
 def test_with_zero_1_the_unreduced_slice_reaches_the_data_group(threads):
-    check = check_training(threads, LAYOUT, fault=TrainingFault(unreduced=5))
+    check = check_training(threads, LAYOUT, training=Training(zero_stage=1), fault=TrainingFault(unreduced=5))
     assert check.problems[0].startswith("the loss matches one process but rank 5's gradients do not")
     assert check.problems[1] == "ranks outside the tolerance: [5, 7]"  # rank 7 all-gathers rank 5's slice
 
@@ -86,8 +87,9 @@ def test_a_swapped_member_in_a_group(threads, dim, rank, expected):
 
 
 def test_faults_on_gloo_processes_are_named_the_same_way(gloo):
-    swapped = check_training(gloo, LAYOUT, schedule="gpipe", fault=TrainingFault(swapped=("pipeline", 0)))
-    unreduced = check_training(gloo, LAYOUT, zero_stage=0, fault=TrainingFault(unreduced=6))
+    gpipe = Training(schedule="gpipe")
+    swapped = check_training(gloo, LAYOUT, training=gpipe, fault=TrainingFault(swapped=("pipeline", 0)))
+    unreduced = check_training(gloo, LAYOUT, fault=TrainingFault(unreduced=6))
     assert swapped.problems[:2] == [
         "rank 0 used the pipeline group [4, 0]; the layout's is [0, 4]",
         "rank 4 used the pipeline group [4, 0]; the layout's is [0, 4]",

@@ -27,6 +27,21 @@ def expected():
     return estimate(layout, Transformer.preset("llama2-70b", seq_length=4096), training)
 
 
+def test_the_schedule_and_its_virtual_stages_are_priced(capsys):
+    """``--schedule`` and ``--virtual-stages`` (the flags of ``train-step`` and ``search``) reach the estimate."""
+    steps = {}
+    for schedule, virtual in (("1f1b", "1"), ("zero-bubble", "2"), ("looped-bfs", "2")):
+        argv = ["cost", *FLAGS, *SET_UP, "--schedule", schedule, "--virtual-stages", virtual, "--format", "json"]
+        assert main(argv) == 0
+        steps[schedule] = json.loads(capsys.readouterr().out)
+    for schedule, virtual in (("zero-bubble", 2), ("looped-bfs", 2)):
+        training = expected().training.replace(schedule=schedule, virtual_pipeline_stages=virtual)
+        layout = Layout(world_size=64, local_world_size=8, tensor_parallel=8, pipeline_parallel=2)
+        report = estimate(layout, Transformer.preset("llama2-70b", seq_length=4096), training)
+        assert steps[schedule] == json.loads(json.dumps(report.to_dict("dgx-h100")))
+    assert steps["zero-bubble"] != steps["1f1b"]
+
+
 def test_cost_table(capsys):
     assert main(["cost", *FLAGS, *SET_UP]) == 0
     out = capsys.readouterr().out
@@ -70,6 +85,9 @@ def test_cost_csv_sections(capsys):
         (["--micro-batch-size", "0"], "micro_batch_size=0"),
         (["--zero-stage", "5"], "zero_stage=5"),
         (["--num-microbatches", "-1"], "num_microbatches=-1"),
+        (["--schedule", "zb"], "schedule='zb' must be one of 'gpipe'"),
+        (["--schedule", "interleaved-1f1b"], "needs virtual_pipeline_stages >= 2, got 1"),
+        (["--pp", "4", "--sdp", "1", "--micro-batches", "9", "--schedule", "zero-bubble"], "multiple of its 2"),
     ],
 )
 def test_cost_bad_values_are_one_line_exit_2(capsys, argv, message):

@@ -11,10 +11,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fastdist_lab.cost import schedule, stage_counts
+from fastdist_lab.cost import SCHEDULE_KINDS, SCHEDULES, Training, check_schedule, estimate, schedule, stage_counts
 from fastdist_lab.errors import CostError
 
-TORCH_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved-1f1b": "Interleaved1F1B",
+TORCH_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved-1f1b": "Interleaved1F1B", "looped-bfs": "LoopedBFS",
                "zero-bubble": "InterleavedZeroBubble"}  # fmt: skip
 COMPUTE = ("FORWARD", "FULL_BACKWARD", "BACKWARD_INPUT", "BACKWARD_WEIGHT")
 
@@ -90,6 +90,52 @@ def test_zero_bubble_with_one_stage_per_rank_equals_torchs_rank_operations():
             for rank in range(pp):
                 theirs = ScheduleInterleavedZeroBubble._calculate_single_rank_operations(state, rank)
                 assert ours.actions(rank) == [str(a) for a in theirs if a is not None]
+
+
+def test_looped_bfs_with_one_stage_per_rank_equals_torchs_rank_operations():
+    """torch's visualiser builds multi-stage schedules with two stages per rank at least; the class runs one."""
+    from torch.distributed.pipelining.schedules import ScheduleLoopedBFS
+
+    for pp in range(1, 7):
+        for m in range(1, 13):
+            state = SimpleNamespace(_stages=[None], pp_group_size=pp, _n_microbatches=m)
+            ours = schedule("looped-bfs", pp, m, 1)
+            for rank in range(pp):
+                theirs = ScheduleLoopedBFS._calculate_single_rank_operations(state, rank)
+                assert ours.actions(rank) == [str(a) for a in theirs if a is not None]
+
+
+def test_every_schedule_is_torchs_class_priced_and_runnable():
+    import torch.distributed.pipelining as pipelining
+
+    from fastdist_lab import Layout
+
+    assert set(SCHEDULES) == set(TORCH_NAMES) == set(SCHEDULE_KINDS)
+    layout = Layout(world_size=8, pipeline_parallel=4, sequence_data_parallel=1)
+    seconds = {}
+    for name, kind in SCHEDULE_KINDS.items():
+        assert kind.torch_class == f"Schedule{TORCH_NAMES[name]}" and hasattr(pipelining, kind.torch_class)
+        assert kind.priced and kind.runnable
+        v = kind.min_virtual_stages
+        seconds[name] = estimate(layout, "llama2-7b", Training(schedule=name, virtual_pipeline_stages=v,
+                                                               num_microbatches=8)).step().seconds  # fmt: skip
+    assert all(value > 0 for value in seconds.values())
+    assert seconds["zero-bubble"] < seconds["1f1b"] <= seconds["gpipe"] * (1 + 1e-9)
+
+
+def test_check_schedule_names_the_bad_value_in_one_line():
+    assert check_schedule("looped-bfs", 4, 3, 2) == 8 and check_schedule("1f1b", 4, 2) == 4
+    for args, kwargs, message in [
+        (("zero-bubbles", 2, 2), {}, "schedule='zero-bubbles' must be one of 'gpipe'"),
+        (("1f1b", 4, 2), {"run": True}, "needs num_microbatches >= pipeline_parallel=4 to run, got 2"),
+        (("gpipe", 2, 0), {}, "num_microbatches=0"),
+        (("zero-bubble", 2, 4, 0), {}, "virtual_pipeline_stages=0"),
+    ]:
+        with pytest.raises(CostError, match=message) as caught:
+            check_schedule(*args, **kwargs)
+        assert "\n" not in str(caught.value)
+    with pytest.raises(CostError, match="virtual_pipeline_stages=3 must be 1"):
+        Training(schedule="gpipe", virtual_pipeline_stages=3)
 
 
 def test_a_broken_table_is_reported(torch_ops):

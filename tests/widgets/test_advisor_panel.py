@@ -183,3 +183,29 @@ def test_a_search_error_on_a_thread_is_text_too():
 
     asyncio.run(scenario())
     assert "gpus=12 must be a multiple" in panel.error and panel.result is None and panel.searches == 1
+
+
+def test_train_this_row_runs_exactly_the_rows_set_up_on_the_labs_cluster(expected):
+    """One click: the chosen row's layout and ``cost.Training`` (schedule, micro-batches, ZeRO stage, recompute, ...)
+    trained on a small TinyGPT on the lab's cluster (threads here), started at the row's world size."""
+    app = fastdist_lab.lab(mode="threads")
+    advisor, cluster = app.advisor_panel, app.cluster_panel
+    try:
+        assert advisor.train_button.disabled and advisor.train_row() is None  # no row chosen: nothing to train
+        for name in ("hardware", "top", "global_batch_size", "gpus"):
+            getattr(advisor, name).value = SMALL[name]
+        row = int(np.flatnonzero(expected.frame["pipeline_parallel"] > 1)[0])  # a row with a pipeline schedule
+        advisor.rows.value = row
+        app.flush()
+        training, layout = expected.training(row), expected.layout(row)
+        assert not advisor.train_button.disabled and cluster.train.training() == training  # offered as it stands
+        advisor.train_button.click()
+        check = cluster.train.check
+        assert check is not None and check.ok, check.summary()
+        assert check.training == training and check.schedule == training.schedule
+        assert check.layout.fields() == {**layout.fields(), "backend": check.layout.backend}
+        assert cluster.running and cluster.cluster.world_size == layout.world_size == 16
+        assert check.settings["micro_batches"] == training.num_microbatches
+        assert "everything agrees" in cluster.train.status.value
+    finally:
+        app.close()

@@ -11,7 +11,8 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from fastdist_lab import Layout  # noqa: E402
-from fastdist_lab.checks import SCHEDULES, TrainingFault  # noqa: E402
+from fastdist_lab.checks import TrainingFault  # noqa: E402
+from fastdist_lab.cost import SCHEDULES, Training  # noqa: E402
 from fastdist_lab.viz import training_marks  # noqa: E402
 from fastdist_lab.viz.marks import error_note  # noqa: E402
 from fastdist_lab.widgets import ClusterPanel  # noqa: E402
@@ -52,7 +53,7 @@ def test_clicking_a_rank_lists_its_tensors(panel):
 
 
 def test_a_broken_rank_is_red_on_the_grid(panel):
-    check = panel.train_step(zero_stage=0, fault=TrainingFault(unreduced=6))
+    check = panel.train_step(training=Training(zero_stage=0), fault=TrainingFault(unreduced=6))
     assert not check.ok and "something differs" in panel.message
     marks = training_marks(check)
     assert np.flatnonzero(marks.bad).tolist() == [6] and marks.notes[6].startswith("\u2717")
@@ -73,6 +74,22 @@ def test_dropout_from_the_panel_shows_the_judgments(panel):
     assert "dropout judged on the real masks: all passed" == training_marks(check).headline
     panel.train.select(2)
     assert "no tensor compared" in panel.train.view.card.value
+
+
+def test_the_controls_and_a_loaded_set_up_make_the_training_that_runs(panel):
+    view = panel.train
+    loaded = Training(schedule="zero-bubble", num_microbatches=4, micro_batch_size=2, zero_stage=3, recompute="full")
+    view.load(loaded)
+    assert view.training() == loaded and "micro-batches: 4 of 2 sequence(s)" in view.setup.value
+    view.schedule.value = "interleaved-1f1b"  # one stage per rank: the set-up line says what is wrong
+    assert "needs virtual_pipeline_stages &gt;= 2" in view.setup.value
+    view.virtual_stages.value = 2
+    try:
+        check = panel.train_step()
+    finally:
+        view.load(Training())
+    assert check.ok and check.training == loaded.replace(schedule="interleaved-1f1b", virtual_pipeline_stages=2)
+    assert check.settings["zero_stage"] == 3 and check.settings["recompute"] == "full"
 
 
 def test_error_notes():

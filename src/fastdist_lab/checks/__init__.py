@@ -5,10 +5,12 @@ with what the layout predicts.
 collectives (``verify_groups``: ``cluster.apply`` builds the groups, then the collective check), then every rank's
 real generator streams compared with the prediction.
 
-``check_training(cluster, layout)`` runs one real training step of a small GPT (``TinyGPT``) on the layout's groups
-(tensor, sequence-tensor, pipeline with torch's schedules, sequence-data and data parallel) and the same step in one
-process, and compares every rank's gradients and updated weights (``TrainingCheck``); ``TrainingFault`` breaks one
-thing on purpose. These names import torch, so they are served on first use.
+``check_training(cluster, layout, training=Training(...))`` runs one real training step of a small GPT
+(``TinyGPT``) on the layout's groups (tensor, sequence-tensor, pipeline with torch's schedules, sequence-data and
+data parallel) and the same step in one process, and compares every rank's gradients and updated weights
+(``TrainingCheck``); the set-up is a ``cost.Training`` (the schedules of ``cost.SCHEDULE_KINDS``, ZeRO 0-3,
+recompute), the one an Advisor row gives; ``TrainingFault`` breaks one thing on purpose. ``SCHEDULES`` is
+deprecated (``cost.SCHEDULE_KINDS``). These names import torch, so they are served on first use.
 
 ``draw_streams(cluster)`` draws every rank's real generator streams, ``compare_streams(cluster)`` compares them with
 ``streams.predict``. ``replay(cluster, layout, model)`` issues a training step's collectives (the rows of
@@ -30,7 +32,6 @@ from .ranks import rank_summary
 from .stream_draw import compare_streams, draw_streams
 
 _LAZY: dict[str, str] = {
-    "SCHEDULES": ".pipeline_carrier",
     "bandwidth": ".step_replay",
     "replay": ".step_replay",
     "TinyGPT": ".tiny_gpt",
@@ -41,7 +42,6 @@ _LAZY: dict[str, str] = {
 """The public names that import torch and their modules (served on first use)."""
 
 __all__ = [
-    "SCHEDULES",
     "LayoutCheck",
     "TinyGPT",
     "TrainingCheck",
@@ -58,4 +58,9 @@ __all__ = [
 ]
 
 
-__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, __all__)
+__getattr__, __dir__ = lazy_attributes(
+    __name__,
+    _LAZY,
+    __all__,
+    deprecated={"SCHEDULES": (".pipeline_carrier", "fastdist_lab.cost.SCHEDULE_KINDS (name -> .torch_class)")},
+)

@@ -36,21 +36,15 @@ from typing import Any
 import torch
 import torch.distributed
 
-from ..errors import ClusterError, LayoutError, PipeliningUnavailable
-from ..validation import check_int
+from ..cost import SCHEDULE_KINDS
+from ..errors import ClusterError, PipeliningUnavailable
 
 TESTED_TORCH = "2.13"
 """The torch release whose pipelining and c10d registry the tests pin."""
 
-SCHEDULES: dict[str, str] = {
-    "gpipe": "ScheduleGPipe",
-    "1f1b": "Schedule1F1B",
-    "interleaved-1f1b": "ScheduleInterleaved1F1B",
-    "looped-bfs": "ScheduleLoopedBFS",
-}
-"""Schedule names (as the CLI spells them) and torch's class for each."""
-MULTI_STAGE = frozenset({"interleaved-1f1b", "looped-bfs"})
-"""Schedules that place several stages on each pipeline rank (``virtual_stages`` of them)."""
+SCHEDULES: dict[str, str] = {name: kind.torch_class for name, kind in SCHEDULE_KINDS.items() if kind.runnable}
+"""Deprecated (``fastdist_lab.checks.SCHEDULES``): schedule names and torch's class for each, read from the one
+registry, ``fastdist_lab.cost.SCHEDULE_KINDS`` (``.torch_class``)."""
 
 _BUILD_LOCK = threading.Lock()
 
@@ -68,25 +62,14 @@ def require_pipelining() -> Any:
         ) from None
     world = getattr(distributed_c10d, "_world", None)
     registry = getattr(world, "pg_group_ranks", None)
-    missing = [name for name in (*SCHEDULES.values(), "PipelineStage") if not hasattr(pipelining, name)]
+    classes = [kind.torch_class for kind in SCHEDULE_KINDS.values() if kind.runnable]
+    missing = [name for name in (*classes, "PipelineStage") if not hasattr(pipelining, name)]
     if not isinstance(registry, dict) or missing:
         what = f"has no {', '.join(missing)}" if missing else "has no c10d registry of groups (_world.pg_group_ranks)"
         raise PipeliningUnavailable(
             f"torch {torch.__version__} {what}; the training check is tested with torch {TESTED_TORCH}"
         )
     return pipelining
-
-
-def check_schedule(schedule: str, pipeline: int, micro_batches: int, virtual_stages: int) -> int:
-    """The number of pipeline stages of ``schedule``; ``LayoutError`` for an unknown name or too few micro-batches."""
-    if schedule not in SCHEDULES:
-        raise LayoutError(f"schedule={schedule!r} is not a schedule; use one of {', '.join(SCHEDULES)}")
-    virtual_stages = check_int("virtual_stages", virtual_stages, minimum=1)
-    micro_batches = check_int("micro_batches", micro_batches, minimum=1)
-    stages = pipeline * (virtual_stages if schedule in MULTI_STAGE else 1)
-    if schedule == "1f1b" and micro_batches < pipeline:
-        raise LayoutError(f"schedule '1f1b' needs micro_batches >= pipeline_parallel={pipeline}, not {micro_batches}")
-    return stages
 
 
 class _Done:
@@ -262,9 +245,10 @@ def build_stages(
 
 
 def make_schedule(name: str, stages: list[Any], micro_batches: int, loss_fn: Any) -> Any:
-    """torch's schedule ``name`` over this rank's ``stages`` (gradients not divided by the micro-batches: the
-    loss function scales them)."""
-    schedule = getattr(require_pipelining(), SCHEDULES[name])
-    if name in MULTI_STAGE:
+    """torch's schedule ``name`` (its class from ``cost.SCHEDULE_KINDS``) over this rank's ``stages`` (gradients
+    not divided by the micro-batches: the loss function scales them)."""
+    kind = SCHEDULE_KINDS[name]
+    schedule = getattr(require_pipelining(), kind.torch_class)
+    if kind.multi_stage:
         return schedule(stages, micro_batches, loss_fn=loss_fn, scale_grads=False)
     return schedule(stages[0], micro_batches, loss_fn=loss_fn, scale_grads=False)

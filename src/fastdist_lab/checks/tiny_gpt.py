@@ -136,6 +136,20 @@ class Parallel:
     dropout: float = 0.0
     generators: dict[str, torch.Generator] = field(default_factory=dict)
     recorder: Recorder | None = None
+    recompute: str = "none"
+    """Activation recompute (``cost.RECOMPUTE``): ``"full"`` runs each block under ``torch.utils.checkpoint``
+    (only its input is kept, the block runs again in the backward), ``"selective"`` only the attention core
+    (scores, softmax, their product with the values; Korthikanti et al. 2022, Section 5)."""
+
+    def checkpointed(self, what: str, function: Any, *tensors: torch.Tensor) -> torch.Tensor:
+        """``function(*tensors)``, under ``torch.utils.checkpoint`` when ``recompute`` covers ``what`` (``"block"``
+        for full, ``"attention"`` for selective or full recompute of the attention core)."""
+        covered = {"full": ("block",), "selective": ("attention",)}.get(self.recompute, ())
+        if what not in covered:
+            return function(*tensors)
+        from torch.utils.checkpoint import checkpoint
+
+        return checkpoint(function, *tensors, use_reentrant=False)
 
     def tensor_input(self, tensor: torch.Tensor) -> torch.Tensor:
         """The replicated input of a column-parallel linear: copied (or gathered along the sequence) over the
@@ -227,13 +241,18 @@ class _Attention(torch.nn.Module):
         query = query.view(batch, length, self.heads, self.head_size).transpose(1, 2)
         key = key.reshape(batch, keys, self.heads, self.head_size).transpose(1, 2)
         value = value.reshape(batch, keys, self.heads, self.head_size).transpose(1, 2)
+        context = par.checkpointed("attention", self.core, query, key, value)
+        return self.dense(context.transpose(1, 2).reshape(batch, length, self.heads * self.head_size))
+
+    def core(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        """Causal attention of this rank's queries over the keys and values up to its chunk's end."""
+        par, length, keys = self.par, query.shape[2], key.shape[2]
         scores = query @ key.transpose(-1, -2) / math.sqrt(self.head_size)
-        positions = par.sequence_data_rank * length + torch.arange(length, device=tensor.device)
-        future = torch.arange(keys, device=tensor.device)[None, :] > positions[:, None]
+        positions = par.sequence_data_rank * length + torch.arange(length, device=query.device)
+        future = torch.arange(keys, device=query.device)[None, :] > positions[:, None]
         probs = scores.masked_fill(future, float("-inf")).softmax(dim=-1)
         probs = par.drop(probs, "tp", f"{self.site}.attention_probs")
-        context = (probs @ value).transpose(1, 2).reshape(batch, length, self.heads * self.head_size)
-        return self.dense(context)
+        return probs @ value
 
 
 class _Block(torch.nn.Module):
@@ -315,7 +334,7 @@ class StageModule(torch.nn.Module):
             tensor = self.embedding(tensor)
         for index, block in self.layers.items():
             if int(index) not in self.skip:
-                tensor = block(tensor)
+                tensor = block.par.checkpointed("block", block, tensor)
         return tensor if self.head is None else self.head(tensor)
 
     def load(self, weights: dict[str, torch.Tensor], tensor_rank: int, tensor_size: int) -> None:

@@ -1,7 +1,17 @@
 """What every rank runs for ``check_training``: its stages of a ``TinyGPT`` with its tensor shards, one training
-step under torch's pipeline schedule, the gradients reduced over its data group (all-reduce, or ZeRO-1's
-reduce-scatter then all-gather of the updated weights, as Fast-LLM does by default; Rajbhandari et al. 2020), one
-SGD step, and what it holds afterwards.
+step under torch's pipeline schedule (``cost.SCHEDULE_KINDS``), the gradients reduced over its data group, one SGD
+step, and what it holds afterwards. The ZeRO stages (Rajbhandari et al. 2020, Figure 1; ``Training.zero_stage``):
+
+- 0: the gradients all-reduced, every rank updating every weight;
+- 1: reduce-scatter, each rank updating its slice of the flattened weights, all-gather of the updated slices
+  (Fast-LLM's default);
+- 2: the same step as 1, numerically and in its collectives: stage 2 only frees the gradients outside a rank's
+  slice sooner, which one step of this size does not show;
+- 3: as 2, and the weights too are sharded: each rank keeps only its slice of each stage's flattened weights and
+  all-gathers them before the stage runs (the all-gather after the update is the next step's).
+
+``Training.recompute`` runs blocks (``"full"``) or the attention core (``"selective"``) under
+``torch.utils.checkpoint``; ``Training.sequence_tensor_parallel`` is the layout's (``check_training`` sets it).
 
 Every group is the one the rank's ``Distributed`` holds from the cluster's pool (a fault may ask the pool for a group
 of other members, through the pool's own ``get_process_group``). ``TrainingFault`` breaks one thing on purpose so
@@ -17,8 +27,9 @@ from typing import Any
 import torch
 
 from ..config import DistributedConfig, PhaseType
+from ..cost import SCHEDULE_KINDS, Training
 from ..seeds import generator_seeds
-from .pipeline_carrier import MULTI_STAGE, build_stages, make_schedule, pipeline_carrier, registered
+from .pipeline_carrier import build_stages, make_schedule, pipeline_carrier, registered
 from .tiny_gpt import Parallel, Recorder, StageModule, TinyGPT, split_dim, token_losses
 
 TRAINING_DIMS = ("tensor", "sequence_data", "data", "pipeline")
@@ -34,7 +45,9 @@ class TrainingFault:
     - ``unreduced``: this global rank takes part in the data group's reduction but keeps its own gradients;
     - ``tp_seed_shift``: ``(rank, shift)``, that rank's tensor generator seeded with another ``tp_seed_shift``;
     - ``swapped``: ``(dim, rank)``, the members of that rank's group of ``dim`` use the group with its first two
-      members swapped (a group the pool creates for that member list).
+      members swapped (a group the pool creates for that member list);
+    - ``ungathered``: under ZeRO-3 this global rank takes part in the all-gather of the weights but keeps only its
+      own slice (the rest of its weights zero).
     """
 
     wrong_shard: int | None = None
@@ -42,28 +55,26 @@ class TrainingFault:
     unreduced: int | None = None
     tp_seed_shift: tuple[int, int] | None = None
     swapped: tuple[str, int] | None = None
+    ungathered: int | None = None
 
 
 @dataclass
 class TrainingPlan:
     """Everything a rank needs for the step: the model, the whole model's initial ``weights``, the global batch
-    ``tokens`` (``[sequences, sequence_length + 1]``), the schedule and optimizer settings, the fault."""
+    ``tokens`` (``[sequences, sequence_length + 1]``), the ``training`` set-up (schedule, micro-batches, ZeRO stage,
+    recompute), dropout, the learning rate and the fault."""
 
     model: TinyGPT
     weights: dict[str, torch.Tensor]
     tokens: torch.Tensor
-    schedule: str = "1f1b"
-    micro_batches: int = 2
-    micro_batch_size: int = 1
-    virtual_stages: int = 2
+    training: Training = field(default_factory=Training)
     dropout: float = 0.0
-    zero_stage: int = 1
     learning_rate: float = 0.1
     fault: TrainingFault = field(default_factory=TrainingFault)
 
     def num_stages(self, pipeline: int) -> int:
         """Pipeline stages of this plan on ``pipeline`` ranks."""
-        return pipeline * (self.virtual_stages if self.schedule in MULTI_STAGE else 1)
+        return SCHEDULE_KINDS[self.training.schedule].stages(pipeline, self.training.virtual_pipeline_stages)
 
 
 def stage_layers(layers: int, stage: int, stages: int) -> range:
@@ -96,7 +107,7 @@ def rank_groups(ctx: Any, fault: TrainingFault) -> dict[str, tuple[int, ...]]:
 
 def _metas(plan: TrainingPlan, stage: int, stages: int, par: Parallel, device: torch.device) -> dict[str, Any]:
     """The static shapes torch's ``PipelineStage`` takes: one micro-batch in and out of ``stage``."""
-    model, batch = plan.model, plan.micro_batch_size
+    model, batch = plan.model, plan.training.micro_batch_size
     length = model.sequence_length // par.sequence_data_size
     hidden_length = length // par.tensor_size if par.sequence_tensor_parallel else length
 
@@ -147,13 +158,13 @@ def _unflatten(flat: torch.Tensor, targets: list[torch.Tensor]) -> None:
 def _reduce(params: list[torch.nn.Parameter], group: Any, group_rank: int, plan: TrainingPlan, keep_own: bool) -> list:
     """Sum the gradients over the data group and take one SGD step: all-reduce then every rank updates every
     weight (``zero_stage=0``), or reduce-scatter, each rank updating its slice of the flattened weights, then
-    all-gather of the updated slices (ZeRO-1). ``keep_own``: this rank's own gradient stands in for the sum.
+    all-gather of the updated slices (ZeRO 1-3). ``keep_own``: this rank's own gradient stands in for the sum.
     Returns, per parameter, the part of its flattened shard whose reduced gradient this rank holds
     (``(first, last, gradient)``, or ``None``)."""
     size = 1 if group is None else group.size()
     own = _flat([param.grad for param in params], size)
     reduced = own.clone()
-    if plan.zero_stage == 0:
+    if plan.training.zero_stage == 0:
         first = 0
         if group is not None:
             options = torch.distributed.AllreduceOptions()
@@ -188,6 +199,27 @@ def _reduce(params: list[torch.nn.Parameter], group: Any, group_rank: int, plan:
     return pieces
 
 
+def _sharded_weights(modules: dict[int, torch.nn.Module], group: Any, group_rank: int, keep_own: bool) -> None:
+    """ZeRO-3: each stage's weights, flattened, kept only as this rank's slice (the rest zeroed), then all-gathered
+    over the data group before the stage runs (``keep_own``: the fault that keeps only the slice)."""
+    size = 1 if group is None else group.size()
+    for module in modules.values():
+        params = list(module.parameters())
+        flat = _flat(params, size)
+        chunk = flat.numel() // size
+        mine = flat[group_rank * chunk : (group_rank + 1) * chunk].clone()
+        with torch.no_grad():
+            for param in params:
+                param.zero_()
+        gathered = [mine]
+        if group is not None:
+            gathered = [torch.empty_like(mine) for _ in range(size)]
+            group.allgather([gathered], [mine]).wait()
+        if keep_own:
+            gathered = [mine if part == group_rank else torch.zeros_like(mine) for part in range(size)]
+        _unflatten(torch.cat(gathered), params)
+
+
 def train_rank(ctx: Any, plan: TrainingPlan) -> dict[str, Any]:
     """One training step on this rank (a rank function for ``cluster.run``); returns its shards (initial, reduced
     gradient, updated), its loss when it holds the last stage, the groups it used and its dropout records."""
@@ -206,6 +238,7 @@ def train_rank(ctx: Any, plan: TrainingPlan) -> dict[str, Any]:
         dropout=plan.dropout,
         generators=_generators(ctx, fault),
         recorder=recorder,
+        recompute=plan.training.recompute,
     )
     pipe_group, pipe_members, pipe_rank = used["pipeline"]
     stages = plan.num_stages(len(pipe_members))
@@ -218,11 +251,15 @@ def train_rank(ctx: Any, plan: TrainingPlan) -> dict[str, Any]:
         module = StageModule(model, layers, stage == 0, stage == stages - 1, par, skip).to(ctx.device)
         module.load({name: value.to(ctx.device) for name, value in plan.weights.items()}, shard_rank, par.tensor_size)
         modules[stage] = module
+    data_group, _, data_rank = used["data"]
+    if plan.training.zero_stage == 3:
+        _sharded_weights(modules, data_group, data_rank, keep_own=fault.ungathered == ctx.rank)
     named = sorted((name, param) for module in modules.values() for name, param in module.named_parameters())
     initial = {name: param.detach().clone() for name, param in named}
 
     batch_rank = config.batch_data_rank
-    rows = plan.micro_batches * plan.micro_batch_size
+    micro_batches = plan.training.microbatches(len(pipe_members))
+    rows = micro_batches * plan.training.micro_batch_size
     length = model.sequence_length // par.sequence_data_size
     columns = slice(par.sequence_data_rank * length, (par.sequence_data_rank + 1) * length)
     sequences = plan.tokens[batch_rank * rows : (batch_rank + 1) * rows].to(ctx.device)
@@ -237,7 +274,7 @@ def train_rank(ctx: Any, plan: TrainingPlan) -> dict[str, Any]:
     losses: list[torch.Tensor] = []
     with registered(carrier, pipe_members):
         pipeline_stages = build_stages(modules, stages, carrier, metas)
-        schedule = make_schedule(plan.schedule, pipeline_stages, plan.micro_batches, loss_fn)
+        schedule = make_schedule(plan.training.schedule, pipeline_stages, micro_batches, loss_fn)
         last = stages - 1 in modules
         args = (inputs,) if 0 in modules else ()
         schedule.step(*args, target=targets if last else None, losses=losses if last else None)
@@ -252,7 +289,6 @@ def train_rank(ctx: Any, plan: TrainingPlan) -> dict[str, Any]:
             if split_dim(param) is None:  # each tensor rank saw other tokens: the gradient is partial
                 options = torch.distributed.AllreduceOptions()
                 par.tensor.allreduce([param.grad], options).wait()
-    data_group, _, data_rank = used["data"]
     pieces = _reduce(params, data_group, data_rank, plan, keep_own=fault.unreduced == ctx.rank)
     shards = [
         {

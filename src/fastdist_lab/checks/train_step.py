@@ -1,11 +1,11 @@
 """Does the layout train the same model? One real training step on the layout's groups against one process.
 
-``check_training(cluster, layout)`` runs one step of a ``TinyGPT`` (forward, backward under torch's pipeline
-schedule, the data group's reduction, one SGD step) on every rank of a running cluster (processes or a simulated
-world of threads) and the same step in this process from the same initial weights and data, then compares every
-rank's shards: its gradient, its updated weights and the shard it started from (``TrainingCheck``). Fast-LLM tests
-its engine the same way: about forty distributed configurations against one GPU, every tensor within a tolerance
-(``tests/utils/distributed_configs.py``, commit 91b28fab).
+``check_training(cluster, layout, training=Training(...))`` runs one step of a ``TinyGPT`` (forward, backward under
+torch's pipeline schedule, the data group's reduction, one SGD step) on every rank of a running cluster (processes
+or a simulated world of threads) and the same step in this process from the same initial weights and data, then
+compares every rank's shards: its gradient, its updated weights and the shard it started from (``TrainingCheck``).
+Fast-LLM tests its engine the same way: about forty distributed configurations against one GPU, every tensor within
+a tolerance (``tests/utils/distributed_configs.py``, commit 91b28fab).
 
 With dropout the two sides draw different masks, so instead of the reference the check judges the seed design on
 the real tensors (``dropout_check``): replicated activations identical across each tensor group, masks different
@@ -16,17 +16,18 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 import torch
 
-from ..errors import ClusterError, LayoutError
+from ..cost import SCHEDULE_KINDS, Training, check_schedule
+from ..errors import ClusterError, CostError, LayoutError
 from ..layout import Layout
-from ..validation import check_int
 from .dropout_check import dropout_rows, mask_ids
-from .pipeline_carrier import MULTI_STAGE, check_schedule, require_pipelining
+from .pipeline_carrier import require_pipelining
 from .tiny_gpt import TinyGPT, reference_step
 from .train_compare import (
     RANK_COLUMNS,
@@ -58,7 +59,7 @@ class TrainingCheck:
     ``mask_sharing``, per rank the id of the first mask it drew from ``pp`` (equal ids: the same mask);
     ``problems``: what does not add up, in words, most telling first. When a rank's groups are not the layout's,
     no step runs (its peers would wait for it in collectives): the problems name the groups. ``seconds``: the
-    time of each phase.
+    time of each phase; ``training``: the ``cost.Training`` that ran.
     """
 
     layout: Layout
@@ -74,6 +75,7 @@ class TrainingCheck:
     tolerance: float = RELATIVE_TOLERANCE
     mask_sharing: Any = None
     seconds: dict[str, float] = field(default_factory=dict)
+    training: Training | None = None
 
     @property
     def ok(self) -> bool:
@@ -147,93 +149,163 @@ def _applied(cluster: Any, layout: Layout, timeout: float | None) -> Layout:
     return getattr(cluster, "layout", None) or layout
 
 
+DEPRECATED_KEYWORDS: dict[str, str] = {
+    "schedule": "schedule",
+    "micro_batches": "num_microbatches",
+    "micro_batch_size": "micro_batch_size",
+    "virtual_stages": "virtual_pipeline_stages",
+    "zero_stage": "zero_stage",
+}
+"""``check_training``'s keywords before ``training=`` (deprecated for one release) and the ``Training`` field each
+became."""
+
+
+def _old_keywords(layout: Layout, old: dict[str, Any]) -> Training:
+    """The ``Training`` that ``check_training``'s deprecated keywords ask for, with their old defaults (twice the
+    pipeline's micro-batches, two virtual stages for a multi-stage schedule, ZeRO 1), each keyword warned about."""
+    unknown = sorted(set(old) - set(DEPRECATED_KEYWORDS))
+    if unknown:
+        raise TypeError(f"check_training() got an unexpected keyword argument {unknown[0]!r}")
+    for name in old:
+        warnings.warn(
+            f"fastdist_lab.checks.check_training({name}=...) is deprecated: use training=Training("
+            f"{DEPRECATED_KEYWORDS[name]}=...) (the old keyword goes in the next release)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    schedule = old.get("schedule", "1f1b")
+    if schedule not in SCHEDULE_KINDS:
+        raise LayoutError(f"schedule={schedule!r} must be one of {', '.join(map(repr, SCHEDULE_KINDS))}")
+    multi = SCHEDULE_KINDS[schedule].multi_stage
+    micro_batches = old.get("micro_batches")
+    try:
+        return Training(
+            schedule=schedule,
+            num_microbatches=2 * layout.pipeline_parallel if micro_batches is None else micro_batches,
+            micro_batch_size=old.get("micro_batch_size", 1),
+            virtual_pipeline_stages=old.get("virtual_stages", 2) if multi else 1,
+            zero_stage=old.get("zero_stage", 1),
+        )
+    except CostError as error:
+        raise LayoutError(str(error)) from None
+
+
 def training_settings(
-    layout: Layout,
-    model: TinyGPT | None = None,
-    schedule: str = "1f1b",
-    micro_batches: int | None = None,
-    micro_batch_size: int = 1,
-    virtual_stages: int = 2,
-    dropout: float = 0.0,
-    zero_stage: int = 1,
-) -> tuple[TinyGPT, int]:
-    """The model and the micro-batches per data rank of a training step of ``layout`` with these settings (the
-    defaults of ``check_training`` filled in); ``LayoutError`` naming the first bad value, before anything runs."""
+    layout: Layout, training: Training | None = None, model: TinyGPT | None = None, dropout: float = 0.0
+) -> tuple[TinyGPT, Layout, int]:
+    """The model, the layout as the step runs it (sequence tensor parallel on when ``training`` asks for it) and
+    the micro-batches per data rank of a training step of ``layout`` with ``training`` (default ``Training()``);
+    ``LayoutError`` naming the first bad value, before anything runs."""
+    training = Training() if training is None else training
+    if not isinstance(training, Training):
+        raise LayoutError(f"training={training!r} must be a fastdist_lab.cost.Training")
     model = TinyGPT() if model is None else model
     if not isinstance(model, TinyGPT):
         raise LayoutError(f"model={model!r} must be a TinyGPT")
     if isinstance(dropout, bool) or not (isinstance(dropout, (int, float)) and 0.0 <= dropout < 1.0):
         raise LayoutError(f"dropout={dropout!r} must be a probability in [0, 1)")
-    if zero_stage not in (0, 1) or isinstance(zero_stage, bool):
-        raise LayoutError(f"zero_stage={zero_stage!r}: the training check runs ZeRO stage 0 or 1")
-    check_int("micro_batch_size", micro_batch_size, minimum=1)
-    micro_batches = 2 * layout.pipeline_parallel if micro_batches is None else micro_batches
-    stages = check_schedule(schedule, layout.pipeline_parallel, micro_batches, virtual_stages)
+    if dropout > 0.0 and training.recompute != "none":
+        raise LayoutError(
+            f"recompute={training.recompute!r} with dropout={dropout}: the recomputed forward would draw other "
+            "dropout masks from the layout's generators; use dropout=0 or recompute='none'"
+        )
+    if training.layers_per_stage is not None:
+        raise LayoutError(
+            f"layers_per_stage={training.layers_per_stage!r}: the training step splits the model's layers evenly "
+            "over the stages; use layers_per_stage=None"
+        )
+    if training.sequence_tensor_parallel and layout.tensor_parallel > 1 and not layout.sequence_tensor_parallel:
+        layout = layout.replace(sequence_tensor_parallel=True)
+    micro_batches = training.microbatches(layout.pipeline_parallel)
+    stages = check_schedule(
+        training.schedule,
+        layout.pipeline_parallel,
+        micro_batches,
+        training.virtual_pipeline_stages,
+        run=True,
+        error=LayoutError,
+    )
     model.check_layout(
         layout.tensor_parallel, layout.sequence_data_parallel, bool(layout.sequence_tensor_parallel), stages
     )
-    return model, micro_batches
+    return model, layout, micro_batches
+
+
+def model_for(layout: Layout, training: Training | None = None) -> TinyGPT:
+    """The smallest ``TinyGPT`` (from the default one) that splits over ``layout`` with ``training``: a layer per
+    pipeline stage at least, heads and vocabulary divisible by the tensor size, sequences divisible by the
+    sequence-data (and, with sequence tensor parallel, the tensor) size: what the lab trains an Advisor row on.
+
+    Example:
+        >>> model_for(Layout(world_size=64, tensor_parallel=8, pipeline_parallel=4, sequence_data_parallel=2),
+        ...           Training(schedule="interleaved-1f1b", virtual_pipeline_stages=2, sequence_tensor_parallel=True))
+        TinyGPT(vocab_size=64, hidden_size=128, heads=8, layers=8, ffn_size=256, sequence_length=16)
+    """
+    training = Training() if training is None else training
+    base, tp = TinyGPT(), layout.tensor_parallel
+    stages = SCHEDULE_KINDS[training.schedule].stages(layout.pipeline_parallel, training.virtual_pipeline_stages)
+    split = layout.sequence_data_parallel * (tp if training.sequence_tensor_parallel or
+                                             layout.sequence_tensor_parallel else 1)  # fmt: skip
+    heads = math.lcm(base.heads, tp)
+    return TinyGPT(vocab_size=math.lcm(base.vocab_size, tp), hidden_size=max(base.hidden_size, 16 * heads),
+                   heads=heads, layers=max(base.layers, stages), ffn_size=math.lcm(base.ffn_size, tp),
+                   sequence_length=math.lcm(base.sequence_length, split))  # fmt: skip
 
 
 def check_training(
     cluster: Any,
     layout: Layout,
     *,
+    training: Training | None = None,
     model: TinyGPT | None = None,
-    schedule: str = "1f1b",
-    micro_batches: int | None = None,
-    micro_batch_size: int = 1,
-    virtual_stages: int = 2,
     dropout: float = 0.0,
-    zero_stage: int = 1,
     learning_rate: float = 0.1,
     seed: int = 0,
     tolerance: float = RELATIVE_TOLERANCE,
     fault: TrainingFault | None = None,
     timeout: float | None = None,
+    **deprecated: Any,
 ) -> TrainingCheck:
     """One training step of ``model`` (default ``TinyGPT()``) on every rank of ``cluster`` with ``layout`` applied
     (applied first when it is not), and the same step in this process; see ``TrainingCheck``.
 
-    ``schedule``: one of ``pipeline_carrier.SCHEDULES`` (``"gpipe"``, ``"1f1b"``, ``"interleaved-1f1b"``,
-    ``"looped-bfs"``; the last two with ``virtual_stages`` stages per pipeline rank). ``micro_batches`` per data
-    rank (default: twice the pipeline size) of ``micro_batch_size`` sequences. ``zero_stage``: 1 (Fast-LLM's
-    default: gradients reduce-scattered over the data group, each rank updating its slice, the weights
-    all-gathered) or 0 (gradients all-reduced). ``seed`` draws the initial weights and the tokens. ``fault``
-    breaks one thing on purpose (``TrainingFault``). Bad arguments raise ``LayoutError`` naming the value; a rank
-    that raises or hangs, ``ClusterError`` / ``ClusterTimeout``.
+    ``training``: the set-up (``fastdist_lab.cost.Training``, default ``Training()``; what ``estimate`` prices and
+    an Advisor row gives): its ``schedule`` (any of ``cost.SCHEDULE_KINDS``, run by torch's class:
+    ``ScheduleGPipe``, ``Schedule1F1B``, ``ScheduleInterleaved1F1B``, ``ScheduleLoopedBFS``,
+    ``ScheduleInterleavedZeroBubble``) with ``virtual_pipeline_stages`` stages per rank, ``num_microbatches`` per
+    data rank (``None``: the pipeline size) of ``micro_batch_size`` sequences, ``zero_stage`` 0-3 (0: gradients
+    all-reduced; 1 and 2: reduce-scattered, each rank updating its slice, weights all-gathered; 3: also the
+    weights sharded and all-gathered before use; ``train_rank``), ``recompute`` (``torch.utils.checkpoint``) and
+    ``sequence_tensor_parallel`` (turned on in the layout). Kernels, overlap and bytes per value are the cost
+    model's alone. ``seed`` draws the initial weights and the tokens; ``fault`` breaks one thing on purpose
+    (``TrainingFault``). The keywords ``schedule``, ``micro_batches``, ``micro_batch_size``, ``virtual_stages`` and
+    ``zero_stage`` still work for one release (``DeprecationWarning`` naming the ``Training`` field, their old
+    defaults). Bad arguments raise ``LayoutError`` naming the value; a rank that raises or hangs,
+    ``ClusterError`` / ``ClusterTimeout``.
     """
+    if deprecated:
+        if training is not None:
+            raise LayoutError(f"give training= or the deprecated keywords {sorted(deprecated)}, not both")
+        training = _old_keywords(layout, deprecated)
     require_pipelining()
     if getattr(cluster, "mode", None) == "fake":
         raise ClusterError("fake process groups run no collective, so no training step: use threads or processes")
-    model, micro_batches = training_settings(
-        layout, model, schedule, micro_batches, micro_batch_size, virtual_stages, dropout, zero_stage
-    )
+    training = Training() if training is None else training
+    model, layout, micro_batches = training_settings(layout, training, model, dropout)
     begin = time.perf_counter()
     applied = _applied(cluster, layout, timeout)
     weights = model.initial_weights(seed)
-    sequences = layout.batch_data_parallel * micro_batches * micro_batch_size
+    sequences = layout.batch_data_parallel * micro_batches * training.micro_batch_size
     generator = torch.Generator().manual_seed(seed + 1)
     tokens = torch.randint(model.vocab_size, (sequences, model.sequence_length + 1), generator=generator)
-    plan = TrainingPlan(
-        model,
-        weights,
-        tokens,
-        schedule,
-        micro_batches,
-        micro_batch_size,
-        virtual_stages,
-        float(dropout),
-        zero_stage,
-        learning_rate,
-        fault or TrainingFault(),
-    )
-    settings = {"micro_batches": micro_batches, "micro_batch_size": micro_batch_size, "dropout": dropout}
-    settings.update(zero_stage=zero_stage, seed=seed)
-    if schedule in MULTI_STAGE:
-        settings["virtual_stages"] = virtual_stages
-    check = TrainingCheck(applied, str(getattr(cluster, "mode", "processes")), schedule, settings, None, None, None,
-                          _empty_tensors(), None, [], tolerance)  # fmt: skip
+    plan = TrainingPlan(model, weights, tokens, training, float(dropout), learning_rate, fault or TrainingFault())
+    settings = {"micro_batches": micro_batches, "micro_batch_size": training.micro_batch_size, "dropout": dropout}
+    settings.update(zero_stage=training.zero_stage, recompute=training.recompute, seed=seed)
+    settings["sequence_tensor_parallel"] = bool(layout.sequence_tensor_parallel)
+    if SCHEDULE_KINDS[training.schedule].multi_stage:
+        settings["virtual_stages"] = training.virtual_pipeline_stages
+    check = TrainingCheck(applied, str(getattr(cluster, "mode", "processes")), training.schedule, settings, None,
+                          None, None, _empty_tensors(), None, [], tolerance, training=training)  # fmt: skip
     started = time.perf_counter()
     groups = _ran(cluster.run(rank_groups, plan.fault, timeout=timeout))
     check.problems = group_problems(applied, [{"rank": rank, "groups": used} for rank, used in enumerate(groups)])

@@ -8,9 +8,9 @@ import json
 import sys
 from typing import Any
 
-from ..cost import HARDWARE_PRESETS, PRESETS, RECOMPUTE
+from ..cost import HARDWARE_PRESETS, PRESETS
 from ..errors import CostError
-from .flags import add_layout_arguments, error_line, layout_from_args
+from .flags import add_layout_arguments, add_training_arguments, error_line, layout_from_args, training_from_args
 
 HELP = (
     "estimate what one training step costs on a layout: memory per stage (and whether it fits), bytes per group, "
@@ -24,20 +24,10 @@ MAX_REPLAY_RANKS = 64
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the flags of ``cost``."""
     add_layout_arguments(parser)
-    group = parser.add_argument_group("model and training")
+    add_training_arguments(parser)
+    group = parser.add_argument_group("model")
     group.add_argument("--model", choices=tuple(PRESETS), default="llama2-7b", help="published model preset")
     group.add_argument("--seq-length", type=int, default=None, help="sequence length (default: the model's)")
-    group.add_argument("--micro-batch-size", type=int, default=1, help="sequences per micro-batch on each data rank")
-    group.add_argument(
-        "--num-microbatches", type=int, default=None, help="micro-batches per step (default: pipeline stages)"
-    )
-    zero = group.add_mutually_exclusive_group()
-    zero.add_argument("--zero-stage", type=int, default=None, help="ZeRO stage 0-3 (default: 0)")
-    zero.add_argument("--distributed-optimizer", action="store_true", help="shard optimizer states (ZeRO 1)")
-    group.add_argument("--sequence-tensor-parallel", action="store_true", help="sequence parallel in the tensor group")
-    group.add_argument(
-        "--recompute", choices=RECOMPUTE, default="none", help="activation recomputation in the backward pass"
-    )
     parser.add_argument(
         "--hardware", choices=tuple(HARDWARE_PRESETS), default="dgx-h100", help="the GPU, its memory and its links"
     )
@@ -56,19 +46,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print the estimate; 0 on success, 2 for bad input (one line on stderr)."""
     layout = layout_from_args(args)  # LayoutError -> exit 2 in cli.main
-    from ..cost import Training, Transformer, estimate
+    from ..cost import Transformer, estimate
 
     try:
         changes = {} if args.seq_length is None else {"seq_length": args.seq_length}
         model = Transformer.preset(args.model, **changes)
-        training = Training(
-            micro_batch_size=args.micro_batch_size,
-            num_microbatches=args.num_microbatches,
-            distributed_optimizer=args.distributed_optimizer,
-            zero_stage=args.zero_stage,
-            sequence_tensor_parallel=args.sequence_tensor_parallel,
-            recompute=args.recompute,
-        )
+        training = training_from_args(args)
         report = estimate(layout, model, training)
     except CostError as error:
         sys.stderr.write(f"fastdist-lab cost: error: {error}\n")

@@ -94,6 +94,60 @@ def add_layout_arguments(parser: argparse.ArgumentParser, launcher: bool = False
     )
 
 
+TRAINING_FLAGS = {
+    "schedule": "--schedule",
+    "virtual_pipeline_stages": "--virtual-pipeline-stages",
+    "num_microbatches": "--micro-batches",
+    "micro_batch_size": "--micro-batch-size",
+    "zero_stage": "--zero-stage",
+    "recompute": "--recompute",
+    "sequence_tensor_parallel": "--sequence-tensor-parallel",
+}
+"""The ``cost.Training`` fields every command that takes a training set-up reads, with their flag (``cost``,
+``train-step``; ``search`` takes the same names as limits, several values each)."""
+
+
+def add_training_arguments(parser: argparse.ArgumentParser) -> None:
+    """The training set-up's flags, spelled and defaulted alike in every command (``cost.Training``'s defaults):
+    ``--schedule`` (1f1b), ``--virtual-pipeline-stages`` / ``--virtual-stages`` (1), ``--micro-batches`` /
+    ``--num-microbatches`` (the pipeline size), ``--micro-batch-size`` (1), ``--zero-stage`` (0) or
+    ``--distributed-optimizer`` (ZeRO 1), ``--recompute`` (none) and ``--sequence-tensor-parallel``. Values are
+    checked by ``Training`` (one line naming the value)."""
+    from ..cost import RECOMPUTE, SCHEDULES
+
+    group = parser.add_argument_group("training set-up", "as cost.Training: the same flags in cost and train-step")
+    group.add_argument("--schedule", default="1f1b", metavar="NAME",
+                       help=f"pipeline schedule: {', '.join(SCHEDULES)} (default: %(default)s)")  # fmt: skip
+    group.add_argument("--virtual-pipeline-stages", "--virtual-stages", dest="virtual_pipeline_stages", type=int,
+                       default=1, help="model chunks per pipeline rank (>= 2 for interleaved-1f1b; default 1)")
+    group.add_argument("--micro-batches", "--num-microbatches", dest="num_microbatches", type=int, default=None,
+                       help="micro-batches per step and data rank (default: the pipeline size)")  # fmt: skip
+    group.add_argument("--micro-batch-size", type=int, default=1, help="sequences per micro-batch (default: 1)")
+    zero = group.add_mutually_exclusive_group()
+    zero.add_argument("--zero-stage", type=int, default=None, help="ZeRO stage 0-3 (default: 0)")
+    zero.add_argument("--distributed-optimizer", action="store_true", help="shard optimizer states (ZeRO 1)")
+    group.add_argument("--recompute", choices=RECOMPUTE, default="none",
+                       help="activation recompute in the backward pass (default: none)")  # fmt: skip
+    group.add_argument("--sequence-tensor-parallel", action="store_true",
+                       help="split the residual stream along the sequence over the tensor group")  # fmt: skip
+
+
+def training_from_args(args: argparse.Namespace) -> Any:
+    """The ``cost.Training`` that ``add_training_arguments``' flags describe (``CostError`` naming a bad value)."""
+    from ..cost import Training
+
+    return Training(
+        schedule=args.schedule,
+        virtual_pipeline_stages=args.virtual_pipeline_stages,
+        num_microbatches=args.num_microbatches,
+        micro_batch_size=args.micro_batch_size,
+        distributed_optimizer=args.distributed_optimizer,
+        zero_stage=args.zero_stage,
+        recompute=args.recompute,
+        sequence_tensor_parallel=args.sequence_tensor_parallel,
+    )
+
+
 def given_shape_flags(args: argparse.Namespace) -> list[str]:
     """The parallel-factor flags (and ``--pipeline-first``) given on the command line."""
     given = [flag for name, flag in SHAPE_FLAGS.items() if getattr(args, name) is not None]

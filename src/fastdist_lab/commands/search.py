@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for flags, name, what in (
         (("--tensor-parallel", "--tp"), "tensor_parallel", "tensor-parallel sizes (default: the divisors of a node)"),
         (("--pipeline-parallel", "--pp"), "pipeline_parallel", "pipeline-parallel sizes (default: every one)"),
-        (("--virtual-pipeline-stages",), "virtual_pipeline_stages", "virtual stages per pipeline rank"),
+        (("--virtual-pipeline-stages", "--virtual-stages"), "virtual_pipeline_stages", "virtual stages per rank"),
         (("--sequence-data-parallel", "--sdp"), "sequence_data_parallel", "sequence-data-parallel sizes"),
         (("--micro-batch-size",), "micro_batch_size", "micro-batch sizes"),
         (("--zero-stage",), "zero_stage", "ZeRO stages"),
@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         limits.add_argument(*flags, dest=name, type=int, nargs="+", metavar="N", default=argparse.SUPPRESS,
                             help=what if "default" in what else what + shown)  # fmt: skip
     limits.add_argument("--schedule", choices=SCHEDULES, nargs="+", default=argparse.SUPPRESS,
-                        help="pipeline schedules (default: every one)")  # fmt: skip
+                        help="pipeline schedules (default: every one but looped-bfs)")  # fmt: skip
     limits.add_argument(
         "--recompute",
         choices=RECOMPUTE,

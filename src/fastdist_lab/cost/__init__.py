@@ -5,7 +5,8 @@
 GPU's memory), ``.step(hardware)`` (a ``StepTime``: seconds, tokens per second, TFLOP/s per GPU, MFU and where the
 time goes) and ``.communication_time(hardware)`` (the bytes over peak link rates, no compute);
 ``compare(layout_a, layout_b, model=...)`` sets the headline figures of several layouts side by side;
-``schedule(kind, pipeline_parallel, num_microbatches)`` is a pipeline schedule's table in torch's notation;
+``schedule(kind, pipeline_parallel, num_microbatches)`` is a pipeline schedule's table in torch's notation
+(``SCHEDULE_KINDS``: every schedule, torch's class, priced and runnable; ``check_schedule`` validates one);
 ``search(model, gpus, hardware=..., global_batch_size=...)`` ranks every layout and set-up that fits by step time
 (``ranked_lines`` and ``search_summary`` read its rows as text);
 ``validate()`` sets the step time next to published measured runs.
@@ -30,7 +31,8 @@ from .memory import MEMORY_COLUMNS, stage_memory
 from .model import PRESETS, VOCAB_PADDING, Transformer
 from .published import PUBLISHED_RUNS, PublishedRun, narayanan_flops
 from .ranking import RANKED_COLUMNS, RANKED_LEGEND, RANKED_ROWS, ranked_lines, search_summary
-from .schedules import ACTION_KINDS, Action, PipelineSchedule, check_schedule, schedule, stage_counts
+from .schedule_kinds import SCHEDULE_KINDS, SCHEDULES, ScheduleKind, check_schedule, schedule_kind
+from .schedules import ACTION_KINDS, Action, PipelineSchedule, schedule, stage_counts
 from .search import LIMITS, SETUP_COLUMNS, LayoutSearch, divisors, search
 from .setups import Setups, chunk_layers, placement
 from .step import (
@@ -46,7 +48,7 @@ from .step import (
     step_columns,
 )
 from .timeline import TableGraph, Timeline, run, table_graph
-from .training import RECOMPUTE, SCHEDULES, Training
+from .training import RECOMPUTE, Training
 
 __all__ = [
     "ACTION_KINDS",
@@ -68,6 +70,7 @@ __all__ = [
     "RANKED_ROWS",
     "RECOMPUTE",
     "SCHEDULES",
+    "SCHEDULE_KINDS",
     "SETUP_COLUMNS",
     "STEP_COLUMNS",
     "SUSTAINED",
@@ -82,6 +85,7 @@ __all__ = [
     "LayoutSearch",
     "PipelineSchedule",
     "PublishedRun",
+    "ScheduleKind",
     "Setups",
     "StepTime",
     "TableGraph",
@@ -116,6 +120,7 @@ __all__ = [
     "ranked_lines",
     "run",
     "schedule",
+    "schedule_kind",
     "search",
     "search_summary",
     "stage_components",

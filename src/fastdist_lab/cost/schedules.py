@@ -4,7 +4,8 @@
 ``PipelineSchedule``; ``.actions(rank)`` lists that rank's actions as torch.distributed.pipelining writes them
 (``"0F3"``: stage 0, forward, micro-batch 3; ``B`` a full backward, ``I`` the backward of the input, ``W`` the
 backward of the weights). The tables are written here, in pure Python, and held equal to torch's own schedule
-classes (``ScheduleGPipe``, ``Schedule1F1B``, ``ScheduleInterleaved1F1B``, ``ScheduleInterleavedZeroBubble`` of
+classes (``ScheduleGPipe``, ``Schedule1F1B``, ``ScheduleInterleaved1F1B``, ``ScheduleLoopedBFS``,
+``ScheduleInterleavedZeroBubble`` of
 ``torch.distributed.pipelining.schedules``, their compute actions in order) by ``tests/cost/test_schedules.py``,
 which sweeps sizes against ``_schedule_visualizer.get_schedule_ops``: the cost model stays importable and fast
 without torch (building a table here takes microseconds; torch's takes about 15 ms, mostly mocking its stage).
@@ -15,6 +16,8 @@ without torch (building a table here takes microseconds; torch's takes about 15 
 - ``interleaved-1f1b`` (Narayanan et al. 2021, Section 2.2.2): ``v`` model chunks per rank, stage ``s`` on rank
   ``s % pp``; micro-batches go in rounds of ``m // max(1, m // pp)`` (torch's flexible rule, which needs ``m`` a
   multiple of the number of rounds), warm-up ``(v - 1) * round + 2 (pp - 1 - r)`` forwards.
+- ``looped-bfs`` (Lamy-Poirier 2023, breadth-first): rank ``r`` runs every micro-batch's forward on its first
+  chunk, then on its next, ...; then the backwards, last chunk first and the micro-batches in reverse.
 - ``zero-bubble`` (Qi et al. 2023, ZB-H1 with ``v = 1``, its interleaved form with ``v > 1``): as interleaved
   1F1B with warm-up ``(v - 1) * round + (pp - 1 - r)``, the backward split into ``I`` and ``W``; rank ``r``
   defers its first ``r`` weight backwards into the bubble at the end.
@@ -29,8 +32,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from ..errors import CostError
-from ..validation import check_int
-from .training import MULTI_STAGE_SCHEDULES, SCHEDULES
+from .schedule_kinds import SCHEDULE_KINDS, check_schedule
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -124,31 +126,12 @@ class PipelineSchedule:
         )
 
 
-def check_schedule(kind: str, pipeline_parallel: int, num_microbatches: int, virtual_pipeline_stages: int) -> None:
-    """``CostError`` naming the value when torch's schedule class would refuse these sizes (or ours cannot)."""
-    if kind not in SCHEDULES:
-        raise CostError(f"schedule={kind!r} must be one of {', '.join(map(repr, SCHEDULES))}")
-    pp = check_int("pipeline_parallel", pipeline_parallel, minimum=1, error=CostError)
-    m = check_int("num_microbatches", num_microbatches, minimum=1, error=CostError)
-    v = check_int("virtual_pipeline_stages", virtual_pipeline_stages, minimum=1, error=CostError)
-    if kind == "interleaved-1f1b" and v < 2:
-        raise CostError(f"schedule='interleaved-1f1b' needs virtual_pipeline_stages >= 2, got {v}")
-    if kind not in MULTI_STAGE_SCHEDULES and v != 1:
-        raise CostError(f"schedule={kind!r} runs one stage per rank: virtual_pipeline_stages={v}")
-    if kind in MULTI_STAGE_SCHEDULES:
-        rounds = max(1, m // pp)
-        if m % rounds:
-            raise CostError(
-                f"schedule={kind!r} needs num_microbatches={m} to be a multiple of its {rounds} rounds "
-                f"(max(1, num_microbatches // pipeline_parallel), torch.distributed.pipelining's rule)"
-            )
-
-
 @functools.lru_cache(maxsize=512)
 def schedule(
     kind: str, pipeline_parallel: int, num_microbatches: int, virtual_pipeline_stages: int = 1
 ) -> PipelineSchedule:
-    """The table of pipeline schedule ``kind`` (``SCHEDULES``) for these sizes (cached).
+    """The table of pipeline schedule ``kind`` (``SCHEDULES``) for these sizes (cached); ``CostError`` from
+    ``check_schedule`` naming the value torch's class would refuse.
 
     Example:
         >>> schedule("1f1b", 2, 3).actions(1)
@@ -170,7 +153,11 @@ def _rank_actions(table: PipelineSchedule, rank: int) -> tuple[Action, ...]:
             if warmup + i < m:
                 actions.append(Action(rank, "F", warmup + i))
         return tuple(actions)
-    return _looped_actions(pp, m, v, rank, table.kind == "zero-bubble", m // max(1, m // pp))
+    if table.kind == "looped-bfs":
+        stages = range(rank, pp * v, pp)
+        forwards = [Action(stage, "F", i) for stage in stages for i in range(m)]
+        return tuple(forwards + [Action(stage, "B", i) for stage in reversed(stages) for i in reversed(range(m))])
+    return _looped_actions(pp, m, v, rank, SCHEDULE_KINDS[table.kind].split_backward, m // max(1, m // pp))
 
 
 def _looped_actions(pp: int, m: int, v: int, rank: int, zero_bubble: bool, per_round: int) -> tuple[Action, ...]:
@@ -220,10 +207,13 @@ def stage_counts(kind: str, pp: int, m: int, v: int) -> list[np.ndarray]:
         if kind in ("gpipe", "1f1b"):
             signs = np.r_[np.ones(m), -np.ones(m)] if kind == "gpipe" else _one_f_one_b_signs(min(m, pp + 2), pp, rank)
             chunks = np.zeros(len(signs), dtype=np.int64)
+        elif kind == "looped-bfs":  # every forward of every chunk, then the backwards, last chunk first
+            chunks = np.r_[np.repeat(np.arange(v), m), np.repeat(np.arange(v)[::-1], m)]
+            signs = np.r_[np.ones(m * v), -np.ones(m * v)]
         else:
             per_round = m // max(1, m // pp)
-            chunks, signs = _looped_events(pp, per_round * min(m // per_round, 3), v, rank, kind == "zero-bubble",
-                                           per_round)  # fmt: skip
+            chunks, signs = _looped_events(pp, per_round * min(m // per_round, 3), v, rank,
+                                           SCHEDULE_KINDS[kind].split_backward, per_round)  # fmt: skip
         held = np.zeros((len(chunks), v), dtype=np.int64)
         held[np.arange(len(chunks)), chunks] = signs
         result.append(np.cumsum(held, axis=0))

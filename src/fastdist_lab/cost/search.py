@@ -21,9 +21,10 @@ from .efficiency import DEFAULT_EFFICIENCY, Efficiency
 from .hardware import Hardware
 from .memory import stage_memory
 from .model import Transformer
+from .schedule_kinds import MULTI_STAGE_SCHEDULES, SCHEDULE_KINDS, SCHEDULES, check_schedule
 from .setups import Setups, chunk_layers, placement
 from .step import STEP_COLUMNS, lower_bound, step_columns
-from .training import MULTI_STAGE_SCHEDULES, RECOMPUTE, SCHEDULES, Training
+from .training import RECOMPUTE, Training
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -51,7 +52,7 @@ LIMITS: dict[str, Any] = {
     "virtual_pipeline_stages": (1, 2, 3, 4, 6, 8),
     "sequence_data_parallel": (1, 2, 4, 8),
     "micro_batch_size": (1, 2, 4, 8),
-    "schedule": SCHEDULES,
+    "schedule": tuple(name for name, kind in SCHEDULE_KINDS.items() if kind.searched),
     "recompute": RECOMPUTE,
     "sequence_tensor_parallel": (False, True),
     "zero_stage": (0, 1, 2, 3),
@@ -345,9 +346,11 @@ def _plans(pp: int, m: int, layers: int, schedules: list[str], virtual: list[int
     plans = []
     for kind in schedules:
         for v in [1] if kind not in MULTI_STAGE_SCHEDULES else virtual:
-            if (kind == "interleaved-1f1b" and v < 2) or pp * v > layers:
+            if pp * v > layers:
                 continue
-            if kind in MULTI_STAGE_SCHEDULES and m % max(1, m // pp):
+            try:  # only what torch's class runs: every row can be trained as it stands (check_training)
+                check_schedule(kind, pp, m, v, run=True)
+            except CostError:
                 continue
             plans.append((kind, v))
     return plans

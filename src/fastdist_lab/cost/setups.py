@@ -6,8 +6,8 @@ each stage. ``CostReport`` builds a one-row ``Setups`` for its layout; ``search`
 with thousands of rows, so the formulas are written once, for arrays.
 
 Where groups sit on nodes follows the layout's rank numbering (Fast-LLM at commit 91b28fab, ``docs/formulas.md``):
-tensor is the fastest axis; data-first puts sequence-data, batch-data, then pipeline after it, pipeline-first
-pipeline, sequence-data, batch-data. ``placement`` computes from those strides, for every group of a dim, the
+the axis order is ``layout.LAYOUT_AXES`` and the strides ``numbering.axis_strides``, the numbering core's, never
+written again here. ``placement`` computes from those strides, for every group of a dim, the
 most nodes one group spans and its members per node, and whether each pipeline link crosses nodes; tests hold it
 to the ``Layout``'s real groups.
 """
@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import CostError
+from ..layout import LAYOUT_AXES
+from ..numbering import axis_strides
 from .model import Transformer
 from .training import RECOMPUTE, Training
 
@@ -79,14 +81,21 @@ def placement(
 ) -> dict[str, Any]:
     """``Spread`` of the tensor, sequence_data and data groups and the pipeline links' crossings, ``(n, pp)``,
     for set-ups given as arrays (or numbers) of the layout's sizes and order."""
-    tp, sdp, dp, local, first = np.broadcast_arrays(
-        np.asarray(tensor_parallel), np.asarray(sequence_data_parallel), np.asarray(data_parallel),
-        np.asarray(local_world_size), np.asarray(pipeline_first, dtype=bool),
-    )  # fmt: skip
-    tp, sdp, dp, local, first = (np.atleast_1d(x) for x in (tp, sdp, dp, local, first))
     pp = int(pipeline_parallel)
-    data_stride = np.where(first, tp * pp, tp)
-    pipeline_stride = np.where(first, tp, tp * dp)
+    tensor, sequence, data = (x if isinstance(x, int) else np.asarray(x)
+                              for x in (tensor_parallel, sequence_data_parallel, data_parallel))  # fmt: skip
+    # The strides of the layout's axis order (the numbering core's rule; plain ints for one set-up, fast):
+    sizes = {"tensor": tensor, "sequence_data": sequence, "batch_data": data // sequence, "pipeline": pp}
+    strides = {order: axis_strides(LAYOUT_AXES[order], sizes) for order in (False, True)}
+    # the data group runs over sequence-data then batch-data, adjacent axes: its stride is sequence-data's
+    if isinstance(pipeline_first, bool) and all(isinstance(x, int) for x in (tensor, sequence, data, local_world_size)):
+        return _one_placement(tensor, sequence, data, pp, local_world_size, strides[pipeline_first])
+    stride_of = {axis: np.where(np.asarray(pipeline_first, dtype=bool), strides[True][axis], strides[False][axis])
+                 for axis in ("sequence_data", "pipeline")}  # fmt: skip
+    tp, sdp, dp, local, data_stride, pipeline_stride = (np.atleast_1d(x) for x in np.broadcast_arrays(
+        np.asarray(tensor), np.asarray(sequence), np.asarray(data), np.asarray(local_world_size),
+        stride_of["sequence_data"], stride_of["pipeline"],
+    ))  # fmt: skip
 
     def spread(strides: np.ndarray, sizes: np.ndarray) -> Spread:
         nodes = np.array([group_spread(int(s), int(n), int(w)) for s, n, w in zip(strides, sizes, local)])
@@ -98,6 +107,21 @@ def placement(
         "sequence_data": spread(data_stride, sdp),
         "data": spread(data_stride, dp),
         "pipeline_links": links.reshape(len(tp), pp),
+    }
+
+
+def _one_placement(tp: int, sdp: int, dp: int, pp: int, local: int, strides: dict[str, int]) -> dict[str, Any]:
+    """``placement`` of one set-up given as ints (what ``estimate`` asks), without array arithmetic."""
+
+    def spread(stride: int, size: int) -> Spread:
+        nodes = group_spread(stride, size, local)
+        return Spread(nodes=np.array([nodes]), per_node=np.array([max(size // nodes, 1)]))
+
+    return {
+        "tensor": spread(1, tp),
+        "sequence_data": spread(strides["sequence_data"], sdp),
+        "data": spread(strides["sequence_data"], dp),
+        "pipeline_links": np.array([link_crossings(strides["pipeline"], pp, local)], dtype=bool).reshape(1, pp),
     }
 
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..errors import CostError
 from .model import Transformer
-from .schedules import check_schedule
+from .schedule_kinds import check_schedule
 from .setups import chunk_layers
 from .training import Training
 

@@ -29,6 +29,7 @@ from .efficiency import DEFAULT_EFFICIENCY, Efficiency
 from .hardware import Hardware
 from .links import collective_seconds, message_seconds
 from .model import VOCAB_PADDING, Transformer
+from .schedule_kinds import SCHEDULE_KINDS
 from .schedules import schedule
 from .setups import Setups
 from .sizes import ACTIVATION_BYTES
@@ -165,7 +166,7 @@ def lower_bound(setups: Setups, hardware: Hardware, efficiency: Efficiency = DEF
     hardware.require("peak_tflops", "memory_GBps")
     comp = action_components(setups, hardware, efficiency)
     n, pp, v = setups.size, setups.pipeline_parallel, setups.virtual_pipeline_stages
-    kinds = [0, 2, 3] if setups.schedule == "zero-bubble" else [0, 1]
+    kinds = [0, 2, 3] if SCHEDULE_KINDS[setups.schedule].split_backward else [0, 1]
     busy = comp[:, :, kinds, :].sum(axis=(2, 3)).reshape(n, v, pp).sum(axis=1) * setups.microbatches
     tails = rank_tails(setups, hardware, efficiency)
     return (busy + tails["data"] + tails["optimizer"]).max(axis=1)
@@ -189,7 +190,7 @@ def step_columns(
     rows = np.arange(n)
     seconds = finish[rows, critical]
 
-    kinds = [0, 2, 3] if setups.schedule == "zero-bubble" else [0, 1]  # F and B, or F, I and W
+    kinds = [0, 2, 3] if SCHEDULE_KINDS[setups.schedule].split_backward else [0, 1]  # F and B, or F, I and W
     per_rank = comp[:, :, kinds, :].sum(axis=2).reshape(n, v, pp, len(COMPONENTS)).sum(axis=1) * m
     mine = per_rank[rows, critical]  # (n, components)
     col = {name: i for i, name in enumerate(COMPONENTS)}

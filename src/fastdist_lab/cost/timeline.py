@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import CostError
+from .schedule_kinds import SCHEDULE_KINDS
 from .schedules import ACTION_KINDS, schedule
 
 
@@ -64,7 +65,8 @@ def table_graph(
     prev = np.full(n, n, dtype=np.int64)
     dep = np.full(n, n, dtype=np.int64)
     link = np.full(n, -1, dtype=np.int64)
-    backward = "I" if kind == "zero-bubble" else "B"
+    split = SCHEDULE_KINDS[kind].split_backward
+    backward = "I" if split else "B"
     for i, (r, a) in enumerate(actions):
         if i and actions[i - 1][0] == r:
             prev[i] = i - 1
@@ -83,11 +85,11 @@ def table_graph(
     v = table.virtual_pipeline_stages
     first_forward = np.zeros((pp, v), dtype=np.int64)
     last_backward = np.zeros((pp, v), dtype=np.int64)
-    weights = "W" if kind == "zero-bubble" else "B"
+    weights = "W" if split else "B"
     for local in range(v):
         for r in range(pp):
-            first_forward[r, local] = index[local * pp + r, "F", 0]
-            last_backward[r, local] = index[local * pp + r, weights, table.num_microbatches - 1]
+            first_forward[r, local] = index[local * pp + r, "F", 0]  # last_backward: the last in the rank's order
+            last_backward[r, local] = max(index[local * pp + r, weights, i] for i in range(table.num_microbatches))
     levels = _levels(prev, dep, rank, n)
     return TableGraph(rank, stage, kinds, microbatch, prev, dep, link, levels, first_forward, last_backward)
 

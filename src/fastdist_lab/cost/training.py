@@ -10,16 +10,10 @@ from typing import Any
 
 from ..errors import CostError
 from ..validation import check_choice, check_flag, check_int
+from .schedule_kinds import check_schedule
 
 RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
 """Activation recompute choices (Korthikanti et al. 2022, Section 5)."""
-
-SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved-1f1b", "zero-bubble")
-"""Pipeline schedules, as torch.distributed.pipelining names them: ``ScheduleGPipe``, ``Schedule1F1B``,
-``ScheduleInterleaved1F1B`` and ``ScheduleInterleavedZeroBubble`` (Qi et al. 2023); see ``cost.schedules``."""
-
-MULTI_STAGE_SCHEDULES: tuple[str, ...] = ("interleaved-1f1b", "zero-bubble")
-"""Schedules that accept several (virtual) stages per pipeline rank."""
 
 
 @dataclass(frozen=True)
@@ -42,9 +36,11 @@ class Training:
       the weights (bf16: 2), the gradients (fp32: 4) and the optimizer (fp32 master weights + Adam's two
       moments: 12), the mixed-precision recipe of Megatron-LM's estimator (18 bytes per parameter).
 
-    - ``schedule``: the pipeline schedule (``SCHEDULES``); ``virtual_pipeline_stages``: model chunks per pipeline
-      rank (Narayanan et al. 2021, Section 2.2.2), at least 2 for ``"interleaved-1f1b"``, 1 for ``"gpipe"`` and
-      ``"1f1b"``, any for ``"zero-bubble"``.
+    - ``schedule``: the pipeline schedule (``SCHEDULES``, the registry ``schedule_kinds.SCHEDULE_KINDS``: torch's
+      ``ScheduleGPipe``, ``Schedule1F1B``, ``ScheduleInterleaved1F1B``, ``ScheduleLoopedBFS``,
+      ``ScheduleInterleavedZeroBubble``); ``virtual_pipeline_stages``: model chunks per pipeline rank (Narayanan et
+      al. 2021, Section 2.2.2), at least 2 for ``"interleaved-1f1b"``, 1 for ``"gpipe"`` and ``"1f1b"``, any for
+      ``"looped-bfs"`` and ``"zero-bubble"``.
     - ``layers_per_stage``: layers of each model chunk in stage order (``pipeline_parallel *
       virtual_pipeline_stages`` entries), e.g. Llama 3 405B's 126 layers over 16 stages as ``(7,) + (8,) * 14 +
       (7,)`` (Dubey et al. 2024, Section 3.3.2); ``None`` splits evenly, the first chunks one layer more.
@@ -99,12 +95,8 @@ class Training:
             "overlap_pipeline_parallel",
         ):
             check_flag(name, getattr(self, name), error=CostError)
-        check_choice("schedule", self.schedule, SCHEDULES, error=CostError)
-        virtual = check_int("virtual_pipeline_stages", self.virtual_pipeline_stages, minimum=1, error=CostError)
-        if self.schedule == "interleaved-1f1b" and virtual < 2:
-            raise CostError(f"schedule='interleaved-1f1b' needs virtual_pipeline_stages >= 2, got {virtual}")
-        if self.schedule not in MULTI_STAGE_SCHEDULES and virtual != 1:
-            raise CostError(f"schedule={self.schedule!r} runs one stage per rank: virtual_pipeline_stages={virtual}")
+        # the name and the virtual stages (the micro-batches are checked against a pipeline when one is known)
+        check_schedule(self.schedule, 1, 1, self.virtual_pipeline_stages)
         if self.layers_per_stage is not None:
             if isinstance(self.layers_per_stage, (str, bytes)) or not hasattr(self.layers_per_stage, "__iter__"):
                 raise CostError(f"layers_per_stage={self.layers_per_stage!r} must be a sequence of layer counts")

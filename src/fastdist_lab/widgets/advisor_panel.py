@@ -1,7 +1,8 @@
 """``AdvisorPanel``: which layout should I run? A model, GPUs, hardware and a global batch in; every layout and training
 set-up that fits, ranked by predicted step time (``cost.search``), out: the ranked rows and a scatter of memory per
 GPU against step time. Choosing a row (in the list, or its point on the scatter) loads it into the lab's layout and
-cost panels.
+cost panels and the cluster panel's *Train step*; *Train this row* runs one real training step of it (a small
+``TinyGPT``, the row's layout and exactly its ``cost.Training``) on the lab's cluster, started if need be.
 
 A search can take seconds. In a kernel it runs on a thread of its own, after the inputs settle (debounced), so the
 other panels keep answering; one search at a time: a newer request abandons the running one at its next progress
@@ -86,6 +87,7 @@ class AdvisorPanel(Panel):
     choice = traitlets.Any(None, allow_none=True)
     error = traitlets.Unicode("")
     searching = traitlets.Bool(False)
+    to_train = traitlets.Any(None, allow_none=True)
 
     def __init__(self, model: str = "llama2-7b", gpus: int = 64, global_batch_size: int = 256,
                  gpus_per_node: int = 8, hardware: str = DEFAULT_HARDWARE, top: int = RANKED_ROWS,
@@ -111,6 +113,9 @@ class AdvisorPanel(Panel):
         self.top = number(top, 1000, "rows", "fdl-advisor-top", "120px")
         self.search_button = widgets.Button(description="Search", icon="search", layout=widgets.Layout(width="auto"))
         self.search_button.add_class("fdl-advisor-search")
+        self.train_button = widgets.Button(description="Train this row", icon="graduation-cap", disabled=True,
+                                           layout=widgets.Layout(width="auto"))  # fmt: skip
+        self.train_button.add_class("fdl-advisor-train")
         self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="220px",
                                                                                           display="none"))  # fmt: skip
         self.progress.add_class("fdl-advisor-progress")
@@ -132,7 +137,8 @@ class AdvisorPanel(Panel):
         table = widgets.VBox([self.header, self.rows, self.legend], layout=widgets.Layout(margin="0 12px 0 0"))
         self.widget.children = [
             widgets.HBox([self.model, self.gpus, self.gpus_per_node, self.hardware], layout=row),
-            widgets.HBox([self.global_batch_size, self.top, self.search_button, self.progress], layout=row),
+            widgets.HBox([self.global_batch_size, self.top, self.search_button, self.train_button, self.progress],
+                         layout=row),  # fmt: skip
             self.status,
             widgets.HBox([table, self.picture], layout=widgets.Layout(flex_flow="row wrap", align_items="flex-start")),
         ]
@@ -157,6 +163,8 @@ class AdvisorPanel(Panel):
         for control in (self.model, self.gpus, self.gpus_per_node, self.hardware, self.global_batch_size, self.top):
             control.observe(lambda _: self._request.schedule(), names="value")
         self.search_button.on_click(lambda _: self.search())
+        self.train_button.on_click(lambda _: self.train_row())
+        self.observe(lambda change: setattr(self.train_button, "disabled", change["new"] is None), names="choice")
         self.rows.observe(self._on_row, names="value")
 
     def __repr__(self) -> str:
@@ -222,9 +230,31 @@ class AdvisorPanel(Panel):
         self.select(int(near[0]))
         return int(near[0])
 
-    def drive(self, layout_panel: Any, cost_panel: Any = None) -> None:
-        """From now on a choice loads its layout into ``layout_panel`` (a ``LayoutPanel``: one update) and its model,
-        training and hardware into ``cost_panel`` (a ``CostPanel``: one estimate for both changes)."""
+    def train_row(self) -> Choice | None:
+        """Ask for one training step of the chosen row (*Train this row*): ``to_train`` is set to the ``Choice``
+        (``drive``'s cluster panel runs it); None when no row is chosen."""
+        choice = self.choice
+        self.to_train = None  # the same row again still trains
+        self.to_train = choice
+        return choice
+
+    def drive(self, layout_panel: Any, cost_panel: Any = None, cluster_panel: Any = None) -> None:
+        """From now on a choice loads its layout into ``layout_panel`` (a ``LayoutPanel``: one update), its model,
+        training and hardware into ``cost_panel`` (a ``CostPanel``: one estimate for both changes) and its training
+        into ``cluster_panel``'s *Train step* (a ``ClusterPanel``), which *Train this row* then runs
+        (``ClusterPanel.train_row``)."""
+        if cluster_panel is not None:
+
+            def offer(change: dict) -> None:
+                if change["new"] is not None:
+                    cluster_panel.train.load(change["new"].training)
+
+            def train(change: dict) -> None:
+                if change["new"] is not None:
+                    cluster_panel.train_row(change["new"].training)
+
+            self.observe(offer, names="choice")
+            self.observe(train, names="to_train")
 
         def load(change: dict) -> None:
             choice: Choice | None = change["new"]

@@ -22,7 +22,7 @@ class Lab(widgets.VBox):
     prediction) and the cost panel (the estimate); starting or stopping the cluster tells the streams and cost
     panels which cluster to draw and replay on; each verification (Start / Apply) puts every rank's verdict on the
     layout panel's grid; choosing a row of the advisor's search loads its layout into the layout panel and its
-    training set-up into the cost panel.
+    training set-up into the cost panel and *Train step*, and *Train this row* trains it on the cluster.
     """
 
     def __init__(
@@ -59,7 +59,7 @@ class Lab(widgets.VBox):
         self.cost_panel = cost_panel
         self.advisor_panel = advisor_panel
         if advisor_panel is not None:
-            advisor_panel.drive(layout_panel, cost_panel)
+            advisor_panel.drive(layout_panel, cost_panel, cluster_panel)
         cluster_panel.follow(layout=layout_panel)
         for panel in (streams_panel, cost_panel) if cost_panel is not None else (streams_panel,):
             panel.follow(layout=layout_panel, cluster=cluster_panel)

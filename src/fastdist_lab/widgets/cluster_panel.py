@@ -379,6 +379,19 @@ class ClusterPanel(Panel):
         self._refresh_buttons()
         return outcome.get("check")
 
+    def train_row(self, training: Any) -> Any:
+        """One training step of the panel's layout with ``training`` (an Advisor row's ``cost.Training``, loaded into
+        *Train step*) on a ``TinyGPT`` sized to split over it (``checks.model_for``): the cluster is started, or
+        restarted at the layout's world size, first. Returns the ``TrainingCheck`` (None, and a message, on failure)."""
+        from ..checks.train_step import model_for
+
+        self.train.load(training)
+        if self.running and self.cluster.world_size != getattr(self.layout, "world_size", None):
+            self.stop()
+        if self.layout is None or not self.start():
+            return None
+        return self.train_step(model=model_for(self.layout, training))
+
     def stop(self) -> None:
         """Close the cluster (no process left behind)."""
         cluster = self.cluster

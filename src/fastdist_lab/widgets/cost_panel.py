@@ -30,10 +30,9 @@ from ..layout import Layout
 from ..viz import to_png
 from ..viz.cost_pictures import plot_memory, plot_traffic, traffic_dim, traffic_title
 from .layout_panel import LayoutPanel
-from .panel_parts import TABLE_STYLE, Debouncer, Panel, error_html, frame_table, short_error
+from .panel_parts import TABLE_STYLE, ZERO_CHOICES, Debouncer, Panel, error_html, frame_table, short_error
 from .step_view import StepView
 
-_ZERO = (("0: none", 0), ("1: distributed optimizer", 1), ("2: + gradients", 2), ("3: + weights", 3))
 _VIEWS = (("this layout", "single"), ("data-first vs pipeline-first", "compare"))
 _CONTROLLED = ("micro_batch_size", "num_microbatches", "zero_stage", "distributed_optimizer",
                "sequence_tensor_parallel", "recompute", "schedule", "virtual_pipeline_stages")  # fmt: skip
@@ -121,7 +120,7 @@ class CostPanel(Panel):
             value=0, min=0, max=1 << 16, description="micro-batches (0: stages)", continuous_update=False,
             style=style, layout=widgets.Layout(width="230px"),
         )  # fmt: skip
-        self.zero_stage = widgets.Dropdown(options=list(_ZERO), value=0, description="ZeRO", style=style)
+        self.zero_stage = widgets.Dropdown(options=list(ZERO_CHOICES), value=0, description="ZeRO", style=style)
         self.sequence_tensor_parallel = widgets.Checkbox(value=False, description="sequence tensor parallel",
                                                          indent=False)  # fmt: skip
         self.recompute = widgets.Dropdown(options=list(RECOMPUTE), value="none", description="recompute", style=style)

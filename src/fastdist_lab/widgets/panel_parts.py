@@ -45,6 +45,10 @@ class Panel(traitlets.HasTraits):
         return self
 
 
+ZERO_CHOICES = (("0: none", 0), ("1: distributed optimizer", 1), ("2: + gradients", 2), ("3: + weights", 3))
+"""The ZeRO stages as a dropdown offers them (label, stage): the cost panel's and the train view's."""
+
+
 def divisors(n: int) -> list[int]:
     """The positive divisors of ``n`` in increasing order."""
     small, large = [], []

@@ -1,6 +1,9 @@
 """The cluster panel's *Train step*: one real training step on the running cluster against one process
 (``checks.check_training``), shown as the per-parameter table and the rank grid coloured by each rank's worst
-error (green within the tolerance, red outside: ``viz.training_marks``); clicking a rank lists its tensors."""
+error (green within the tolerance, red outside: ``viz.training_marks``); clicking a rank lists its tensors.
+
+The step runs a ``cost.Training``: the one the controls hold (schedule, virtual stages, ZeRO stage, recompute), with
+the rest (micro-batches, micro-batch size, sequence tensor parallel) as last ``load``-ed, e.g. an Advisor row's."""
 
 from __future__ import annotations
 
@@ -10,10 +13,11 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from ..cost import RECOMPUTE, SCHEDULES, Training
 from ..layout import Layout
 from ..viz import grid_picture, training_marks
 from .grid_view import GridView
-from .panel_parts import TABLE_STYLE, frame_table
+from .panel_parts import TABLE_STYLE, ZERO_CHOICES, frame_table
 from .rank_card import hover_text
 
 TRAIN_HINT = "<i>click a rank to list its tensors and their errors</i>"
@@ -49,46 +53,87 @@ def rank_tensors_html(check: Any, rank: int) -> str:
 
 
 class TrainStepView:
-    """The *Train step* button with its settings (``schedule``, ``dropout``), a status line, the rank grid of the
-    last step (``view``) and the per-parameter table (``table``); ``check`` is the last ``TrainingCheck``."""
+    """The *Train step* button with its settings (``schedule``, ``virtual_stages``, ``zero_stage``, ``recompute``,
+    ``dropout``; ``training()`` is the ``cost.Training`` they make with the last ``load``-ed set-up), a line saying
+    that set-up (``setup``), a status line, the rank grid of the last step (``view``) and the per-parameter table
+    (``table``); ``check`` is the last ``TrainingCheck``."""
 
     def __init__(self) -> None:
         self.button = widgets.Button(description="Train step", icon="graduation-cap", disabled=True)
         self.button.add_class("fdl-train-step")
-        self.schedule = widgets.Dropdown(description="schedule", layout=widgets.Layout(width="240px"))
+        narrow = widgets.Layout(width="170px")
+        self.schedule = widgets.Dropdown(options=list(SCHEDULES), value="1f1b", description="schedule",
+                                         layout=widgets.Layout(width="240px"))  # fmt: skip
         self.schedule.add_class("fdl-train-schedule")
+        self.virtual_stages = widgets.BoundedIntText(value=1, min=1, max=64, description="virtual", layout=narrow)
+        self.virtual_stages.add_class("fdl-train-virtual-stages")
+        self.zero_stage = widgets.Dropdown(options=list(ZERO_CHOICES), value=0, description="ZeRO",
+                                           layout=widgets.Layout(width="260px"))  # fmt: skip
+        self.zero_stage.add_class("fdl-train-zero")
+        self.recompute = widgets.Dropdown(options=list(RECOMPUTE), value="none", description="recompute", layout=narrow)
+        self.recompute.add_class("fdl-train-recompute")
         self.dropout = widgets.BoundedFloatText(
             value=0.0, min=0.0, max=0.9, step=0.05, description="dropout", layout=widgets.Layout(width="160px")
         )
         self.dropout.add_class("fdl-train-dropout")
+        self.setup = widgets.HTML()
+        self.setup.add_class("fdl-train-setup")
         self.status = widgets.HTML()
         self.status.add_class("fdl-train-status")
         self.view = GridView(self.select, self._zoom_to, self._hover_text)
         self.view.widget.layout.display = "none"
         self.table = widgets.HTML()
         self.table.add_class("fdl-train-table")
+        controls = [self.button, self.schedule, self.virtual_stages, self.zero_stage, self.recompute, self.dropout]
         self.widget = widgets.VBox(
-            [widgets.HBox([self.button, self.schedule, self.dropout]), self.status, self.view.widget, self.table]
-        )
+            [widgets.HBox(controls, layout=widgets.Layout(flex_flow="row wrap")), self.setup, self.status,
+             self.view.widget, self.table]
+        )  # fmt: skip
         self.check: Any = None
+        self.loaded = Training()
+        """The set-up last ``load``-ed: the fields without a control come from it."""
         self._highlight: int | None = None
         self._zoom: tuple[int, int] | None = None
+        for control in (self.schedule, self.virtual_stages, self.zero_stage, self.recompute):
+            control.observe(lambda _: self._show_setup(), names="value")
+        self._show_setup()
 
     def enable(self, running: bool) -> None:
-        """Offer the button while a cluster runs (the schedules are read from ``checks`` then: torch is loaded)."""
+        """Offer the button while a cluster runs."""
         self.button.disabled = not running
-        if running and not self.schedule.options:
-            from ..checks import SCHEDULES
 
-            self.schedule.options = list(SCHEDULES)
-            self.schedule.value = "1f1b"
+    def load(self, training: Training) -> None:
+        """Set the controls to ``training`` (an Advisor row's, say) and keep its other fields for the next step."""
+        self.loaded = training
+        self.schedule.value = training.schedule
+        self.virtual_stages.value = training.virtual_pipeline_stages
+        self.zero_stage.value = training.zero_stage
+        self.recompute.value = training.recompute
+        self._show_setup()
+
+    def training(self) -> Training:
+        """The ``cost.Training`` the next step runs: the controls over the last ``load``-ed set-up."""
+        return self.loaded.replace(schedule=self.schedule.value, virtual_pipeline_stages=self.virtual_stages.value,
+                                   zero_stage=self.zero_stage.value, recompute=self.recompute.value)  # fmt: skip
+
+    def _show_setup(self) -> None:
+        try:
+            training = self.training()
+        except ValueError as error:  # CostError: the controls contradict each other (e.g. interleaved with 1)
+            self.setup.value = f"<small>{html.escape(str(error))}</small>"
+            return
+        micro = "the pipeline size" if training.num_microbatches is None else training.num_microbatches
+        self.setup.value = html.escape(
+            f"micro-batches: {micro} of {training.micro_batch_size} sequence(s); sequence tensor parallel: "
+            f"{'on' if training.sequence_tensor_parallel else 'as the layout'}"
+        ).join(("<small>", "</small>"))
 
     def run(self, cluster: Any, layout: Layout, **options: Any) -> Any:
-        """One training step of ``layout`` on ``cluster`` with the chosen schedule and dropout (``options`` go to
-        ``check_training`` and win over them); shows and returns the ``TrainingCheck``."""
+        """One training step of ``layout`` on ``cluster`` with ``training()`` and the chosen dropout (``options`` go
+        to ``check_training`` and win over them, ``training=`` too); shows and returns the ``TrainingCheck``."""
         from ..checks import check_training
 
-        chosen = {"schedule": self.schedule.value or "1f1b", "dropout": float(self.dropout.value)}
+        chosen = {"training": self.training(), "dropout": float(self.dropout.value)}
         self.status.value = html.escape(f"one training step on {cluster.world_size} rank(s) and in one process...")
         check = check_training(cluster, layout, **{**chosen, **options})
         self.check, self._highlight, self._zoom = check, None, None
