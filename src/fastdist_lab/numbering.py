@@ -157,11 +157,12 @@ class RankGrid:
         """Per-rank ``values`` (indexed by global rank) laid out like ``groups(member_axes)``: row = group, column =
         position in the group. A transpose and a reshape (one strided copy), never a gather."""
         member_axes = self._checked(member_axes)
-        position = {axis: len(self.axes) - 1 - i for i, axis in enumerate(self.axes)}
-        others = [position[a] for a in self.grid_axes if a not in member_axes]
-        inner = [position[a] for a in reversed(member_axes)]
+        last = len(self.axes) - 1  # grid position of axis i: last - i (the grid is slowest first)
+        inner = [last - self.axes.index(a) for a in reversed(member_axes)]
+        others = [p for p in range(len(self.axes)) if p not in inner]
         shaped = np.asarray(values).reshape(self.sizes[::-1])
-        return shaped.transpose(others + inner).reshape(-1, self.group_size(member_axes))
+        # the group size from the checked axes directly (group_size would check them again: issue 26)
+        return shaped.transpose(others + inner).reshape(-1, math.prod(self.sizes[last - p] for p in inner))
 
     def group_of(self, member_axes: Sequence[str], rank: int) -> np.ndarray:
         """The members of ``rank``'s group over ``member_axes``, in group-rank order."""

@@ -76,10 +76,17 @@ def as_numbers(setups: Setups) -> Setups:
     hundred operations) made 1,000 calls 1.5 times as slow as before ``Setups`` existed (issue 26)."""
     if setups.size != 1:
         raise CostError(f"as_numbers takes one set-up, got {setups.size}")
-    values = {field.name: getattr(setups, field.name) for field in dataclasses.fields(setups)}
-    return dataclasses.replace(setups, **{
-        name: value.item() for name, value in values.items() if isinstance(value, np.ndarray) and name != "chunk_layers"
-    })  # fmt: skip
+    return dataclasses.replace(setups, **{name: getattr(setups, name).item() for name in per_setup_fields()})
+
+
+@functools.cache
+def per_setup_fields() -> tuple[str, ...]:
+    """The names of ``Setups``' per-set-up arrays (every array field but the shared ``chunk_layers``)."""
+    return tuple(
+        field.name
+        for field in dataclasses.fields(Setups)
+        if field.type in ("np.ndarray", np.ndarray) and field.name != "chunk_layers"
+    )
 
 
 def choose(condition: Any, yes: Any, no: Any) -> Any:
