@@ -5,8 +5,9 @@ slower or busier moment of the machine falls on both:
 
 1. ``check``: ``fastdist-lab check --simulate threads --world-size 4096 --local-world-size 8 --tp 4 --pp 8 --sdp 4
    --pipeline-first`` (``--world-size`` for a quicker run): the command's whole wall time in its own interpreter
-   (imports included) and its verification phase (``SimulatedCluster.apply``: every group of every dim built and
-   checked with real collectives on one thread per rank). Issue 26 measured 118 s (verification 102 s) against
+   (imports included), its verification phase (``SimulatedCluster.apply``: every group of every dim built and
+   checked with real collectives on one thread per rank) and its CPU time (on a machine shared with other work,
+   less disturbed than the wall time). Issue 26 measured 118 s (verification 102 s) against
    70 s (54 s) at e5f92ba.
 2. ``estimate``: 1,000 calls of ``estimate(Layout(...), llama2-70b, Training(...))`` over ``bench_cost.py``'s sweep
    of layouts (each builds its ``Layout``, estimates it, reads the peak bytes and every row's bytes), timed in a
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -99,17 +101,31 @@ def extract(repo: Path, rev: str, into: Path) -> Path:
     return into / "src"
 
 
+def cpu_of_children() -> float:
+    """CPU seconds (user + system) of this process's waited-for children so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def child(src: Path, code: str, args: list[str], cwd: Path, timeout: float) -> dict:
-    """Run ``code`` in a fresh interpreter importing ``fastdist_lab`` from ``src``; its JSON line plus ``wall_s``."""
+    """Run ``code`` in a fresh interpreter importing ``fastdist_lab`` from ``src``; its JSON line plus ``wall_s`` and
+    ``cpu_s`` (the child's CPU time: on a machine shared with other work, less disturbed than its wall time).
+
+    A child that printed its result and then died at exit (torch's threads torn down: "terminate called without an
+    active exception", seen at e5f92ba on a loaded machine) still counts; the death is printed."""
     env = dict(os.environ, PYTHONPATH=str(src))
-    begin = time.monotonic()
+    cpu, begin = cpu_of_children(), time.monotonic()
     done = subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=timeout)  # fmt: skip
-    wall = time.monotonic() - begin
-    if done.returncode != 0:
+    wall, cpu = time.monotonic() - begin, cpu_of_children() - cpu
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if not lines:
         raise SystemExit(f"child failed (exit {done.returncode}) with PYTHONPATH={src}:\n{done.stderr[-3000:]}")
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    result["wall_s"] = wall
+    if done.returncode != 0:
+        print(f"note: the child with PYTHONPATH={src} exited {done.returncode} after its result: "
+              f"{done.stderr.strip()[-300:]}", flush=True)  # fmt: skip
+    result = json.loads(lines[-1])
+    result.update(wall_s=wall, cpu_s=cpu)
     return result
 
 
@@ -145,8 +161,9 @@ def measure(sources: dict[str, Path], args: argparse.Namespace, cwd: Path) -> di
                     raise SystemExit(f"the check failed on the {who} ({out})")
                 keep(f"check {args.world_size} threads, total (s)", who, out["wall_s"])
                 keep(f"check {args.world_size} threads, verification (s)", who, out["verification_s"])
-                print(f"check     {who:9s} total {out['wall_s']:.1f} s, verification {out['verification_s']:.1f} s",
-                      flush=True)  # fmt: skip
+                keep(f"check {args.world_size} threads, CPU time (s)", who, out["cpu_s"])
+                print(f"check     {who:9s} total {out['wall_s']:.1f} s, verification {out['verification_s']:.1f} s, "
+                      f"CPU {out['cpu_s']:.1f} s", flush=True)  # fmt: skip
     return samples
 
 
