@@ -125,7 +125,7 @@ def child(src: Path, code: str, args: list[str], cwd: Path, timeout: float) -> d
         print(f"note: the child with PYTHONPATH={src} exited {done.returncode} after its result: "
               f"{done.stderr.strip()[-300:]}", flush=True)  # fmt: skip
     result = json.loads(lines[-1])
-    result.update(wall_s=wall, cpu_s=cpu)
+    result.update(wall_s=wall, cpu_s=cpu, stderr_tail=done.stderr.strip()[-300:])
     return result
 
 
@@ -158,8 +158,8 @@ def measure(sources: dict[str, Path], args: argparse.Namespace, cwd: Path) -> di
             for who in pair:
                 out = child(sources[who], CHECK_CHILD, flags, cwd, args.timeout)
                 if out["code"] != 0 or not out["ok"]:  # e.g. a call past its deadline on an overloaded machine
-                    print(f"check     {who:9s} FAILED after {out['wall_s']:.1f} s (exit {out['code']}): not counted",
-                          flush=True)  # fmt: skip
+                    print(f"check     {who:9s} FAILED after {out['wall_s']:.1f} s (exit {out['code']}): not counted; "
+                          f"{out['stderr_tail']}", flush=True)  # fmt: skip
                     keep(f"check {args.world_size} threads, failed runs", who, 1.0)
                     continue
                 keep(f"check {args.world_size} threads, total (s)", who, out["wall_s"])
@@ -189,7 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     """Measure both revisions side by side and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", default=BASELINE, help=f"the revision to compare with (default {BASELINE})")
-    parser.add_argument("--world-size", type=int, default=4096, help="ranks of the threads check (default 4096)")
+    parser.add_argument(
+        "--world-size", type=int, default=4096, help="ranks of the threads check, a multiple of 128 (default 4096)"
+    )
     parser.add_argument("--repeat", type=int, default=1, help="check runs per revision (default 1)")
     parser.add_argument("--estimate-repeat", type=int, default=5, help="estimate runs per revision (default 5)")
     parser.add_argument("--calls", type=int, default=ESTIMATE_CALLS, help="estimate calls per run (default 1000)")
