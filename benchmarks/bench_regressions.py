@@ -129,6 +129,15 @@ def child(src: Path, code: str, args: list[str], cwd: Path, timeout: float) -> d
     return result
 
 
+def warm_up(sources: dict[str, Path], cwd: Path) -> None:
+    """Import what the measurements import once per revision, uncounted: the extracted baseline has no compiled
+    bytecode yet and the first interpreter to read torch's files from disk pays for it (else the first sample of
+    a run is the slowest, whichever side it measures)."""
+    code = "import fastdist_lab.cli, fastdist_lab.cost, fastdist_lab.runtime.simulated, fastdist_lab.checks"
+    for src in sources.values():
+        subprocess.run([sys.executable, "-c", code], cwd=cwd, env=dict(os.environ, PYTHONPATH=str(src)), check=True)
+
+
 def alternate(repeat: int) -> list[tuple[str, str]]:
     """The order of the runs: (checkout, baseline), then (baseline, checkout), ... ``repeat`` pairs."""
     pair = ("checkout", "baseline")
@@ -206,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True).stdout.strip()  # fmt: skip
         print(f"checkout: {repo} (HEAD {head}, with its uncommitted changes); baseline: {args.baseline}", flush=True)
+        warm_up(sources, workdir / "run")
         samples = measure(sources, args, workdir / "run")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
