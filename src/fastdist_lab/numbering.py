@@ -13,6 +13,7 @@ Pure numpy: whole-world answers in milliseconds, no per-rank Python loop.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import Any
@@ -60,7 +61,7 @@ class RankGrid:
             raise error(f"axis names must be distinct, got {self.axes}")
         if any(size < 1 for size in self.sizes):
             raise error(f"every axis size must be >= 1, got {dict(zip(self.axes, self.sizes))}")
-        self.world_size = int(np.prod(self.sizes, dtype=object))
+        self.world_size = math.prod(self.sizes)
 
     # ------------------------------------------------------------------ axes
     def index(self, axis: str) -> int:
@@ -158,7 +159,8 @@ class RankGrid:
     # ------------------------------------------------------------------ groups
     def group_size(self, member_axes: Sequence[str]) -> int:
         """How many ranks one group over ``member_axes`` holds."""
-        return int(np.prod([self.size(axis) for axis in self._checked(member_axes)], dtype=np.int64))
+        # math.prod of Python ints: np.prod of a short list costs more than the groups' reshape (issue 26)
+        return math.prod(self.size(axis) for axis in self._checked(member_axes))
 
     def groups(self, member_axes: Sequence[str]) -> np.ndarray:
         """Every group over ``member_axes``: one row per group, members in group-rank order (first axis fastest)."""
@@ -168,11 +170,12 @@ class RankGrid:
         """Per-rank ``values`` (indexed by global rank) laid out like ``groups(member_axes)``: row = group, column =
         position in the group. A transpose and a reshape (one strided copy), never a gather."""
         member_axes = self._checked(member_axes)
-        position = {axis: len(self.axes) - 1 - i for i, axis in enumerate(self.axes)}
-        others = [position[a] for a in self.grid_axes if a not in member_axes]
-        inner = [position[a] for a in reversed(member_axes)]
+        last = len(self.axes) - 1  # grid position of axis i: last - i (the grid is slowest first)
+        inner = [last - self.axes.index(a) for a in reversed(member_axes)]
+        others = [p for p in range(len(self.axes)) if p not in inner]
         shaped = np.asarray(values).reshape(self.sizes[::-1])
-        return shaped.transpose(others + inner).reshape(-1, self.group_size(member_axes))
+        # the group size from the checked axes directly (group_size would check them again: issue 26)
+        return shaped.transpose(others + inner).reshape(-1, math.prod(self.sizes[last - p] for p in inner))
 
     def group_of(self, member_axes: Sequence[str], rank: int) -> np.ndarray:
         """The members of ``rank``'s group over ``member_axes``, in group-rank order."""

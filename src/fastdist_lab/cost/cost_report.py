@@ -16,7 +16,7 @@ from ..painters import paint
 from .communication import COMMUNICATION_COLUMNS, CollectiveRow, row_columns, step_rows
 from .efficiency import DEFAULT_EFFICIENCY, Efficiency
 from .hardware import Hardware
-from .memory import MEMORY_COLUMNS, stage_memory
+from .memory import MEMORY_COLUMNS, as_numbers, stage_memory
 from .model import Transformer
 from .setups import Setups
 from .sizes import Sizes
@@ -351,6 +351,6 @@ def estimate(layout: Any, model: Transformer | str, training: Training | None = 
         raise CostError(f"training={training!r} must be a Training")
     sizes = Sizes.of(layout, model, training)
     setups = Setups.single(layout, model, training, sizes.sequence_parallel)
-    stages = {name: values[0] if values.ndim == 2 else values for name, values in stage_memory(setups).items()}
+    stages = stage_memory(as_numbers(setups))  # one row, computed on plain numbers (issue 26: 1.5x faster)
     rows = step_rows(layout, model, training, sizes, stages)
     return CostReport(layout, model, training, sizes, stages, rows, setups)

@@ -1,7 +1,9 @@
 """Memory per rank of each pipeline rank ("stage"): weights, gradients, optimizer states and activations.
 
 Every function takes ``Setups`` (many set-ups as columns) and returns arrays of shape ``(set-ups, pipeline
-ranks)``; ``CostReport.memory`` is the one row of its set-up, ``search`` every row at once.
+ranks)``; ``search`` reads every row at once. ``CostReport.memory`` is one set-up: ``estimate`` passes
+``as_numbers(setups)``, whose per-set-up values are plain numbers, and the same formulas return one row
+(arrays of shape ``(pipeline ranks,)``) without numpy's cost per call on one-entry arrays.
 
 Where the set-up is one Megatron-LM's estimator covers (dense model, sequence-data parallel 1, ZeRO 0 or 1,
 sequence tensor parallel with selective recompute or neither, 1F1B or interleaved 1F1B), the first stage's
@@ -40,8 +42,13 @@ Not modelled: mixture-of-experts, linear biases.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+from typing import Any
+
 import numpy as np
 
+from ..errors import CostError
 from .model import VOCAB_PADDING
 from .schedules import stage_counts
 from .setups import Setups
@@ -62,6 +69,39 @@ SCORE_BYTES = 5
 (Korthikanti et al. 2022, Section 4.1: ``2 a s^2 b + 2 a s^2 b + a s^2 b``)."""
 
 
+def as_numbers(setups: Setups) -> Setups:
+    """The one set-up of a one-row ``setups`` with each per-set-up array as a plain number (``chunk_layers``, shared
+    by the set-ups, stays an array). The formulas here then run on Python numbers and return one row: ``estimate``
+    prices one layout per call, and numpy's overhead on one-entry arrays (a few microseconds per operation, a few
+    hundred operations) made 1,000 calls 1.5 times as slow as before ``Setups`` existed (issue 26)."""
+    if setups.size != 1:
+        raise CostError(f"as_numbers takes one set-up, got {setups.size}")
+    return dataclasses.replace(setups, **{name: getattr(setups, name).item() for name in per_setup_fields()})
+
+
+@functools.cache
+def per_setup_fields() -> tuple[str, ...]:
+    """The names of ``Setups``' per-set-up arrays (every array field but the shared ``chunk_layers``)."""
+    return tuple(
+        field.name
+        for field in dataclasses.fields(Setups)
+        if field.type in ("np.ndarray", np.ndarray) and field.name != "chunk_layers"
+    )
+
+
+def choose(condition: Any, yes: Any, no: Any) -> Any:
+    """``np.where(condition, yes, no)`` for arrays of set-ups; ``yes if condition else no`` for one set-up given as
+    numbers (``as_numbers``)."""
+    if isinstance(condition, np.ndarray):
+        return np.where(condition, yes, no)
+    return yes if condition else no
+
+
+def column(values: Any) -> Any:
+    """Per-set-up ``values`` as a column against per-rank columns (``values[:, None]``); a number stays a number."""
+    return values[:, None] if isinstance(values, np.ndarray) else values
+
+
 def padded_vocab(setups: Setups) -> np.ndarray:
     """The vocabulary padded for each set-up's tensor parallel (``Transformer.padded_vocab_size``)."""
     multiple = VOCAB_PADDING * setups.tensor_parallel
@@ -74,15 +114,15 @@ def stage_parameters(setups: Setups) -> dict[str, np.ndarray]:
     Tensor-parallel layers hold ``1 / tp`` of the attention, MLP and (vocabulary-parallel) embedding
     matrices and a whole copy of each norm (Megatron-LM's ``tp_sharded`` / ``replicated`` split).
     """
-    model, tp = setups.model, setups.tensor_parallel[:, None]
-    layers = setups.rank_layers()[None, :]
-    embedding = model.hidden_size * padded_vocab(setups)[:, None] // tp
-    replicated = np.repeat(layers * model.layer_norm_parameters, setups.size, axis=0)
-    replicated[:, -1] += model.final_norm_parameters
+    model, tp = setups.model, column(setups.tensor_parallel)
+    layers = setups.rank_layers()
+    embedding = model.hidden_size * column(padded_vocab(setups)) // tp
+    replicated = layers * model.layer_norm_parameters + np.zeros_like(tp)  # (set-ups, ranks), or (ranks,)
+    replicated[..., -1] += model.final_norm_parameters
     parameters = layers * ((model.attention_parameters + model.mlp_parameters) // tp) + replicated
-    parameters[:, :1] += embedding
+    parameters[..., :1] += embedding
     if not model.tied_embeddings or setups.pipeline_parallel > 1:  # the output layer, or the tied copy
-        parameters[:, -1:] += embedding
+        parameters[..., -1:] += embedding
     return {"parameters": parameters, "replicated": replicated}
 
 
@@ -93,10 +133,10 @@ def state_bytes(parameters: np.ndarray, setups: Setups) -> dict[str, np.ndarray]
     data-parallel size (Rajbhandari et al. 2020, Figure 1); at stage 1 with the default bytes this is
     Megatron-LM's ``6 + 12 / dp`` bytes per parameter, at stage 0 its 18.
     """
-    zero, dp = setups.zero_stage[:, None], setups.data_parallel[:, None]
+    zero, dp = column(setups.zero_stage), column(setups.data_parallel)
 
     def shard(size: int, stage: int) -> np.ndarray:
-        return -(-(parameters * size) // np.where(zero >= stage, dp, 1))
+        return -(-(parameters * size) // choose(zero >= stage, dp, 1))
 
     return {
         "weights_bytes": shard(setups.bytes_per_weight, 3),
@@ -116,21 +156,29 @@ def activation_terms(setups: Setups) -> dict[str, np.ndarray]:
     # selective recompute" 34 s b h / t, with the MLP's 16 generalised to 4 f / h; everything / t.
     # compute_activation_memory_without_sp: Table 2, "tensor parallel" s b h (10 + 24 / t) without the
     # attention-score term; logits / t; 5% for temporaries.
-    layer = np.where(sp, sbh * (18 + 4 * f / h) / t, sbh * (10 + 24 / t))
-    embedding = np.where(sp, (8 * s * b + sbh) / t, 8 * s * b + sbh)  # token ids (int64), embedding dropout mask
-    output = np.where(sp, 4 * sbh * (1 + vocab / h) / t, 2 * (s * b * vocab / t + sbh))  # final norm, fp32 logits
-    layer_input = np.where(sp, 2 * sbh / t, 2 * sbh)
-    overhead = np.where(sp, 1.0, 1.05)
+    layer = choose(sp, sbh * (18 + 4 * f / h) / t, sbh * (10 + 24 / t))
+    embedding = choose(sp, (8 * s * b + sbh) / t, 8 * s * b + sbh)  # token ids (int64), embedding dropout mask
+    output = choose(sp, 4 * sbh * (1 + vocab / h) / t, 2 * (s * b * vocab / t + sbh))  # final norm, fp32 logits
+    layer_input = choose(sp, 2 * sbh / t, 2 * sbh)
+    overhead = choose(sp, 1.0, 1.05)
     # Sequence-data parallel: the keys and values gathered from the other ranks (Fast-LLM attention.py
     # gather_op over sequence_data) are inputs of the fused attention, saved for its backward.
     gathered = ACTIVATION_BYTES * 2 * (model.seq_length - s) * b * model.num_query_groups * model.kv_channels / t
-    scores = np.where(
-        setups.flash_attention, 0.0, SCORE_BYTES * model.num_attention_heads * s * model.seq_length * b / t
-    )
+    scores = choose(setups.flash_attention, 0.0, SCORE_BYTES * model.num_attention_heads * s * model.seq_length * b / t)
     full = setups.recompute == 2
-    stored = np.where(full, layer_input, layer + gathered + np.where(setups.recompute == 0, scores, 0.0))
-    working = np.where(full, layer + gathered + scores, 0.0)
+    stored = choose(full, layer_input, layer + gathered + choose(setups.recompute == 0, scores, 0.0))
+    working = choose(full, layer + gathered + scores, 0.0)
     return {"stored": stored, "working": working, "embedding": embedding, "output": output, "overhead": overhead}
+
+
+@functools.lru_cache(maxsize=4096)
+def rank_peaks(schedule: str, pipeline_parallel: int, microbatches: int) -> np.ndarray:
+    """With one stage per rank: the most micro-batches each pipeline rank holds under ``schedule`` (cached and
+    read-only; ``estimate`` calls this for every layout, and a reduction per rank per call cost more than all of
+    its memory formulas, issue 26)."""
+    peaks = np.array([counts.max() for counts in stage_counts(schedule, pipeline_parallel, microbatches, 1)])
+    peaks.setflags(write=False)
+    return peaks
 
 
 def activation_bytes(setups: Setups) -> np.ndarray:
@@ -143,17 +191,18 @@ def activation_bytes(setups: Setups) -> np.ndarray:
     """
     terms = activation_terms(setups)
     pp, v = setups.pipeline_parallel, setups.virtual_pipeline_stages
-    chunk = setups.chunk_layers[None, :] * terms["stored"][:, None]
-    chunk[:, 0 : pp * v : pp] += terms["embedding"][:, None] / v  # Megatron-LM's estimator: on rank 0's stages evenly
-    chunk[:, -1] += terms["output"]
-    peak = np.zeros((setups.size, pp))
-    for rank, counts in enumerate(stage_counts(setups.schedule, pp, setups.microbatches, v)):
-        if v == 1:  # one stage: its most micro-batches held
-            peak[:, rank] = counts.max() * chunk[:, rank]
-        else:
-            peak[:, rank] = (counts @ chunk[:, rank::pp].T).max(axis=0)  # (actions, set-ups) -> set-ups
-    peak += terms["working"][:, None]
-    return np.ceil(peak * terms["overhead"][:, None]).astype(np.int64)
+    # (set-ups, stages), or (stages,) for numbers; floats even where one set-up's stored bytes are an int
+    chunk = setups.chunk_layers.astype(np.float64) * column(terms["stored"])
+    chunk[..., 0 : pp * v : pp] += column(terms["embedding"]) / v  # Megatron-LM's estimator: rank 0's stages evenly
+    chunk[..., -1] += terms["output"]
+    if v == 1:  # one stage per rank: its most micro-batches held (one product, not one per rank: issue 26)
+        peak = rank_peaks(setups.schedule, pp, setups.microbatches) * chunk
+    else:
+        peak = np.zeros(chunk.shape[:-1] + (pp,))
+        for rank, counts in enumerate(stage_counts(setups.schedule, pp, setups.microbatches, v)):
+            peak[..., rank] = (counts @ chunk[..., rank::pp].T).max(axis=0)  # (actions, set-ups) -> set-ups
+    peak += column(terms["working"])
+    return np.ceil(peak * column(terms["overhead"])).astype(np.int64)
 
 
 def stage_memory(setups: Setups) -> dict[str, np.ndarray]:

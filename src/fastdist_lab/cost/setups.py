@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,6 +126,29 @@ def _one_placement(tp: int, sdp: int, dp: int, pp: int, local: int, strides: dic
     }
 
 
+class PlacementOnDemand(Mapping):
+    """``placement(*args)``, computed when first read: a one-layout ``estimate`` needs it only for its step time, and
+    computing it for every call was a sixth of an ``estimate`` (issue 26)."""
+
+    def __init__(self, *args: Any):
+        self._args = args
+        self._value: dict[str, Any] | None = None
+
+    def _computed(self) -> dict[str, Any]:
+        if self._value is None:
+            self._value = placement(*self._args)
+        return self._value
+
+    def __getitem__(self, key: str) -> Any:
+        return self._computed()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._computed())
+
+    def __len__(self) -> int:
+        return len(self._computed())
+
+
 def chunk_layers(
     num_layers: int, pipeline_parallel: int, virtual_stages: int, explicit: tuple[int, ...] | None
 ) -> np.ndarray:
@@ -154,7 +178,8 @@ class Setups:
     per weight, gradient and optimizer state. Per set-up: ``tensor_parallel``, ``data_parallel`` (sequence-data x
     batch-data), ``sequence_data_parallel``, ``micro_batch_size``, ``sequence_parallel`` (sequence tensor parallel
     as it takes effect), ``recompute`` (index into ``RECOMPUTE``), ``zero_stage``, ``flash_attention``, the three
-    ``overlap_*`` flags, and ``placement`` (``placement()``'s result).
+    ``overlap_*`` flags, and ``placement`` (``placement()``'s result, or a ``PlacementOnDemand`` computing it when
+    first read).
     """
 
     model: Transformer
@@ -174,7 +199,7 @@ class Setups:
     overlap_data_parallel: np.ndarray
     overlap_tensor_parallel: np.ndarray
     overlap_pipeline_parallel: np.ndarray
-    placement: dict[str, Any]
+    placement: Mapping[str, Any]
     bytes_per_weight: int = 2
     bytes_per_gradient: int = 4
     bytes_per_optimizer_state: int = 12
@@ -203,7 +228,7 @@ class Setups:
             overlap_data_parallel=one(training.overlap_data_parallel, bool),
             overlap_tensor_parallel=one(training.overlap_tensor_parallel, bool),
             overlap_pipeline_parallel=one(training.overlap_pipeline_parallel, bool),
-            placement=placement(tp, pp, sdp, dp, int(layout.local_world_size), bool(layout.pipeline_first)),
+            placement=PlacementOnDemand(tp, pp, sdp, dp, int(layout.local_world_size), bool(layout.pipeline_first)),
             bytes_per_weight=training.bytes_per_weight,
             bytes_per_gradient=training.bytes_per_gradient,
             bytes_per_optimizer_state=training.bytes_per_optimizer_state,
