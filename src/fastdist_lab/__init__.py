@@ -2,7 +2,8 @@
 
 The numbering and seeds are those of ServiceNow's Fast-LLM (``fast_llm/engine/distributed``, commit 91b28fab).
 The top level holds what a notebook needs; the rest lives in subpackages: ``fastdist_lab.errors`` (every exception),
-``viz`` (pictures as free functions), ``conventions``, ``streams``, ``cost``, ``runtime``, ``checks``, ``widgets``.
+``viz`` (pictures as free functions), ``conventions``, ``streams``, ``cost``, ``runtime``, ``checks``, ``widgets``,
+``exercises`` (the course's self-checking exercises).
 Layout math is imported eagerly and never touches torch; the runtime, pictures and widgets are imported on first use.
 """
 
@@ -49,7 +50,7 @@ __all__ = [
     *_LAZY,
 ]
 
-_SUBPACKAGES = ("errors", "viz", "conventions", "streams", "cost", "runtime", "checks", "widgets")
+_SUBPACKAGES = ("errors", "viz", "conventions", "streams", "cost", "runtime", "checks", "widgets", "exercises")
 """The public subpackages (and ``errors``), imported when first read as attributes of the root."""
 
 _MOVED: dict[str, tuple[str, ...]] = {

@@ -17,6 +17,7 @@ answer". The stored notebooks hold each worked solution in a collapsed cell tagg
 
 from __future__ import annotations
 
+from ..lazy import lazy_attributes
 from .collective_exercises import (
     check_all_gather,
     check_all_reduce,
@@ -83,3 +84,6 @@ __all__ = [
     "exercise_schedule",
     "fault_puzzle",
 ]
+
+__getattr__, __dir__ = lazy_attributes(__name__, {}, __all__)
+"""``dir()`` is ``__all__``: the modules of the package stay out of it, as ``from __future__`` names do."""
