@@ -13,6 +13,7 @@ apply with two CPU burners running); every "next call" within its own
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -21,6 +22,7 @@ import textwrap
 import threading
 import time
 import warnings
+from collections.abc import Iterator
 
 import pytest
 
@@ -85,6 +87,20 @@ def _apply_seconds(cluster) -> float:
     return min(durations)
 
 
+@contextlib.contextmanager
+def _prompt_timers() -> Iterator[None]:
+    """The timer thread that sends a SIGINT needs the interpreter lock, which the main thread, busy in the apply,
+    hands over only every ``sys.getswitchinterval()`` (5 ms): longer than a simulated apply (about 6 ms), so most of
+    a sweep over it fired after the apply had returned (6 of 21 cuts in one loaded run). Hand it over every 0.1 ms
+    while sweeping, so a delay lands where it is aimed."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-4)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(interval)
+
+
 def _sweep(cluster, budget: float, interrupts) -> list[tuple[float, bool, float]]:
     """The SIGINTs are aimed at the package (conftest's ``interrupts``): one that lands after the apply returned is
     dropped, so only interrupts that hit an apply count as cuts. An apply quicker than the first 100 ms (simulated
@@ -94,7 +110,7 @@ def _sweep(cluster, budget: float, interrupts) -> list[tuple[float, bool, float]
     seconds = _apply_seconds(cluster)
     sweep = SWEEP if seconds > SWEEP[-1] else [seconds * step / (len(SWEEP) - 1) for step in range(len(SWEEP))]
     begin = time.monotonic()
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _prompt_timers():
         warnings.simplefilter("ignore", RuntimeWarning)  # "the interrupted call stopped the ...": expected
         for index, delay in enumerate(sweep):
             if cluster.running:

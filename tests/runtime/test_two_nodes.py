@@ -150,7 +150,10 @@ def test_two_nodes_of_two_ranks_verify_groups_and_streams(tmp_path):
 def test_a_local_world_size_the_launcher_contradicts_exits_2_on_every_rank(tmp_path):
     # One node of the two is enough: each rank compares its flag with the launcher's LOCAL_WORLD_SIZE.
     logs = tmp_path / "logs"
-    script = ["--log-dir", str(logs), "--redirects", "3", "-m", "fastdist_lab.worker", "--tp", "2", "--pp", "1"]
+    # The agent ends a failed rank's siblings at its next look; every rank must reach its check first, so it looks
+    # every 5 s (not torch's 0.1 s): under load a sibling still importing was ended with an empty stderr.log.
+    script = ["--log-dir", str(logs), "--redirects", "3", "--monitor-interval", "5"]
+    script += ["-m", "fastdist_lab.worker", "--tp", "2", "--pp", "1"]
     script += ["--sdp", "1", "--backend", "gloo", "--local-world-size", "4"]
     [(code, text)] = _launch(tmp_path, 2, [script], "mismatch")
     assert code == 1 and "exitcode  : 2" in text, text
@@ -158,7 +161,8 @@ def test_a_local_world_size_the_launcher_contradicts_exits_2_on_every_rank(tmp_p
     assert len(errors) == 2, errors
     for path in errors:
         lines = path.read_text().splitlines()
-        assert lines == ["python -m fastdist_lab.worker: error: --local-world-size=4 but LOCAL_WORLD_SIZE=2"]
+        expected = ["python -m fastdist_lab.worker: error: --local-world-size=4 but LOCAL_WORLD_SIZE=2"]
+        assert lines == expected, f"{path}: {lines}; the agent said:\n{text}"
     assert not _started_here(tmp_path)
 
 
