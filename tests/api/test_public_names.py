@@ -38,7 +38,10 @@ def test_the_list_holds_every_namespace_and_the_main_classes():
     names = json.loads((REPO / "tests" / "api" / "public_names.json").read_text())
     assert set(names["namespaces"]) == {
         "fastdist_lab",
-        *(f"fastdist_lab.{p}" for p in ("errors", "viz", "conventions", "streams", "cost", "runtime", "checks", "exercises")),
+        *(
+            f"fastdist_lab.{p}"
+            for p in ("errors", "viz", "conventions", "streams", "cost", "runtime", "checks", "exercises")
+        ),
         "fastdist_lab.widgets",
     }
     assert {"plot", "world_size", "tensor_parallel"} <= set(names["classes"]["fastdist_lab.Layout"])

@@ -7,6 +7,7 @@ the layout group by group. Bigger worlds belong in ``benchmarks/bench_scale.py``
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -151,6 +152,30 @@ def test_a_hung_rank_times_out_with_its_stack_and_the_next_call_starts_fresh(mod
     for thread in sim_threads()[before:]:
         thread.join(timeout=10)
     assert len(sim_threads()) == before
+
+
+def test_a_stopped_threaded_world_ends_its_dispatcher_before_stop_returns():
+    """Every turn (``runtime.turns``) is held elsewhere (as by stopped ranks that took a turn with their call and
+    never ran it), so the dispatcher waits for a turn to hand rank 0 its call when the generation stops. ``stop``
+    must end the dispatcher before it returns, not a turn wait later: CI once found a closed world's dispatcher
+    still alive (issue 30)."""
+    from fastdist_lab.runtime.channel import Call
+    from fastdist_lab.runtime.rank_loop import RankContext
+    from fastdist_lab.runtime.rank_threads import ThreadPerRank
+
+    runner = ThreadPerRank([RankContext(rank, 2, None) for rank in range(2)], "fastdist-sim-test", None)
+    held = [runner.turns.take() for _ in range(runner.turns.count)]
+    assert all(held)
+    try:
+        runner.send(Call(1, (len, ([],))))
+        time.sleep(0.1)  # the dispatcher is now waiting (up to TURN_WAIT) for a turn
+        assert runner.dispatcher.is_alive()
+        runner.stop()
+        assert not runner.dispatcher.is_alive(), "stop returned with the dispatcher still waiting for a turn"
+        assert not any(thread.is_alive() for thread in runner.threads)
+    finally:
+        for _ in held:
+            runner.turns.give()
 
 
 @pytest.mark.parametrize("mode", ["threads", "fake"])

@@ -275,10 +275,13 @@ class ThreadPerRank(_Runner):
         self._dispatch.put(_STOP)
         for inbox in self.inboxes:
             inbox.put(_STOP)
+        # the dispatcher (and any rank) may be waiting up to TURN_WAIT for a turn that a stopped rank never gives
+        # back: wake them now, so that they see the stop and end within the grace, not a turn wait later
+        self.turns.open(len(self.threads) + 1)
         deadline = time.monotonic() + STOP_GRACE
 
         def wait() -> None:
-            for thread in self.threads:
+            for thread in [self.dispatcher, *self.threads]:  # the dispatcher first: a stuck rank may use up the grace
                 thread.join(max(0.0, deadline - time.monotonic()))
 
         if self._release is not None:

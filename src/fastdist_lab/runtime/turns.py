@@ -39,6 +39,11 @@ class Turns:
         """Give a turn back."""
         self._semaphore.release()
 
+    def open(self, waiters: int) -> None:
+        """Let ``waiters`` threads through at once, turn or not: the world is ending, and a thread waiting for a turn
+        (up to ``TURN_WAIT`` seconds) must see that now, not after its wait."""
+        self._semaphore.release(waiters)
+
 
 def enter(turns: Turns | None, holding: bool) -> None:
     """Make this thread a rank thread of ``turns`` (``holding``: it already holds one of them)."""
