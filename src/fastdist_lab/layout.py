@@ -16,11 +16,12 @@ import numpy as np
 
 from .config import DIM_NAMES, DistributedConfig, DistributedDimNames, LayoutFields, PhaseType
 from .errors import LayoutError
+from .experts import EXPERT_DIM_AXES, EXPERT_DIM_NAMES, ExpertGrid, expert_sizes
 from .fastllm import read_fastllm
 from .numbering import RankGrid
 from .painters import paint
 from .seeds import GENERATORS, seed_arrays
-from .validation import env_int, is_bool
+from .validation import check_int, env_int, is_bool
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -68,6 +69,9 @@ _COORDINATE_AXES: dict[str, tuple[str, ...]] = {
 }
 """Each parallel coordinate is a rank's position in its group of the matching dim."""
 
+EXPERT_FIELDS: tuple[str, ...] = ("expert_parallel", "expert_tensor_parallel")
+"""The Layout's fields beyond Fast-LLM's ``DistributedConfig`` (Fast-LLM 91b28fab has no experts)."""
+
 
 def nodes_spanned(groups: np.ndarray, local_world_size: int) -> int:
     """The most nodes one group (a row of ``groups``) has members on, with ``local_world_size`` ranks per node.
@@ -99,7 +103,19 @@ class Layout(LayoutFields):
         [0, 2, 4, 6]
         >>> int(layout.coordinates["data_rank"][5])
         2
+
+    ``expert_parallel`` (EP, default 1) and ``expert_tensor_parallel`` (ETP, default ``None``: the tensor size, as
+    Megatron-Core defaults) place a mixture-of-experts layer's experts (``fastdist_lab.experts``): ``groups``,
+    ``group_index``, ``dim_rank`` and ``group_of`` also take the expert dims (``EXPERT_DIM_NAMES``). With EP = 1
+    and ETP = tensor size every dense group, seed and stream is as without them.
+
+        >>> moe = Layout(world_size=16, local_world_size=8, tensor_parallel=2, expert_parallel=4)
+        >>> moe.groups("expert")[0].tolist(), moe.groups("expert_data")[0].tolist()
+        ([0, 2, 4, 6], [0, 8])
     """
+
+    expert_parallel: int = 1
+    expert_tensor_parallel: int | None = None
 
     def __init__(self, **fields: Any):
         if fields.get("world_size") is None:
@@ -110,13 +126,41 @@ class Layout(LayoutFields):
                 world if isinstance(world, int) and not is_bool(world) and world > 0 else 1
             )  # else: say only that
             fields["local_world_size"] = env_int("LOCAL_WORLD_SIZE", one_node)
+        experts = {name: fields.pop(name, None) for name in EXPERT_FIELDS}
         self._assign(fields)
+        self._assign_experts(**experts)
         if self.world_size > MAX_LAYOUT_WORLD_SIZE:
             raise LayoutError(
                 f"world_size={self.world_size} is more than a whole-world Layout holds (at most "
                 f"{MAX_LAYOUT_WORLD_SIZE:,} ranks); one rank's view (DistributedConfig, or "
                 "`fastdist-lab layout --rank R`) has no limit"
             )
+
+    def _assign_experts(self, expert_parallel: Any, expert_tensor_parallel: Any) -> None:
+        ep = (
+            1
+            if expert_parallel is None
+            else check_int("expert_parallel", expert_parallel, minimum=1, error=LayoutError)
+        )
+        etp = expert_tensor_parallel
+        if etp is not None:
+            etp = check_int("expert_tensor_parallel", etp, minimum=1, error=LayoutError)
+        expert_sizes(self.tensor_parallel, self.world_size // self.pipeline_parallel, ep, etp)  # raises if bad
+        self.__dict__.update(expert_parallel=ep, expert_tensor_parallel=etp)  # frozen: set once, here
+
+    def _key(self) -> tuple[Any, ...]:
+        """The fields, ETP resolved (``None`` and the tensor size are one layout): what equality and hash compare."""
+        fields = self.fields()
+        fields["expert_tensor_parallel"] = self.expert_sizes["expert_tensor"]
+        return tuple(fields.values())
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Layout):
+            return NotImplemented
+        return type(self) is type(other) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
 
     @classmethod
     def from_config(cls, config: DistributedConfig) -> Layout:
@@ -140,6 +184,23 @@ class Layout(LayoutFields):
     def batch_data_parallel(self) -> int:
         """data_parallel / sequence_data_parallel."""
         return self.data_parallel // self.sequence_data_parallel
+
+    @property
+    def expert_sizes(self) -> dict[str, int]:
+        """``expert_tensor`` (ETP, the tensor size unless given), ``expert`` (EP) and ``expert_data`` (EDP = the
+        ranks of a pipeline stage / (ETP * EP)) sizes."""
+        etp, ep, edp = expert_sizes(
+            self.tensor_parallel,
+            self.world_size // self.pipeline_parallel,
+            self.expert_parallel,
+            self.expert_tensor_parallel,
+        )
+        return {"expert_tensor": etp, "expert": ep, "expert_data": edp}
+
+    @property
+    def has_experts(self) -> bool:
+        """Whether the expert groups differ from the dense ones (EP > 1, or ETP other than the tensor size)."""
+        return self.expert_parallel > 1 or self.expert_sizes["expert_tensor"] != self.tensor_parallel
 
     @property
     def num_nodes(self) -> int:
@@ -191,20 +252,38 @@ class Layout(LayoutFields):
             raise LayoutError(f"dim={name!r} is not a dim; use one of {', '.join(DIM_NAMES)}") from None
         return self.rank_grid.ordered(spanned)
 
+    @cached_property
+    def expert_grid(self) -> ExpertGrid:
+        """The expert numbering (``fastdist_lab.experts``): each pipeline stage's ranks, in increasing rank, read as
+        expert-tensor rank fastest, then expert rank, then expert-data rank."""
+        sizes = self.expert_sizes
+        stages = self.groups(DistributedDimNames.tensor_and_data)
+        return ExpertGrid(stages, sizes["expert_tensor"], sizes["expert"], error=LayoutError)
+
     def groups(self, name: str) -> np.ndarray:
-        """Every group of dim ``name``: one row per group, members in group-rank order, rows by first member."""
+        """Every group of dim ``name`` (a dense dim or an expert dim): one row per group, members in group-rank
+        order, rows by first member."""
+        if name in EXPERT_DIM_AXES:
+            return self.expert_grid.groups(name)
         return self.rank_grid.groups(self.dim_axes(name))
 
     def group_index(self, name: str) -> np.ndarray:
         """Each global rank's row in ``groups(name)`` (array indexed by global rank)."""
+        if name in EXPERT_DIM_AXES:
+            return self.expert_grid.group_index(name)
         return self.rank_grid.group_index(self.dim_axes(name))
 
     def dim_rank(self, name: str) -> np.ndarray:
         """Each global rank's index inside its group of dim ``name`` (array indexed by global rank)."""
+        if name in EXPERT_DIM_AXES:
+            return self.expert_grid.dim_rank(name)
         return self.rank_grid.group_rank(self.dim_axes(name))
 
     def group_of(self, name: str, rank: int) -> np.ndarray:
         """The members of ``rank``'s group of dim ``name``, in group-rank order."""
+        if name in EXPERT_DIM_AXES:
+            rank = self.rank_grid.check_rank(rank)
+            return self.groups(name)[int(self.group_index(name)[rank])]
         return self.rank_grid.group_of(self.dim_axes(name), rank)
 
     # ----------------------------------------------------------------- per rank
@@ -233,7 +312,8 @@ class Layout(LayoutFields):
 
     def config(self, rank: int) -> DistributedConfig:
         """The ``DistributedConfig`` of global rank ``rank``."""
-        return DistributedConfig(rank=self.rank_grid.check_rank(rank), **self.fields())
+        fields = {name: value for name, value in self.fields().items() if name not in EXPERT_FIELDS}
+        return DistributedConfig(rank=self.rank_grid.check_rank(rank), **fields)
 
     # ----------------------------------------------------------------- summaries
     def topology(self) -> pd.DataFrame:
@@ -241,7 +321,7 @@ class Layout(LayoutFields):
         import pandas as pd
 
         rows = []
-        for name in DIM_NAMES:
+        for name in (*DIM_NAMES, *EXPERT_DIM_NAMES) if self.has_experts else DIM_NAMES:
             groups = self.groups(name)
             size = groups.shape[1]
             spanned = nodes_spanned(groups, self.local_world_size)
@@ -297,6 +377,7 @@ class Layout(LayoutFields):
             "sequence_data_parallel": self.sequence_data_parallel,
             "batch_data_parallel": self.batch_data_parallel,
             "order": "pipeline-first" if self.pipeline_first else "data-first",
+            **({f"{dim}_parallel": size for dim, size in self.expert_sizes.items()} if self.has_experts else {}),
         }
 
     def __repr__(self) -> str:
@@ -305,7 +386,13 @@ class Layout(LayoutFields):
             f"Layout(world_size={s['world_size']}, local_world_size={s['local_world_size']}, "
             f"tensor_parallel={s['tensor_parallel']}, pipeline_parallel={s['pipeline_parallel']}, "
             f"sequence_data_parallel={s['sequence_data_parallel']}, {s['order']}; "
-            f"data_parallel={s['data_parallel']}, nodes={s['num_nodes']})"
+            f"data_parallel={s['data_parallel']}, nodes={s['num_nodes']}"
+            + (
+                f"; expert_parallel={s['expert_parallel']}, expert_tensor_parallel={s['expert_tensor_parallel']}, "
+                f"expert_data_parallel={s['expert_data_parallel']})"
+                if self.has_experts
+                else ")"
+            )
         )
 
     def summary_html(self) -> str:

@@ -249,16 +249,21 @@ class MegatronParallelState(Megatron):
                 sequence_data_parallel=self.cp,
                 pipeline_first=first,
                 sequence_tensor_parallel=self.sequence_parallel,
+                expert_parallel=self.expert_ep,
+                expert_tensor_parallel=self.expert_tp,
             )
         except ValueError as error:
             return None, f"no Layout: {error}"
         if not equivalent(layout, self):
             return None, f"no Layout: {equivalent(layout, self).reason}"
         notes = ["the decoder groups are this Layout's (cp = sequence-data, dp = batch-data)"]
-        if self.expert_ep > 1 or self.expert_tp != self.tp:
+        mismatch = expert_mismatch(layout, self)
+        if mismatch:
+            return None, f"no Layout: {mismatch}"
+        if layout.has_experts:
             notes.append(
-                f"the expert groups (expert parallel {self.expert_ep}, expert tensor parallel {self.expert_tp}, "
-                f"expert data parallel {self.expert_dp}) have no counterpart in a Layout"
+                f"so are the expert groups (expert parallel {self.expert_ep}, expert tensor parallel "
+                f"{self.expert_tp}, expert data parallel {self.expert_dp})"
             )
         if self.num_distributed_optimizer_instances > 1:
             notes.append(f"{self.num_distributed_optimizer_instances} distributed-optimizer instances: not in a Layout")
@@ -328,6 +333,26 @@ def _megatron_expert(
 
 Megatron.from_args = classmethod(_megatron_from_args)  # type: ignore[attr-defined]
 Megatron.expert = classmethod(_megatron_expert)  # type: ignore[attr-defined]
+
+
+LAYOUT_EXPERT_DIMS: dict[str, str] = {
+    "EXPERT_MODEL_PARALLEL_GROUP": "expert",
+    "EXPERT_TENSOR_PARALLEL_GROUP": "expert_tensor",
+    "EXPERT_TENSOR_AND_MODEL_PARALLEL_GROUP": "expert_tensor_and_expert",
+    "EXPERT_DATA_PARALLEL_GROUP": "expert_data",
+}
+"""Megatron-Core's expert groups and the Layout's expert dim that holds the same groups."""
+
+
+def expert_mismatch(layout: Any, state: MegatronParallelState) -> str:
+    """The first of Megatron's expert groups (``LAYOUT_EXPERT_DIMS``) that the Layout's expert dim does not hold
+    (members in group-rank order; the groups in any order), as a sentence; ``""`` when every one matches."""
+    for name, dim in LAYOUT_EXPERT_DIMS.items():
+        theirs = state.expert.groups(EXPERT_GROUPS[name])
+        ours = layout.groups(dim)
+        if sorted(map(tuple, theirs.tolist())) != sorted(map(tuple, ours.tolist())):
+            return f"{name} is {_first_rows(theirs)} but the Layout's {dim} groups are {_first_rows(ours)}"
+    return ""
 
 
 def _first_rows(groups: np.ndarray, n: int = 4) -> str:
