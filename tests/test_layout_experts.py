@@ -3,6 +3,7 @@ and nothing changed without experts."""
 
 from __future__ import annotations
 
+import json
 import pickle
 
 import numpy as np
@@ -161,3 +162,32 @@ def test_a_million_ranks_with_experts_stay_vectorised():
     groups = layout.groups("expert")
     assert groups.shape == (2**20 // 64, 64)
     assert layout.group_of("expert", 2**20 - 1)[-1] == 2**20 - 1
+
+
+def test_the_layout_command_lists_the_expert_groups(capsys):
+    from fastdist_lab.cli import main
+
+    assert main(["layout", "--world-size", "16", "--local-world-size", "8", "--tp", "2", "--ep", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "expert_parallel=4, expert_tensor_parallel=2, expert_data_parallel=2" in out
+    assert "expert (size 4, 4 groups): [0 2 4 6] [1 3 5 7] [8 10 12 14] [9 11 13 15]" in out
+    assert main(["layout", "--world-size", "16", "--tp", "2", "--ep", "4", "--etp", "1", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["groups"]["expert"][0] == [0, 1, 2, 3] and doc["layout"]["expert_tensor_parallel"] == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["layout", "--world-size", "16", "--tp", "2", "--ep", "3"], "expert_parallel=3 = 6 must divide"),
+        (["layout", "--world-size", "16", "--ep", "2", "--rank", "3"], "--rank shows one rank's"),
+        (["cost", "--world-size", "16", "--tp", "2", "--ep", "4"], "does not handle experts yet"),
+        (["train-step", "--world-size", "8", "--tp", "2", "--etp", "1"], "does not handle experts yet"),
+    ],
+)
+def test_expert_flags_a_command_cannot_honour_exit_2_in_one_line(argv, message, capsys):
+    from fastdist_lab.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err and "Traceback" not in err

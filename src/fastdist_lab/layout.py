@@ -212,6 +212,11 @@ class Layout(LayoutFields):
         """The nine named dims."""
         return DIM_NAMES
 
+    @property
+    def group_dims(self) -> tuple[str, ...]:
+        """The dims whose groups tell this layout apart: the nine, then the four expert dims when it has experts."""
+        return (*DIM_NAMES, *EXPERT_DIM_NAMES) if self.has_experts else DIM_NAMES
+
     # ----------------------------------------------------------------- grid
     @property
     def axes(self) -> tuple[str, ...]:
@@ -321,7 +326,7 @@ class Layout(LayoutFields):
         import pandas as pd
 
         rows = []
-        for name in (*DIM_NAMES, *EXPERT_DIM_NAMES) if self.has_experts else DIM_NAMES:
+        for name in self.group_dims:
             groups = self.groups(name)
             size = groups.shape[1]
             spanned = nodes_spanned(groups, self.local_world_size)

@@ -82,6 +82,21 @@ def add_layout_arguments(parser: argparse.ArgumentParser, launcher: bool = False
         + factor.format(DEFAULT_LAYOUT["sequence_data_parallel"]),
     )
     group.add_argument(
+        "--expert-parallel",
+        "--ep",
+        type=int,
+        default=1,
+        help="expert-parallel size: ranks of a pipeline stage that split a mixture-of-experts layer's experts "
+        "(default: %(default)s, no experts)",
+    )
+    group.add_argument(
+        "--expert-tensor-parallel",
+        "--etp",
+        type=int,
+        default=None,
+        help="expert-tensor-parallel size: ranks that split each expert (default: the tensor-parallel size)",
+    )
+    group.add_argument(
         "--pipeline-first",
         action="store_true",
         help="pipeline ranks vary before data ranks (small models; default: data ranks first)",
@@ -118,8 +133,14 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("training set-up", "as cost.Training: the same flags in cost and train-step")
     group.add_argument("--schedule", default="1f1b", metavar="NAME",
                        help=f"pipeline schedule: {', '.join(SCHEDULES)} (default: %(default)s)")  # fmt: skip
-    group.add_argument("--virtual-pipeline-stages", "--virtual-stages", dest="virtual_pipeline_stages", type=int,
-                       default=1, help="model chunks per pipeline rank (>= 2 for interleaved-1f1b; default 1)")
+    group.add_argument(
+        "--virtual-pipeline-stages",
+        "--virtual-stages",
+        dest="virtual_pipeline_stages",
+        type=int,
+        default=1,
+        help="model chunks per pipeline rank (>= 2 for interleaved-1f1b; default 1)",
+    )
     group.add_argument("--micro-batches", "--num-microbatches", dest="num_microbatches", type=int, default=None,
                        help="micro-batches per step and data rank (default: the pipeline size)")  # fmt: skip
     group.add_argument("--micro-batch-size", type=int, default=1, help="sequences per micro-batch (default: 1)")
@@ -186,25 +207,42 @@ def _with_defaults_named(error: LayoutError, defaulted: dict[str, int]) -> Layou
     return LayoutError(f"{text} (not given, so the defaults: {', '.join(named)}; give the sizes you want)")
 
 
-def layout_from_args(args: argparse.Namespace, **extra: object) -> Layout:
-    """The ``Layout`` the layout flags describe (raises ``LayoutError`` naming any defaulted flag when invalid)."""
+def layout_from_args(args: argparse.Namespace, *, experts: bool = False, **extra: object) -> Layout:
+    """The ``Layout`` the layout flags describe (raises ``LayoutError`` naming any defaulted flag when invalid).
+
+    ``experts``: whether the command handles expert parallelism; when it does not, a layout with experts is refused
+    in one line rather than silently treated as dense (only ``layout`` shows experts so far)."""
     factors, defaulted = _factors(args)
     try:
-        return Layout(
+        layout = Layout(
             local_world_size=args.local_world_size,
             pipeline_first=args.pipeline_first,
             seed=args.seed,
             reproducible_init=args.reproducible_init,
+            expert_parallel=getattr(args, "expert_parallel", 1),
+            expert_tensor_parallel=getattr(args, "expert_tensor_parallel", None),
             **factors,
             **extra,  # type: ignore[arg-type]
         )
     except LayoutError as error:
         raise _with_defaults_named(error, defaulted) from None
+    if layout.has_experts and not experts:
+        raise LayoutError(
+            f"--expert-parallel={layout.expert_parallel} --expert-tensor-parallel="
+            f"{layout.expert_sizes['expert_tensor']}: this command does not handle experts yet "
+            "(`fastdist-lab layout` shows their groups)"
+        )
+    return layout
 
 
 def config_from_args(args: argparse.Namespace, rank: int) -> DistributedConfig:
     """One rank's ``DistributedConfig`` from the layout flags: no whole-world table, so any world size works."""
     factors, defaulted = _factors(args)
+    if getattr(args, "expert_parallel", 1) != 1 or getattr(args, "expert_tensor_parallel", None) is not None:
+        raise LayoutError(
+            "--rank shows one rank's Fast-LLM DistributedConfig, which has no experts: leave out --rank to see the "
+            "expert groups of the whole world"
+        )
     world = factors.pop("world_size")
     local = args.local_world_size
     if local is None:

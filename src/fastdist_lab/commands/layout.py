@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config import DIM_NAMES, DistributedConfig
+from ..config import DistributedConfig
 from ..errors import LayoutError
 from ..formatting import members_text, plural
 from ..layout import Layout
@@ -114,7 +114,7 @@ def _summary(layout: Layout, fmt: str) -> None:
     print(shown.to_string())
     print()
     print(topology.to_string())
-    for name in DIM_NAMES:
+    for name in layout.group_dims:
         groups = layout.groups(name)
         print(f"{name} (size {groups.shape[1]:,}, {plural(groups.shape[0], 'group')}): first {members_text(groups[0])}")
 
@@ -204,7 +204,7 @@ def run(args: argparse.Namespace) -> int:
         _print_rank(config_from_args(args, args.rank), args.format)  # one rank's view: any world size
         return 0
     else:
-        layout = layout_from_args(args)
+        layout = layout_from_args(args, experts=True)
     if layout.world_size > SUMMARY_LIMIT and not args.all_rows:
         _summary(layout, args.format)
         return 0
@@ -214,12 +214,12 @@ def run(args: argparse.Namespace) -> int:
             **({"framework": loaded.framework, "description": loaded.description} if loaded is not None else {}),
             "layout": layout.summary(),
             "ranks": ranks.reset_index().to_dict(orient="records"),
-            "groups": {name: layout.groups(name).tolist() for name in DIM_NAMES},
+            "groups": {name: layout.groups(name).tolist() for name in layout.group_dims},
         }
         print(json.dumps(doc))
     elif args.format == "csv":
         frame = ranks.copy()
-        for name in DIM_NAMES:
+        for name in layout.group_dims:
             groups = layout.groups(name)
             if groups.shape[1] <= CSV_MEMBERS:
                 text = np.array([" ".join(map(str, row)) for row in groups.tolist()], dtype=object)
@@ -233,7 +233,7 @@ def run(args: argparse.Namespace) -> int:
             print(repr(layout))
         print(ranks.to_string())
         print()
-        for name in DIM_NAMES:
+        for name in layout.group_dims:
             groups = layout.groups(name)
             rows = " ".join("[" + " ".join(map(str, row)) + "]" for row in groups.tolist())
             print(f"{name} (size {groups.shape[1]}, {plural(groups.shape[0], 'group')}): {rows}")
