@@ -52,15 +52,29 @@ def layout_of() -> Callable[..., Layout]:
     return _layout_of
 
 
+DEFAULT_FACTORS = dict(tensor_parallel=2, pipeline_parallel=2, sequence_data_parallel=2)
+"""The shared cluster's layout."""
+
+
 @pytest.fixture(scope="session")
-def cluster(private_tmpdir: Path):
-    """The shared 8-rank gloo cluster with the default layout (tp 2, pp 2, sdp 2) applied."""
+def shared_cluster(private_tmpdir: Path):
+    """The 8-rank gloo cluster the session shares, with the default layout (tp 2, pp 2, sdp 2) applied."""
     from fastdist_lab import LocalCluster
 
     with LocalCluster(WORLD, backend="gloo", local_world_size=WORLD, timeout=60, progress=False) as shared:
-        verification = shared.apply(_layout_of(tensor_parallel=2, pipeline_parallel=2, sequence_data_parallel=2))
+        verification = shared.apply(_layout_of(**DEFAULT_FACTORS))
         assert verification.ok, verification
         yield shared
+
+
+@pytest.fixture
+def cluster(shared_cluster):
+    """The shared cluster, running with a layout: a test that failed and left it stopped or without a layout is
+    not passed on to the next one (the next test would fail on that state, not on its own: issue 30)."""
+    if not shared_cluster.running or shared_cluster.layout is None:
+        verification = shared_cluster.apply(_layout_of(**DEFAULT_FACTORS))  # restarts the ranks when stopped
+        assert verification.ok, verification
+    return shared_cluster
 
 
 # ----------------------------------------------------------------------------------------------- interrupts

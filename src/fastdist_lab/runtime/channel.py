@@ -295,12 +295,16 @@ class Channel:
         """
         self._requests += 1
         number = self._requests
+        asked = time.monotonic()
         self.send(dataclasses.replace(request, request=number))
         while True:
             check()
             left = deadline - time.monotonic()
-            if left <= 0:
-                raise ClusterTimeout(f"{what}: no answer from the {self.peer}")
+            if left <= 0:  # say how long it waited and what it allowed: enough to tell a slow machine from a hang
+                raise ClusterTimeout(
+                    f"{what}: no answer from the {self.peer} in {time.monotonic() - asked:.1f} s "
+                    f"(allowed {deadline - asked:.1f} s)"
+                )
             if not self.poll(min(left, 0.2)):
                 continue
             reply = self.receive()
