@@ -27,8 +27,9 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
-from .channel import (
-    Channel,
+from .channel import Channel
+from .procs import become_subreaper, describe_status, die_with_parent, end_subtree, raise_file_limit, reap
+from .server_messages import (
     Exit,
     ExitStatuses,
     KillWorkers,
@@ -40,7 +41,6 @@ from .channel import (
     WorkersKilled,
     WorkerSpec,
 )
-from .procs import become_subreaper, describe_status, die_with_parent, end_subtree, raise_file_limit, reap
 
 __all__ = ["BOOTSTRAP", "guard_main", "serve", "server_main"]  # the two mains are called by BOOTSTRAP's text
 
