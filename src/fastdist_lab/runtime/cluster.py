@@ -13,13 +13,10 @@ answer). Whenever not every rank answered, the ranks are stopped before the call
 arrives meanwhile, and the next call starts fresh ones. Every call has a deadline, waiting for an earlier call
 included.
 
-**An interrupted generation is discarded.** An interrupt that cuts an ``apply`` short always stops the ranks: at
-that moment some may have created a group that others have not, and no later call could agree on their groups
-again. The next call starts fresh ranks (with no layout: the interrupted apply did not apply one). So does an
-interrupted ``run(..., discard_on_interrupt=True)`` (``checks.verify_groups``' collective check: some members may
-have begun a collective the others did not). Any other interrupted ``run`` keeps the ranks, and their
-``ctx.state``, only when every rank answered within the grace and none was creating or releasing groups
-(``results.GROUPS_INTERRUPTED``); otherwise it is discarded too.
+**An interrupted generation is discarded** (ARCHITECTURE.md, "Interrupts"): after an interrupted ``apply``, or
+``run(..., discard_on_interrupt=True)`` (``checks.verify_groups``' collectives), the next call starts fresh ranks,
+with no layout. Any other interrupted ``run`` keeps the ranks, and their ``ctx.state``, only when every rank answered
+within the grace and none was creating or releasing groups (``results.GROUPS_INTERRUPTED``).
 """
 
 from __future__ import annotations
