@@ -1,18 +1,10 @@
 """The integers each random generator is seeded with, and which seeds give one and the same random stream.
 
 Seeds follow ServiceNow's Fast-LLM (``Distributed.__init__`` / ``set_step`` in
-``fast_llm/engine/distributed/distributed.py`` at commit 91b28fab): with ``MAX_SEED = 2**64``,
-
-- ``pp_base = seed + dp_seed_shift * data_rank + pp_seed_shift * pipeline_rank``,
-  ``tp_base = pp_base + tp_seed_shift * tensor_rank``;
-- ``pp_init = (seed if reproducible_init else pp_base) + pp_gen_init_seed_shift`` (also torch's default CPU
-  generator), ``tp_init = (seed if reproducible_init else tp_base) + tp_gen_init_seed_shift``;
-- after ``set_step(step, phase)``: ``pp = pp_base + pp_gen_seed_shift + shift`` and
-  ``tp = tp_base + tp_gen_seed_shift + shift`` with ``shift = step * sample_seed_shift + phase shift``
-  (training, validation, test; inference reuses the test shift), every seed reduced modulo ``MAX_SEED``.
-
-Pure Python for one rank (exact big-int arithmetic, then ``% MAX_SEED``); numpy ``uint64`` for a whole
-world, which is exact too because reduction modulo 2**64 commutes with + and *.
+``fast_llm/engine/distributed/distributed.py`` at commit 91b28fab); the formulas and default shifts are written out
+in docs/formulas.md, "Seeds and generators". Pure Python for one rank (exact big-int arithmetic, then
+``% MAX_SEED``); numpy ``uint64`` for a whole world, which is exact too because reduction modulo 2**64 commutes with
++ and *.
 
 **Stream identity** (``stream_key``, ``stream_ids``): a stream is what a torch generator produces after
 ``manual_seed(seed)`` on one device type. The same seed on the same device type gives the same numbers (CPU and

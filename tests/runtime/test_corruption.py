@@ -14,7 +14,7 @@ rank). A real gloo group cannot be created that way without a hang: its creation
 members at exactly their group ranks, so a group of a swapped member list or a duplicated group rank waits for
 ranks that never come. In processes mode the corrupted rank therefore joins the true group's rendezvous and the
 pool then hands out (wrong member) that group recorded as created for the swapped list, or (wrong group rank) that
-group behind a stand-in whose ``rank()`` lies. The apply (``runtime.rank_loop.rank_identity``) finds both without
+group behind a stand-in whose ``rank()`` lies. The apply (``runtime.pool.rank_identity``) finds both without
 communication, and every member skips the group in the collective check, so nothing waits.
 """
 

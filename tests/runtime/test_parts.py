@@ -18,10 +18,10 @@ from fastdist_lab.checks.group_check import group_problems
 from fastdist_lab.errors import ProtocolError
 from fastdist_lab.runtime import Distributed, ProcessGroupPool, RankError, RankResult, RankResults, Verification
 from fastdist_lab.runtime.capture import OutputCapture, quiet_harmless_c10d
-from fastdist_lab.runtime.channel import (
-    Channel,
+from fastdist_lab.runtime.channel import Channel, Outcome, outcome_to_result
+from fastdist_lab.runtime.progress import ProgressBar, resolve_progress
+from fastdist_lab.runtime.server_messages import (
     ExitStatuses,
-    Outcome,
     ServerReady,
     ServerStarted,
     Spawn,
@@ -29,9 +29,7 @@ from fastdist_lab.runtime.channel import (
     Statuses,
     WorkerReady,
     WorkersKilled,
-    outcome_to_result,
 )
-from fastdist_lab.runtime.progress import ProgressBar, resolve_progress
 from fastdist_lab.runtime.verification import expected_groups
 
 # ----------------------------------------------------------------------------------------------- channel
@@ -164,7 +162,8 @@ def test_a_bar_shows_only_for_slow_work(capsys):
 
 
 def test_a_rank_reports_a_call_it_cannot_unpickle_as_its_own_error():
-    from fastdist_lab.runtime.rank_loop import RankContext, execute
+    from fastdist_lab.runtime.channel import execute
+    from fastdist_lab.runtime.rank_loop import RankContext
 
     outcome = execute(RankContext(0, 1, None), b"not a pickle")
     result = outcome_to_result(0, outcome)

@@ -2,7 +2,7 @@
 ``expected_reduction`` exactly when its communicator's slots hold the group's members, each at its own slot,
 each checking that group of that dim; any wrong member, duplicate, wrong slot, other group or other dim shows.
 
-Each slot's occupant contributes ``reduction_terms(dim, rank, at_slot, first)`` as ``runtime.rank_loop.check_groups``
+Each slot's occupant contributes ``reduction_terms(dim, rank, at_slot, first)`` as ``checks.group_check.check_groups``
 computes it from what the occupant believes: its own group (in a partition of the world into ordered groups, as a
 layout's dim is) tells it the first member and whether it sits at its own slot.
 """

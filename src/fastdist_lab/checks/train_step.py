@@ -1,15 +1,11 @@
 """Does the layout train the same model? One real training step on the layout's groups against one process.
 
-``check_training(cluster, layout, training=Training(...))`` runs one step of a ``TinyGPT`` (forward, backward under
-torch's pipeline schedule, the data group's reduction, one SGD step) on every rank of a running cluster (processes
-or a simulated world of threads) and the same step in this process from the same initial weights and data, then
-compares every rank's shards: its gradient, its updated weights and the shard it started from (``TrainingCheck``).
+``check_training(cluster, layout, training=Training(...))`` runs one step of a ``TinyGPT`` on every rank of a running
+cluster (processes or a simulated world of threads) and the same step in this process from the same initial weights
+and data, then compares every rank's shards (``TrainingCheck``): README.md, "Does the layout train the same model?".
 Fast-LLM tests its engine the same way: about forty distributed configurations against one GPU, every tensor within
-a tolerance (``tests/utils/distributed_configs.py``, commit 91b28fab).
-
-With dropout the two sides draw different masks, so instead of the reference the check judges the seed design on
-the real tensors (``dropout_check``): replicated activations identical across each tensor group, masks different
-across each data group, every mask the draw of the generator the layout seeds.
+a tolerance (``tests/utils/distributed_configs.py``, commit 91b28fab). With dropout the two sides draw different
+masks, so the check judges the seed design on the real tensors instead (``dropout_check``).
 """
 
 from __future__ import annotations

@@ -109,19 +109,6 @@ def add_layout_arguments(parser: argparse.ArgumentParser, launcher: bool = False
     )
 
 
-TRAINING_FLAGS = {
-    "schedule": "--schedule",
-    "virtual_pipeline_stages": "--virtual-pipeline-stages",
-    "num_microbatches": "--micro-batches",
-    "micro_batch_size": "--micro-batch-size",
-    "zero_stage": "--zero-stage",
-    "recompute": "--recompute",
-    "sequence_tensor_parallel": "--sequence-tensor-parallel",
-}
-"""The ``cost.Training`` fields every command that takes a training set-up reads, with their flag (``cost``,
-``train-step``; ``search`` takes the same names as limits, several values each)."""
-
-
 def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     """The training set-up's flags, spelled and defaulted alike in every command (``cost.Training``'s defaults):
     ``--schedule`` (1f1b), ``--virtual-pipeline-stages`` / ``--virtual-stages`` (1), ``--micro-batches`` /

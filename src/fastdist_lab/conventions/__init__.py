@@ -1,16 +1,10 @@
-"""Other frameworks' rank conventions side by side with this project's layout.
+"""Other frameworks' rank conventions side by side with this project's layout (the names: README.md, "Public API").
 
 A ``Convention`` is a list of named axes with sizes, fastest-varying first; from it follow every rank's
-coordinates and the groups of any set of axes. ``Megatron`` reproduces Megatron-Core's ``RankGenerator``;
-``MegatronParallelState(world_size, ...)`` (and ``MegatronParallelState.from_args(command_line)``) the whole of
-``initialize_model_parallel``, refusals and named groups included; ``DeviceMesh`` torch's row-major
-``init_device_mesh`` numbering, with ``picotron`` and ``DeepSpeed`` presets; ``torchtitan(..., version=...)``
-torchtitan's meshes of December 2025, January 2026 or today, experts included; ``as_convention(layout)``
-this project's layout. ``equivalent(a, b, mapping)`` says whether the mapped axes give the same groups and
-shows the first group that differs. ``load_config`` reads a framework's config file or launch line
-(``fastdist_lab.errors.WorldSizeNeeded`` when it gives no world size and none is passed). ``framework_seeds``
-compares which ranks share random streams under each framework's seeding rules. Pure numpy, no torch (the real
-``DeviceMesh`` check on a running cluster is ``fastdist_lab.checks.device_mesh_check``).
+coordinates and the groups of any set of axes. ``equivalent(a, b, mapping)`` says whether the mapped axes give the
+same groups and shows the first group that differs; ``load_config`` reads a framework's config file or launch line
+(``fastdist_lab.errors.WorldSizeNeeded`` when it gives no world size and none is passed). Pure numpy, no torch (the
+real ``DeviceMesh`` check on a running cluster is ``fastdist_lab.checks.device_mesh_check``).
 """
 
 from __future__ import annotations

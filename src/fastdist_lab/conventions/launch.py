@@ -246,8 +246,6 @@ def _arithmetic(expression: str, number: int) -> int:
 # ---------------------------------------------------------------------- launchers
 _TORCHRUN_FLAGS = {"--standalone", "--no-python", "--no_python", "--run-path", "--run_path", "--use-env", "--use_env"}
 _MODULE_FLAGS = {"-m", "--module"}
-LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "deepspeed")
-"""Launchers whose options give the world size."""
 
 
 @dataclass

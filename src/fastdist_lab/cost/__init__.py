@@ -1,18 +1,10 @@
 """What a layout costs: memory per pipeline stage, the bytes each group moves, and the time of a training step.
 
-``estimate(layout, model, training)`` returns a ``CostReport``: ``.memory`` (one row per stage),
-``.most_loaded``, ``.communication`` (one row per (dim, collective)), ``.fits(hardware)`` (does each stage fit the
-GPU's memory), ``.step(hardware)`` (a ``StepTime``: seconds, tokens per second, TFLOP/s per GPU, MFU and where the
-time goes) and ``.communication_time(hardware)`` (the bytes over peak link rates, no compute);
-``compare(layout_a, layout_b, model=...)`` sets the headline figures of several layouts side by side;
-``schedule(kind, pipeline_parallel, num_microbatches)`` is a pipeline schedule's table in torch's notation
-(``SCHEDULE_KINDS``: every schedule, torch's class, priced and runnable; ``check_schedule`` validates one);
-``search(model, gpus, hardware=..., global_batch_size=...)`` ranks every layout and set-up that fits by step time
-(``ranked_lines`` and ``search_summary`` read its rows as text);
-``validate()`` sets the step time next to published measured runs.
-Pure Python and numpy (pandas only when a table is asked for); it reads the layout's real groups.
-Every formula cites its source in its module; the memory figures match Megatron-LM's theoretical memory
-estimator where that covers the set-up (``tests/cost/crosscheck_megatron_memory.py``).
+``estimate(layout, model, training)`` returns a ``CostReport``; ``compare``, ``schedule`` (``SCHEDULE_KINDS``,
+``check_schedule``), ``search`` and ``validate`` are listed in README.md, "Public API"; the step-time model is
+docs/step_time.md. Pure Python and numpy (pandas only when a table is asked for); it reads the layout's real groups.
+Every formula cites its source in its module; the memory figures match Megatron-LM's theoretical memory estimator
+where that covers the set-up (``tests/cost/crosscheck_megatron_memory.py``).
 """
 
 from __future__ import annotations

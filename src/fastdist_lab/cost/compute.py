@@ -1,38 +1,19 @@
 """Seconds of one micro-batch's forward and backward on each pipeline stage, split into what they are made of.
 
-A layer is a list of kernels, each timed by a roofline with a fixed cost (Williams et al. 2009): a GEMM takes
-``max(flops / (peak * matmul_efficiency * tensor_core_sustained), bytes / (hbm * memory_efficiency))``
-``+ kernel_overhead_s``, a memory-bound kernel ``bytes / (hbm * memory_efficiency) + kernel_overhead_s``. Per
-GPU, with ``T`` the tokens of a micro-batch on the rank (``micro_batch_size * seq_length / sdp``), ``t`` tensor
-parallel, ``a`` heads, ``g`` key/value groups, ``d`` head size, ``f`` the MLP width:
+A layer is a list of kernels, each timed by a roofline with a fixed cost (Williams et al. 2009); the kernels, their
+FLOPs and bytes per GPU are the table of docs/step_time.md, section 1 (``T`` the tokens of a micro-batch on the
+rank, ``t`` tensor parallel, ``a`` heads, ``g`` key/value groups, ``d`` head size, ``f`` the MLP width). Beside it:
 
-- GEMMs (Shoeybi et al. 2019, Figure 3): QKV ``T x h x (a + 2g) d / t``, projection ``T x (a d / t) x h``, MLP
-  ``T x h x f / t`` (twice as wide with SwiGLU's gate) and ``T x (f / t) x h``; the backward runs each twice
-  (input and weight gradients), the weight half being what a zero-bubble ``W`` action does.
-- Attention with a fused kernel (Dao et al. 2022): causal, ``4 T (a / t) d s / 2`` FLOPs forward at
-  ``attention_efficiency[0]`` of peak, 2.5 times that backward (it recomputes the scores) at ``[1]``. Without:
-  two batched GEMMs (scores ``s_local x s x d``, context ``s_local x d x s``), the fused scale-mask-softmax and
-  dropout reading and writing 9 bytes per score forward, 11 backward (Korthikanti et al. 2022, Section 4.1).
-- Memory-bound: two norms (4 bytes per value each) and two dropout-residual adds (7) per token of width ``h``,
-  split by ``t`` under sequence tensor parallel only; the activation (GeLU 4, SwiGLU 6 bytes per value of
-  width ``f / t``); backward twice the forward bytes.
-- Tensor communication: per layer 2 all-reduces forward and 2 backward of ``T h`` bf16 values, or with sequence
-  tensor parallel 2 all-gathers and 2 reduce-scatters forward, 4 all-gathers (2 of them the inputs gathered
-  again for the weight gradients) and 2 reduce-scatters backward (Korthikanti et al. 2022, Section 4.2.2).
-  Forward ones are exposed unless ``overlap_tensor_parallel`` (then only what the GEMMs cannot cover); backward
-  all-reduces (reduce-scatters) hide behind the weight-gradient GEMMs (Megatron-LM's asynchronous all-reduce)
-  up to their time, the gathering again before them only under ``overlap_tensor_parallel``.
-- Sequence-data (context) parallel: each layer all-gathers the other chunks' keys and values forward and
-  reduce-scatters their gradients backward (Fast-LLM ``attention.py``; Dubey et al. 2024, Section 3.3.2: the
-  all-gather form of context parallelism), exposed.
-- Recompute: ``"full"`` runs the layer's forward again in its backward, communication included;
-  ``"selective"`` the attention core (only without a fused kernel, which already recomputes it).
-- Stage 0 adds the embedding (a lookup forward, an fp32 scatter-add backward, a tensor all-reduce or
-  reduce-scatter); the last stage the final norm, the output GEMM ``T x h x V / t`` and the vocabulary-parallel
-  cross-entropy (20 bytes per logit, forward and backward).
-- ZeRO 3 gathers a stage's weights before each micro-batch's forward and backward and reduce-scatters its
-  gradients after; ZeRO 2 reduce-scatters gradients after each backward (Rajbhandari et al. 2020, Section 5):
-  what the micro-batch's compute cannot cover is exposed.
+- the backward runs each GEMM twice (input and weight gradients), the weight half being what a zero-bubble ``W``
+  action does; without a fused attention kernel the scores are two batched GEMMs (``s_local x s x d``,
+  ``s_local x d x s``; Korthikanti et al. 2022, Section 4.1);
+- with sequence tensor parallel the backward runs 4 all-gathers (2 of them the inputs gathered again for the weight
+  gradients) and 2 reduce-scatters (Korthikanti et al. 2022, Section 4.2.2); backward all-reduces
+  (reduce-scatters) hide behind the weight-gradient GEMMs (Megatron-LM's asynchronous all-reduce) up to their
+  time, the gathering again before them only under ``overlap_tensor_parallel``;
+- ``"full"`` recompute includes the layer's communication; stage 0's embedding is a lookup forward, an fp32
+  scatter-add backward and a tensor all-reduce or reduce-scatter; the cross-entropy moves 20 bytes per logit,
+  forward and backward; ZeRO 2 and 3 follow Rajbhandari et al. 2020, Section 5.
 """
 
 from __future__ import annotations

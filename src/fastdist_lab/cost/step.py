@@ -1,5 +1,5 @@
 """The time of one training step: the schedule's table run with each stage's action times, then the data-parallel
-tail and the optimizer.
+tail and the optimizer (docs/step_time.md, section 3, with the model FLOPs behind ``tflops_per_gpu`` and ``mfu``).
 
 ``step_columns(setups, hardware, efficiency)`` does it for many set-ups at once (the search); ``StepTime`` is one
 set-up's answer (``CostReport.step``). The step of pipeline rank ``r`` ends when its last action ends
@@ -9,12 +9,6 @@ could not hide (all of it without ``Training.overlap_data_parallel``), the tied-
 first and last stage, and the optimizer step; the step is the slowest rank's. Its breakdown is that rank's:
 forward, backward and recompute compute, exposed tensor, sequence-data, pipeline and data-parallel
 communication, the optimizer, and the pipeline bubble (the rest of its idle time).
-
-Model FLOPs per step (Narayanan et al. 2021, Appendix, as Megatron-LM's ``num_floating_point_operations``
-generalises it to grouped-query attention and SwiGLU), with ``B`` sequences of ``s`` tokens, ``L`` layers,
-``V`` the padded vocabulary: ``12 B s L h^2 [(1 + g/a + s/h) (a d / h) + (f / h) (3/2 if SwiGLU) + V / (2 L h)]``,
-that is ``72 B s L h^2 (1 + s / 6h + V / 12 L h)`` for a GPT; recompute is not counted. ``tflops_per_gpu`` is
-that over the step time and the GPUs, ``mfu`` that over the hardware's peak.
 """
 
 from __future__ import annotations

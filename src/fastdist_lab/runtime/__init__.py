@@ -1,11 +1,11 @@
 """Real process groups: the pool and ``Distributed`` (gloo / NCCL), a persistent ``LocalCluster``, results;
 simulated worlds of thousands of ranks in one process (``SimulatedCluster``, on torch's threaded and fake groups).
 
-A call on every rank of any cluster passes through five modules: ``cluster`` (the base ``Cluster`` and the call on
-every rank), ``channel`` (typed messages and the controller's end over worker processes), ``rank_loop`` (a rank's
-loop and what each call runs there), ``verification`` (both halves of a layout verification) and ``pool``. Everything
-here imports torch, except ``verification``, ``results`` and ``supervisor`` (whose ``prewarm`` starts a worker server
-ahead of need); names are imported from their modules on first use. The exceptions are in ``fastdist_lab.errors``.
+A call on every rank of any cluster passes through three modules (ARCHITECTURE.md, "Runtime"): ``cluster`` (the base
+``Cluster`` and the call on every rank), ``channel`` (the call on the wire, both ends) and ``pool`` (the groups, and
+``build_layout``, what ``apply`` runs); its verdict is ``verification``'s. Everything here imports torch, except
+``verification``, ``results`` and ``supervisor`` (whose ``prewarm`` starts a worker server ahead of need); names are
+imported from their modules on first use. The exceptions are in ``fastdist_lab.errors``.
 """
 
 from __future__ import annotations

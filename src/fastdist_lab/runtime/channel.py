@@ -1,13 +1,16 @@
-"""The message channel: the typed messages between the controller, the worker server and the workers, the
-``Channel`` they travel on, and the controller's end over one generation of workers (``Workers``).
+"""A call on the wire, both ends: the call's messages (``Call``, ``Reply``, ``Outcome``), how a rank runs a call
+into an ``Outcome`` (``execute``), how the controller reads it back (``outcome_to_result``), the ``Channel`` every
+message travels on, and the controller's end over one generation of workers (``Workers``).
 
-One module every end imports. Every message is a frozen dataclass or a named tuple; ``Channel.receive`` names the
-types it accepts and refuses anything else. Requests to the server carry a number and ``Channel.ask`` drops replies
-to other numbers (a reply left over from an interrupted request cannot be taken for the next one). A worker's call
-reply becomes a ``RankResult`` in exactly one place, ``outcome_to_result``, used by the local cluster and by the
-torchrun path alike. Every channel is one end of a socket pair made by the cluster's own processes (nothing listens
-for it): the server's is handed to it at launch, each worker's travels from the server to the controller beside the
-``Spawned`` reply (``Channel.send_with`` / ``receive``: file descriptors passed over the unix socket).
+One module every end imports; the messages that start and stop workers are in ``server_messages``. A call is a
+function and its arguments: ``execute`` runs whatever it is told (``call_target``) and knows nothing of what it does.
+A worker's reply becomes a ``RankResult`` in exactly one place, ``outcome_to_result``, used by the local cluster and
+by the torchrun path alike. ``Channel.receive`` names the types it accepts and refuses anything else; requests to the
+server carry a number and ``Channel.ask`` drops replies to other numbers (a reply left over from an interrupted
+request cannot be taken for the next one). Every channel is one end of a socket pair made by the cluster's own
+processes (nothing listens for it): the server's is handed to it at launch, each worker's travels from the server to
+the controller beside the ``Spawned`` reply (``Channel.send_with`` / ``receive``: file descriptors passed over the
+unix socket).
 
 ``Workers`` is how a call reaches the worker processes (``cluster.perform_call``'s transport): it sends a call to
 every rank, hands back the replies that arrived, tells which ranks' processes are gone, forwards interrupts, collects
@@ -25,16 +28,18 @@ import shutil
 import signal
 import socket
 import time
+import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, NamedTuple
 
 import cloudpickle
 
 from ..errors import ClusterTimeout, ProtocolError
+from .capture import OutputCapture
 from .procs import hold_interrupts, interrupts_held, kill_quietly, pid_alive, process_running
-from .results import RankError, RankResult
+from .results import GROUPS_INTERRUPTED, STATUS_ERROR, STATUS_INTERRUPTED, STATUS_OK, RankError, RankResult
+from .server_messages import Exit
 
 HANDLES_PER_MESSAGE = 250
 """File descriptors passed in one ``sendmsg`` (the kernel takes at most 253)."""
@@ -45,24 +50,6 @@ EXIT_WAIT = 0.5
 
 
 # ----------------------------------------------------------------------------------------------- messages
-@dataclass(frozen=True)
-class WorkerSpec:
-    """What the server needs to start a generation of workers, and what each worker needs to join it."""
-
-    ranks: tuple[int, ...]
-    world_size: int
-    local_world_size: int
-    backend: str
-    device_type: str
-    timeout: float
-    stack_dir: str
-    store_path: str
-    threads: int
-    sys_path: tuple[str, ...]
-    cwd: str
-    file_limit: int
-
-
 class Outcome(NamedTuple):
     """A worker's answer to one call: status, pickled value or error, captured output and duration.
 
@@ -78,93 +65,9 @@ class Outcome(NamedTuple):
     seconds: float
 
 
-@dataclass(frozen=True)
-class ServerStarted:
-    """The server connected (before importing torch)."""
-
-    pid: int
-
-
-@dataclass(frozen=True)
-class ServerReady:
-    """The server imported torch and the worker code: it can fork workers now."""
-
-    pid: int
-
-
-@dataclass(frozen=True)
-class Spawn:
-    """Request: start one worker per rank of ``spec``, each with a fresh rendezvous store file."""
-
-    request: int
-    spec: WorkerSpec
-
-
-@dataclass(frozen=True)
-class Spawned:
-    """Reply to ``Spawn``: rank -> pid of the new workers, or why they could not start. ``handles`` descriptors
-    follow it on the wire: the controller's end of each worker's channel, in rank order (``fds`` once received)."""
-
-    request: int
-    pids: dict[int, int]
-    error: str = ""
-    handles: int = 0
-    fds: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True)
-class KillWorkers:
-    """Request: end every process below the server (workers and their children)."""
-
-    request: int
-
-
-@dataclass(frozen=True)
-class WorkersKilled:
-    """Reply to ``KillWorkers``: nothing runs below the server any more."""
-
-    request: int
-
-
-@dataclass(frozen=True)
-class ExitStatuses:
-    """Request: how did these processes end?"""
-
-    request: int
-    pids: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Statuses:
-    """Reply to ``ExitStatuses``: pid -> words (``"killed by SIGKILL"``, ``"exited with code 3"``)."""
-
-    request: int
-    statuses: dict[int, str]
-
-
-@dataclass(frozen=True)
-class Exit:
-    """Stop: a worker leaves its loop, the server ends everything below it and exits."""
-
-
-@dataclass(frozen=True)
-class WorkerReady:
-    """A worker joined the store and waits for calls."""
-
-    rank: int
-
-
-@dataclass(frozen=True)
-class WorkerFailed:
-    """A worker could not start; ``error`` is a ``RankError.to_dict()``."""
-
-    rank: int
-    error: dict[str, str]
-
-
 class Call(NamedTuple):
     """Request to every rank: run a function; ``payload`` is ``(fn, args)``, cloudpickled across processes
-    (``rank_loop.call_target``)."""
+    (``call_target``)."""
 
     call_id: int
     payload: Any
@@ -195,6 +98,100 @@ def outcome_to_result(rank: int, outcome: Outcome) -> RankResult:
         except Exception:
             error.exception = None
     return RankResult(rank, status, value, error, outcome.stdout, outcome.stderr, outcome.seconds)
+
+
+# ----------------------------------------------------------------------------------------------- a call on a rank
+def error_of(exception: BaseException, skip: int = 0) -> RankError:
+    """A ``RankError`` for ``exception`` with its formatted traceback, leaving out the first ``skip`` frames."""
+    tb = exception.__traceback__
+    for _ in range(skip):
+        if tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+    text = "".join(traceback.format_exception(type(exception), exception, tb))
+    return RankError(type(exception).__name__, str(exception), text)
+
+
+def _pickled_exception(exception: BaseException) -> bytes | None:
+    try:
+        data = cloudpickle.dumps(exception)
+        cloudpickle.loads(data)
+        return data
+    except Exception:
+        return None
+
+
+class UserCodeInterrupts:
+    """In a worker process, SIGINT raises ``KeyboardInterrupt`` only while user code runs (``execute``); elsewhere
+    (messaging) it is dropped. ``rank_loop`` installs ``handler``."""
+
+    active = False
+
+    @classmethod
+    def handler(cls, signum: int, frame: Any) -> None:
+        """The SIGINT handler of a worker process."""
+        if cls.active:
+            cls.active = False
+            raise KeyboardInterrupt
+
+
+def interrupted(caught: BaseException, ctx: Any, changes: int) -> RankError:
+    """The error of a call interrupted on ``ctx``'s rank: ``GROUPS_INTERRUPTED`` when its pool created or released a
+    group during the call (its pool had made ``changes`` changes before it began), else the ``KeyboardInterrupt``."""
+    error = error_of(caught, skip=1)
+    pool = ctx.pool
+    if pool is not None and pool.changes != changes:
+        error.type = GROUPS_INTERRUPTED
+        error.message = "interrupted while its pool was creating or releasing process groups"
+    return error
+
+
+def call_target(payload: Any) -> tuple[Callable[..., Any], tuple]:
+    """The function a call runs on a rank and its arguments after ``ctx``: ``payload`` is ``(fn, args)``, or their
+    cloudpickled bytes (unpickled here)."""
+    return payload if isinstance(payload, tuple) else cloudpickle.loads(payload)
+
+
+def execute(ctx: Any, payload: Any) -> Outcome:
+    """Run the call ``payload`` (``call_target``) on the rank of ``ctx`` (its ``rank_loop.RankContext``), capturing
+    output, time and the value or error.
+
+    The function is looked up (and unpickled) inside, interruptible and reported like the call itself.
+    """
+    out, err = OutputCapture(), OutputCapture()
+    begin = time.perf_counter()
+    status, value, error, exception = STATUS_OK, None, None, None
+    changes = 0 if ctx.pool is None else ctx.pool.changes
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            UserCodeInterrupts.active = True
+            try:
+                fn, args = call_target(payload)
+                value = fn(ctx, *args)
+            finally:
+                UserCodeInterrupts.active = False
+    except KeyboardInterrupt as caught:
+        status, error, exception = STATUS_INTERRUPTED, interrupted(caught, ctx, changes), caught
+    except BaseException as caught:  # SystemExit included: a rank function must not end the worker
+        status, error, exception = STATUS_ERROR, error_of(caught, skip=1), caught
+    seconds = time.perf_counter() - begin
+    value_bytes = None
+    if status == STATUS_OK:
+        try:
+            value_bytes = cloudpickle.dumps(value)
+        except Exception as caught:
+            status = STATUS_ERROR
+            error = RankError(
+                type(caught).__name__, f"the value of type {type(value).__name__} cannot be pickled: {caught}"
+            )
+    return Outcome(
+        status=status,
+        value=value_bytes,
+        error=None if error is None else error.to_dict(),
+        exception=None if exception is None else _pickled_exception(exception),
+        stdout=out.getvalue(),
+        stderr=err.getvalue(),
+        seconds=seconds,
+    )
 
 
 # ----------------------------------------------------------------------------------------------- channel

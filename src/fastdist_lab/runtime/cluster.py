@@ -3,7 +3,7 @@
 ``Cluster`` is the base of ``LocalCluster`` (worker processes, ``runtime.local_cluster``), ``SimulatedCluster``
 (ranks in this process, ``runtime.simulated``) and ``LaunchedCluster`` (the ranks of a launcher,
 ``runtime.torchrun``): their facts (``cluster_facts``) and the two calls, ``run`` and ``apply`` (a ``run`` of
-``rank_loop.build_layout``), written once. A subclass starts and stops its ranks; ``_ranks`` is how a call reaches
+``pool.build_layout``), written once. A subclass starts and stops its ranks; ``_ranks`` is how a call reaches
 them (a ``CallTransport``), and ``perform_call`` drives any transport the same way: a rank that raises is
 reported in the results; a rank that is gone ends the call within about a second (``ClusterError``), and so does a
 rank that fails to build its groups during an apply (one error naming the group: its partners would wait for it in
@@ -13,13 +13,10 @@ answer). Whenever not every rank answered, the ranks are stopped before the call
 arrives meanwhile, and the next call starts fresh ones. Every call has a deadline, waiting for an earlier call
 included.
 
-**An interrupted generation is discarded.** An interrupt that cuts an ``apply`` short always stops the ranks: at
-that moment some may have created a group that others have not, and no later call could agree on their groups
-again. The next call starts fresh ranks (with no layout: the interrupted apply did not apply one). So does an
-interrupted ``run(..., discard_on_interrupt=True)`` (``checks.verify_groups``' collective check: some members may
-have begun a collective the others did not). Any other interrupted ``run`` keeps the ranks, and their
-``ctx.state``, only when every rank answered within the grace and none was creating or releasing groups
-(``results.GROUPS_INTERRUPTED``); otherwise it is discarded too.
+**An interrupted generation is discarded** (ARCHITECTURE.md, "Interrupts"): after an interrupted ``apply``, or
+``run(..., discard_on_interrupt=True)`` (``checks.verify_groups``' collectives), the next call starts fresh ranks,
+with no layout. Any other interrupted ``run`` keeps the ranks, and their ``ctx.state``, only when every rank answered
+within the grace and none was creating or releasing groups (``results.GROUPS_INTERRUPTED``).
 """
 
 from __future__ import annotations
@@ -62,7 +59,7 @@ LIVENESS_EVERY = 0.25
 """Seconds between two checks that the ranks still awaited are alive."""
 TICK = 0.5
 """Seconds between two progress reports while nothing arrives."""
-CALL_MODULES = ("pandas", "tqdm.auto", "fastdist_lab.runtime.rank_loop")
+CALL_MODULES = ("pandas", "tqdm.auto", "fastdist_lab.runtime.pool")
 """What a call's results and progress import lazily (their tables, the bar) and what ``apply`` sends (its function,
 which imports torch): a cluster imports them in the background when it starts (``procs.preload``), so that no
 interrupt can cut those imports in half in a call."""
@@ -334,7 +331,7 @@ class Cluster(ClusterFacts):
 
     def apply(self, layout: Layout | DistributedConfig, timeout: float | None = None) -> Verification:
         """Build ``Distributed(layout.config(rank))`` on every rank from its pool: a ``run`` of
-        ``rank_loop.build_layout``, each rank checking its groups as its pool holds them, without communication.
+        ``pool.build_layout``, each rank checking its groups as its pool holds them, without communication.
 
         Returns the ``Verification`` of that membership (``collectives`` false: no collective ran;
         ``fastdist_lab.checks.verify_groups`` applies and then checks every group with real collectives). The layout
@@ -343,7 +340,7 @@ class Cluster(ClusterFacts):
         for ranks in this process). Raises ``ClusterTimeout`` / ``ClusterError`` when ranks hang, die or fail to build,
         ``LayoutError`` when the sizes do not fit.
         """
-        from .rank_loop import build_layout  # imports torch; preloaded when the cluster starts (CALL_MODULES)
+        from .pool import build_layout  # imports torch; preloaded when the cluster starts (CALL_MODULES)
 
         backend = "gloo" if self._in_process else self._backend
         layout, applied = layout_for_cluster(layout, self._world_size, self._local_world_size, backend)

@@ -1,15 +1,11 @@
 """``LocalCluster``: persistent worker processes on this machine, driven from a notebook cell or a script.
 
 Its calls are every cluster's (``cluster.Cluster``: ``run``, ``apply``, deadlines, failures, interrupts); what is its
-own is the processes' life. A worker server (``supervisor.WorkerServer``: a fresh interpreter that imports torch
-once, under a guard process) forks one generation of workers after another (``channel.Workers``), each generation
-with its own rendezvous store file. Nothing is ever forked from this process, and nothing of the cluster listens for
-connections except the workers' gloo transports (on 127.0.0.1): the channels are socket pairs, the store a file in a
-private directory. ``LocalCluster.prewarm()`` starts a server ahead of need, which the next cluster adopts.
-
-A rank that raises is reported with its traceback; a rank that hangs or dies makes the call raise
-``ClusterTimeout`` / ``ClusterError`` naming it (with the Python stacks of the ranks that did not answer), the
-workers are stopped, and the next call starts fresh ones.
+own is the processes' life. A worker server (``supervisor.WorkerServer``, under a guard process) forks one generation
+of workers after another (``channel.Workers``), each with its own rendezvous store file; nothing is ever forked from
+this process, nothing of it listens but the workers' gloo transports on 127.0.0.1 (ARCHITECTURE.md, "Runtime").
+``LocalCluster.prewarm()`` starts a server ahead of need, which the next cluster adopts. A rank that hangs or dies
+makes the call raise ``ClusterTimeout`` / ``ClusterError`` naming it; the next call starts fresh workers.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
-"""``ProcessGroupPool`` and ``Distributed``: real process groups for every named dim, gloo or NCCL.
+"""``ProcessGroupPool`` and ``Distributed``: real process groups for every named dim, gloo or NCCL; and
+``build_layout``, what ``Cluster.apply`` runs on every rank (its groups built and checked, no communication).
 
 A port of the pool of ServiceNow's Fast-LLM (commit 91b28fab, ``fast_llm/engine/distributed/distributed.py``):
-rendezvous through one store without ``init_process_group``, one ``PrefixStore`` per group, one group per
-distinct member list, every generator (and torch's default CPU generator) seeded from
-``fastdist_lab.seeds.generator_seeds``. Two bugs of the original are not reproduced: member lists are hashed as tuples,
-and a ``range`` and a ``tuple`` with the same members are the same group. Groups come into being in one method,
-``ProcessGroupPool.create_group``, which a pool of another kind of group overrides; a group that cannot be made
-(its rendezvous values unreadable, a member gone) raises one ``ClusterError`` naming it.
+rendezvous through one store without ``init_process_group``, one ``PrefixStore`` per group, one group per distinct
+member list, every generator (and torch's default CPU generator) seeded from ``fastdist_lab.seeds.generator_seeds``.
+Two bugs of the original are not reproduced: member lists are hashed as tuples, and a ``range`` and a ``tuple`` with
+the same members are the same group. Groups come into being in ``ProcessGroupPool.create_group`` alone, which a pool
+of another kind of group overrides; a group that cannot be made raises one ``ClusterError`` naming it.
 """
 
 from __future__ import annotations
@@ -31,9 +31,10 @@ from ..config import (
 )
 from ..errors import BackendUnavailable, ClusterError
 from ..formatting import first_line, members_text
+from ..layout import Layout
 from ..seeds import generator_seeds
 from .backends import check_nccl
-from .members import GroupRecord, group_prefix, member_tuple
+from .members import GroupRecord, group_prefix, layout_groups, member_tuple
 
 logger = logging.getLogger(__name__)
 
@@ -54,8 +55,7 @@ class ProcessGroupPool:
 
     ``store`` may be given (any c10d store: a ``FileStore``, a connected ``TCPStore``); otherwise ``init_method``
     (``env://`` by default, as under torchrun) is used for the rendezvous when ``world_size > 1``. ``gloo_hostname``
-    pins gloo's transport to one address (``"127.0.0.1"`` for a local cluster); ``None`` lets gloo pick from the
-    host name.
+    pins gloo's transport to one address (``"127.0.0.1"`` for a local cluster); ``None``: gloo picks from the host.
     """
 
     def __init__(
@@ -162,18 +162,13 @@ class ProcessGroupPool:
 
     @property
     def default_cpu_generator(self) -> torch.Generator:
-        """The generator ``Distributed`` seeds as torch's default CPU generator: this process's own one.
-
-        A simulated rank (one of many ranks in one process) has a generator of its own instead.
-        """
+        """The generator ``Distributed`` seeds as torch's default CPU generator: this process's own one (a simulated
+        rank, one of many in one process, has a generator of its own instead)."""
         return torch.random.default_generator
 
     def canonical(self, value: Any) -> Any:
-        """The object this pool keeps for ``value`` (a member tuple or a group name): ``value`` itself.
-
-        The pools of a simulated world share one object per distinct value, so that thousands of ranks in one
-        process do not each hold their own copy of the world's member lists.
-        """
+        """The object this pool keeps for ``value`` (a member tuple or a group name): ``value`` itself. (The pools of a
+        simulated world share one object per distinct value: thousands of ranks in one process hold one copy.)"""
         return value
 
     def record_of(self, group: ProcessGroup) -> GroupRecord | None:
@@ -182,10 +177,8 @@ class ProcessGroupPool:
         return entry[1] if entry is not None and entry[0] is group else None
 
     def create_group(self, members: tuple[int, ...], group_rank: int, name: str) -> ProcessGroup:
-        """Create the group of ``members`` (this rank being ``group_rank`` in it), its store keys under ``name``.
-
-        The one place where groups come into being: a pool of another kind of group overrides this alone.
-        """
+        """Create the group of ``members`` (this rank being ``group_rank`` in it), its store keys under ``name``: the
+        one place where groups come into being (a pool of another kind of group overrides this alone)."""
         store = torch.distributed.PrefixStore(name + "/", self.store)
         timeout = datetime.timedelta(seconds=self._timeout)
         try:
@@ -215,10 +208,8 @@ class ProcessGroupPool:
             ) from error
 
     def get_process_group(self, global_ranks: range | tuple[int, ...], group_rank: int) -> ProcessGroup | None:
-        """The group of ``global_ranks`` (this rank being ``group_rank`` in it), created on first request.
-
-        Returns ``None`` for a group of one. Equal member sequences share one group whatever their type.
-        """
+        """The group of ``global_ranks`` (this rank being ``group_rank`` in it), created on first request; ``None`` for
+        a group of one. Equal member sequences share one group whatever their type."""
         members = member_tuple(global_ranks)
         if not 0 <= group_rank < len(members) or members[group_rank] != self._rank:
             raise ClusterError(f"rank {self._rank} is not member {group_rank} of group {list(members)}")
@@ -242,11 +233,9 @@ class ProcessGroupPool:
         return group
 
     def release_groups(self, keep: Iterable[Sequence[int]]) -> int:
-        """Shut down and forget every group whose members are not in ``keep``; returns how many went.
-
-        Every member of a group must release it at the same point (for example because all ranks apply the same
-        layouts in the same order); a released group asked for again is created afresh under a new store prefix.
-        """
+        """Shut down and forget every group whose members are not in ``keep``; returns how many went. Every member of a
+        group must release it at the same point (as when all ranks apply the same layouts in the same order); a
+        released group asked for again is created afresh under a new store prefix."""
         kept = {member_tuple(members) for members in keep}
         released = [members for members in self._process_groups if members not in kept]
         self.changes += bool(released)
@@ -429,3 +418,83 @@ class Distributed:
             self.shutdown()
         except Exception:  # noqa: S110 - interpreter teardown
             pass
+
+
+# ----------------------------------------------------------------------------------------------- apply
+def _seeds(distributed: Distributed) -> dict[str, Any]:
+    """Compare each generator's initial seed with ``generator_seeds(config)`` (valid right after construction)."""
+    expected = generator_seeds(distributed.config)
+    actual = {name: int(getattr(distributed, f"{name}_generator").initial_seed()) for name in expected}
+    return {"seeds_ok": actual == expected, "seeds": {k: str(v) for k, v in actual.items()}}
+
+
+def _group_problems(distributed: Distributed, name: str, expected: tuple[int, ...], position: int) -> list[str]:
+    """What is wrong with dim ``name``'s group as this rank's pool holds it (empty when nothing is)."""
+    config = distributed.config
+    dim = config.distributed_dims[name]
+    problems = []
+    members = member_tuple(dim.global_ranks)
+    if members is not expected and members != expected:
+        problems.append(f"its config gives members {members_text(dim.global_ranks)}")
+    if dim.rank != position:
+        problems.append(f"its config gives group rank {dim.rank}, expected {position}")
+    group = distributed.group(name)
+    if group is None:
+        if len(expected) != 1:
+            problems.append("it has no group")
+        return problems
+    if group.size() != len(expected):
+        problems.append(f"its group has {group.size()} members, expected {len(expected)}")
+    if group.rank() != position:
+        problems.append(f"its group gives it group rank {group.rank()}, expected {position}")
+    record = distributed.pool.record_of(group)
+    if record is None:
+        problems.append("its group was not created by its pool")
+    elif record.members is not expected and record.members != expected:
+        problems.append(f"its group was created for members {members_text(record.members)}")
+    return problems
+
+
+def rank_identity(distributed: Distributed, layout: Layout) -> dict[str, Any]:
+    """Each dim's group as this rank's pool holds it, checked against ``layout`` without communication (config's
+    members, the group object's size and group rank, the pool created that very object for those members), and the
+    generators' seeds. A JSON-ready dict: ``rank``, ``dims`` (per dim: ``dim``, ``size``, ``group_rank``, ``created``,
+    ``create_seconds`` and, only when something is wrong, ``identity``: the problems), ``seeds_ok`` and ``seeds``."""
+    config = distributed.config
+    groups = layout_groups(layout)
+    rows = []
+    for name in DIM_NAMES:
+        members, index, positions = groups[name]
+        expected, position = members[index[config.rank]], positions[config.rank]
+        row: dict[str, Any] = {
+            "dim": name,
+            "size": len(expected),
+            "group_rank": config.distributed_dims[name].rank,
+            "created": distributed.group_created.get(name, False),
+            "create_seconds": distributed.group_seconds.get(name, 0.0),
+        }
+        problems = _group_problems(distributed, name, expected, position)
+        if problems:
+            row["identity"] = problems
+        rows.append(row)
+    return {"rank": config.rank, "dims": rows, **_seeds(distributed)}
+
+
+def build_layout(ctx: Any, layout: Layout) -> dict[str, Any]:
+    """What ``Cluster.apply`` runs on this rank: build ``Distributed`` for ``layout`` from the rank's pool (on the
+    pool's device) and check each dim's group as the pool holds it (``rank_identity``, kept in ``ctx.identity``, the
+    ``rank_loop.RankContext``). Keeps the groups of this layout and of the previous one in the pool (switching back and
+    forth stays instant); the rest go, so exploring many layouts does not pile up sockets and threads (every member
+    of a group decides the same way: all ranks apply the same layouts in the same order)."""
+    previous = ctx.config
+    ctx.layout = ctx.config = ctx.distributed = ctx.identity = None
+    config = layout.config(ctx.rank)
+    use_cpu = ctx.pool is None or ctx.pool.device.type == "cpu"
+    distributed = Distributed(config, use_cpu=use_cpu, pool=ctx.pool, strict=False)  # a wrong group: one dim fails
+    ctx.layout, ctx.config, ctx.distributed = layout, config, distributed
+    identity = rank_identity(distributed, layout)
+    if ctx.pool is not None:
+        kept = (config, previous) if previous is not None else (config,)
+        ctx.pool.release_groups(dim.global_ranks for held in kept for dim in held.distributed_dims.values())
+    ctx.identity = identity
+    return identity

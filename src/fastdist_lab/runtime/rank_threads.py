@@ -3,7 +3,7 @@
 Both are a ``cluster.CallTransport``, so a simulated world's calls go through ``cluster.perform_call`` like a
 ``LocalCluster``'s: the same deadline, results, ``ClusterTimeout`` with the stacks of the ranks that did not answer,
 and "the workers were stopped; the next call starts fresh ones". A rank thread runs each call as a worker process
-does (``rank_loop.call_target``), without pickling anything. What a rank function prints is captured per rank
+does (``channel.call_target``), without pickling anything. What a rank function prints is captured per rank
 (``routed_output``: the process's ``sys.stdout`` / ``sys.stderr`` send each thread's writes to its own capture).
 
 A thread cannot be killed. Stopping a generation of rank threads wakes those stuck in a threaded collective
@@ -27,8 +27,8 @@ from typing import Any
 
 from . import turns
 from .capture import OutputCapture
-from .channel import Call, Reply
-from .rank_loop import RankContext, call_target, error_of, interrupted
+from .channel import Call, Reply, call_target, error_of, interrupted
+from .rank_loop import RankContext
 from .results import STATUS_ERROR, STATUS_INTERRUPTED, STATUS_OK, RankError, RankResult
 
 THREAD_STACK_BYTES = 512 * 1024

@@ -1,18 +1,12 @@
 """The worker server of a ``LocalCluster``: one fresh interpreter that imports torch once and forks the workers,
-under a guard that outlives it.
+under a guard that outlives it (ARCHITECTURE.md, "Runtime", process supervision).
 
 Started by the controller as ``python -c BOOTSTRAP`` in a new session (never a fork of the notebook kernel), with
-its channel handed over as one end of a socket pair: nothing listens, so no other process can reach it. The process
-started is the **guard**, a small child subreaper that forks the **server** at once and then only reaps. The server
-imports torch and the worker code and serves requests: start a generation of workers (each with
-its own end of a fresh socket pair, whose other end travels to the controller beside the reply, and a rendezvous
-store file in the generation's private directory), end them, say how they ended.
-
-Both are child subreapers: what user code forks, even into a new session, comes back to the server when its parent
-dies, and to the guard when the server itself is gone, even SIGKILLed (the workers then die by their parent-death
-signal, and whatever they started is the guard's to end). The server ends its subtree whenever the workers are
-stopped and when it exits (told to, its channel closed, the guard gone); the guard ends everything left below it and
-removes the cluster's temporary directory once the server is gone, and when the controller dies.
+its channel handed over as one end of a socket pair. The process started is the **guard**, a child subreaper that
+forks the **server** at once and then only reaps; the server serves requests: start a generation of workers, end
+them, say how they ended. The server ends its subtree whenever the workers are stopped and when it exits (told to,
+its channel closed, the guard gone); the guard ends everything left below it and removes the cluster's temporary
+directory once the server is gone, and when the controller dies.
 """
 
 from __future__ import annotations
@@ -27,8 +21,9 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
-from .channel import (
-    Channel,
+from .channel import Channel
+from .procs import become_subreaper, describe_status, die_with_parent, end_subtree, raise_file_limit, reap
+from .server_messages import (
     Exit,
     ExitStatuses,
     KillWorkers,
@@ -40,7 +35,6 @@ from .channel import (
     WorkersKilled,
     WorkerSpec,
 )
-from .procs import become_subreaper, describe_status, die_with_parent, end_subtree, raise_file_limit, reap
 
 __all__ = ["BOOTSTRAP", "guard_main", "serve", "server_main"]  # the two mains are called by BOOTSTRAP's text
 

@@ -32,8 +32,11 @@ from typing import Any
 
 from ..errors import ClusterError, ClusterTimeout
 from ..formatting import ranks_text
-from .channel import (
-    Channel,
+from .channel import Channel, Workers
+from .procs import files_needed, hold_interrupts, kill_quietly, preload, process_running, wait_gone
+from .results import RankError
+from .server import BOOTSTRAP
+from .server_messages import (
     Exit,
     ExitStatuses,
     KillWorkers,
@@ -44,13 +47,9 @@ from .channel import (
     Statuses,
     WorkerFailed,
     WorkerReady,
-    Workers,
     WorkersKilled,
     WorkerSpec,
 )
-from .procs import files_needed, hold_interrupts, kill_quietly, preload, process_running, wait_gone
-from .results import RankError
-from .server import BOOTSTRAP
 
 Report = Callable[[int, str], None]
 """``report(done, message)``: start-up progress (``done`` out of world size + 2)."""

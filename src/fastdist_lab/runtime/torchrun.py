@@ -24,10 +24,10 @@ from ..errors import ClusterError, ClusterTimeout
 from ..formatting import first_line, ranks_text
 from ..layout import Layout
 from .capture import quiet_harmless_c10d
-from .channel import Call, outcome_to_result
+from .channel import Call, execute, outcome_to_result
 from .cluster import CallState, Cluster
 from .pool import ProcessGroupPool
-from .rank_loop import RankContext, execute
+from .rank_loop import RankContext
 from .results import RankResults, rank_coordinates
 
 CALL_PREFIX = "fastdist_lab/calls"

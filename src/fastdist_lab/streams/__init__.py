@@ -1,14 +1,10 @@
 """Generator streams: predict every rank's random streams, check the seed design, and say which ranks share them.
 
-``predict(layout, step, phase)`` computes, for every rank and every generator of ``Distributed``
-(``default_cpu``, ``pp_init``, ``tp_init``, ``pp``, ``tp``), the seed and the first draws of a torch generator
-so seeded. It returns a ``StreamReport`` (sharing, invariant checks, real-vs-predicted comparison, pictures);
-``comparison_text`` reads a comparison frame in a few lines. Drawing the same numbers from a running cluster's real
-generators is a check that drives the cluster: ``fastdist_lab.checks.draw_streams`` and ``compare_streams`` (the
-old spellings ``streams.draw`` and ``streams.compare_on_cluster`` still work for one release, deprecated).
-
-This package imports numpy and pandas; torch is imported inside the functions that draw, and matplotlib only inside
-the functions that need it.
+``predict(layout, step, phase)`` returns a ``StreamReport`` (the seed and first draws of every generator of every
+rank; sharing, invariant checks, comparisons, pictures). Drawing from a running cluster's real generators is a check
+(``fastdist_lab.checks.draw_streams`` / ``compare_streams``; ``streams.draw`` and ``streams.compare_on_cluster``
+still work for one release, deprecated). numpy and pandas; torch and matplotlib only inside the functions that need
+them.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""Pictures (matplotlib ``Figure`` objects, never pyplot, that show themselves in a notebook: ``InlineFigure``;
-a ``GridPicture`` does too): rank grids, per-dim small multiples, generator streams, conventions side by side, what
-a layout costs (memory per stage, inter-node traffic, the pipeline schedule as it runs), the set-ups a layout search
-found (memory against step time), and the notebook display
-of a ``Layout``. One palette for all (``viz.colors``).
-
-The rank grids are composed pixel by pixel: ``grid_picture`` / ``stream_picture`` return a ``GridPicture``
-(pixels, PNG, ``Figure``) whose ``geometry`` maps a pixel back to the rank under it; ``Marks`` write results
-(``verdict_marks``, ``stream_marks``, ``training_marks``) on the cells.
+"""Pictures: matplotlib ``Figure`` objects, never pyplot, that show themselves in a notebook (``InlineFigure``;
+a ``GridPicture`` does too), with one palette (``viz.colors``). What they draw and how the rank grids are composed
+pixel by pixel is ARCHITECTURE.md, "Viz"; the names, README.md, "Public API".
 """
 
 from __future__ import annotations

@@ -33,7 +33,6 @@ MAX_WIDTH = 980
 
 DPI = 100.0
 TEXT_DARK = hex_rgb("#222222")
-TEXT_GREY = hex_rgb("#8c8c8c")
 GOOD = hex_rgb("#1b7f3b")
 BAD = hex_rgb("#c0001a")
 RANK_FRAME = hex_rgb("#d62728")
