@@ -9,7 +9,8 @@ time goes) and ``.communication_time(hardware)`` (the bytes over peak link rates
 (``SCHEDULE_KINDS``: every schedule, torch's class, priced and runnable; ``check_schedule`` validates one);
 ``search(model, gpus, hardware=..., global_batch_size=...)`` ranks every layout and set-up that fits by step time
 (``ranked_lines`` and ``search_summary`` read its rows as text);
-``validate()`` sets the step time next to published measured runs.
+``validate()`` sets the step time next to published measured runs, ``collective_table()`` the collective model
+(NCCL's algorithm choice, ``nccl_choice``) next to published nccl-tests bus bandwidths.
 Pure Python and numpy (pandas only when a table is asked for); it reads the layout's real groups.
 Every formula cites its source in its module; the memory figures match Megatron-LM's theoretical memory
 estimator where that covers the set-up (``tests/cost/crosscheck_megatron_memory.py``).
@@ -26,10 +27,11 @@ from .compute import COMPONENTS, chunk_parameters, layer_times, stage_components
 from .cost_report import TIME_COLUMNS, CostReport, estimate
 from .efficiency import DEFAULT_EFFICIENCY, Efficiency
 from .hardware import HARDWARE_PRESETS, SUSTAINED, Hardware
-from .links import collective_seconds, message_seconds
+from .links import collective_seconds, message_seconds, nccl_choice
 from .memory import MEMORY_COLUMNS, stage_memory
 from .model import PRESETS, VOCAB_PADDING, Transformer
 from .published import PUBLISHED_RUNS, PublishedRun, narayanan_flops
+from .published_collectives import COLLECTIVE_MEASUREMENTS, CollectiveMeasurement, collective_table
 from .ranking import RANKED_COLUMNS, RANKED_LEGEND, RANKED_ROWS, ranked_lines, search_summary
 from .schedule_kinds import SCHEDULE_KINDS, SCHEDULES, ScheduleKind, check_schedule, schedule_kind
 from .schedules import ACTION_KINDS, Action, PipelineSchedule, schedule, stage_counts
@@ -56,6 +58,7 @@ __all__ = [
     "BREAKDOWN_COLUMNS",
     "CALIBRATED",
     "COLLECTIVES",
+    "COLLECTIVE_MEASUREMENTS",
     "COMMUNICATION_COLUMNS",
     "COMPARE_COLUMNS",
     "COMPONENTS",
@@ -78,6 +81,7 @@ __all__ = [
     "VALIDATION_COLUMNS",
     "VOCAB_PADDING",
     "Action",
+    "CollectiveMeasurement",
     "CollectiveRow",
     "CostReport",
     "Efficiency",
@@ -99,6 +103,7 @@ __all__ = [
     "chunk_layers",
     "chunk_parameters",
     "collective_seconds",
+    "collective_table",
     "compare",
     "compare_reports",
     "divisors",
@@ -113,6 +118,7 @@ __all__ = [
     "message_seconds",
     "model_flops",
     "narayanan_flops",
+    "nccl_choice",
     "nodes_spanned",
     "placement",
     "predict",
