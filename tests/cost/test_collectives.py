@@ -126,3 +126,19 @@ def test_the_fixed_latency_is_deprecated_and_still_honoured():
     seconds = float(collective_seconds("all_gather", 8.0, 8, 1, A100, fixed))
     assert seconds == pytest.approx(15e-6, rel=1e-3)
     assert float(message_seconds(0.0, True, A100, fixed)) == pytest.approx(15e-6)
+
+
+def test_zero_3_pays_each_layers_collective_latency_at_scale():
+    # Same work per GPU (one sequence of Llama 2 7B, no tensor or pipeline parallel), more data-parallel ranks:
+    # the per-layer gathers and reduce-scatters (FSDP2's fully_shard per block) cost more latency as the ring grows,
+    # until the compute of a micro-batch no longer hides them.
+    from fastdist_lab import Layout
+    from fastdist_lab.cost import Training, estimate
+
+    def exposed(gpus: int) -> float:
+        layout = Layout(world_size=gpus, local_world_size=8)
+        step = estimate(layout, "llama2-7b", Training(zero_stage=3, num_microbatches=1)).step("h100-sxm-80gb")
+        return float(step.breakdown.loc["data-parallel communication", "seconds"])
+
+    small, large = exposed(64), exposed(1536)
+    assert small == 0.0 and large > 0.01

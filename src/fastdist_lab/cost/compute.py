@@ -31,8 +31,9 @@ parallel, ``a`` heads, ``g`` key/value groups, ``d`` head size, ``f`` the MLP wi
   reduce-scatter); the last stage the final norm, the output GEMM ``T x h x V / t`` and the vocabulary-parallel
   cross-entropy (20 bytes per logit, forward and backward).
 - ZeRO 3 gathers a stage's weights before each micro-batch's forward and backward and reduce-scatters its
-  gradients after; ZeRO 2 reduce-scatters gradients after each backward (Rajbhandari et al. 2020, Section 5):
-  what the micro-batch's compute cannot cover is exposed.
+  gradients after, one layer per collective (torch FSDP2's ``fully_shard`` per block, as torchtitan wraps a
+  model), each paying its latency; ZeRO 2 reduce-scatters gradients after each backward in one bucketed call
+  (Rajbhandari et al. 2020, Section 5): what the micro-batch's compute cannot cover is exposed.
 """
 
 from __future__ import annotations
@@ -220,9 +221,17 @@ def _zero_exposure(
     data = setups.placement["data"]
     params = chunk_parameters(setups).astype(np.float64)
     per_node, nodes = data.per_node[:, None], data.nodes[:, None]
-    gather = collective_seconds("all_gather", params * setups.bytes_per_weight, per_node, nodes, hw, eff)
-    scatter = collective_seconds("reduce_scatter", params * setups.bytes_per_gradient, per_node, nodes, hw, eff)
     zero = setups.zero_stage[:, None]
+    # ZeRO 3 gathers and reduce-scatters one layer at a time (torch FSDP2's fully_shard per transformer block as
+    # torchtitan applies it; DeepSpeed's per-module fetch): each layer's collective pays its own latency, which
+    # grows with the group (issue 27). ZeRO 2 reduce-scatters the stage's gradients in large buckets: one call.
+    units = np.where(zero == 3, np.maximum(setups.chunk_layers[None, :], 1), 1).astype(np.float64)
+    gather = units * collective_seconds(
+        "all_gather", params / units * setups.bytes_per_weight, per_node, nodes, hw, eff
+    )
+    scatter = units * collective_seconds(
+        "reduce_scatter", params / units * setups.bytes_per_gradient, per_node, nodes, hw, eff
+    )
     forward_exposed = np.where(zero == 3, np.maximum(gather - forward, 0.0), 0.0)
     backward_exposed = np.where(
         zero == 3,
