@@ -91,3 +91,14 @@ def test_the_temporaries_allowance_is_not_activations():
     assert row["temporaries_bytes"] == pytest.approx(0.05 * row["activations_bytes"], abs=1)
     with_sp = estimate(layout, model, Training(sequence_tensor_parallel=True, recompute="selective")).memory
     assert (with_sp["temporaries_bytes"] == 0).all()
+
+
+def test_zero_3_holds_gathered_layers_as_temporaries():
+    # Two layers' weights gathered (current and prefetched) and one layer's gradients unsharded, per GPU: only ZeRO 3.
+    model = Transformer(hidden_size=1024, num_layers=4, num_attention_heads=16, **GPT)
+    layout = Layout(world_size=8, local_world_size=8)
+    layer = model.attention_parameters + model.mlp_parameters + model.layer_norm_parameters
+    rows = {z: estimate(layout, model, Training(zero_stage=z, sequence_tensor_parallel=False)).memory.iloc[0]
+            for z in (2, 3)}  # fmt: skip
+    assert rows[3]["temporaries_bytes"] - rows[2]["temporaries_bytes"] == layer * (2 * 2 + 4)
+    assert rows[3]["weights_bytes"] < rows[2]["weights_bytes"]  # the shards themselves are smaller

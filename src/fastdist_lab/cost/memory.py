@@ -45,7 +45,7 @@ paper's Table 2 formula ``s b h L (10 + 24 / t + 5 a s / (h t))`` times the inte
 int64 token ids and dropout mask for each micro-batch in flight (``p`` of them on the first stage), and on a
 one-stage pipeline the output layer's inputs and logits; +0.4% to +2.4% for its four models. Megatron-LM's 5%
 allowance, which made the first stage 5.4-7.5% above the figure when it was counted as activations, is
-``temporaries_bytes`` (issue 27).
+``temporaries_bytes`` (issue 27), with, under ZeRO 3, the layers gathered unsharded at a time (``gathered_bytes``).
 
 Not modelled: mixture-of-experts, linear biases.
 """
@@ -218,11 +218,23 @@ def activation_bytes(setups: Setups) -> tuple[np.ndarray, np.ndarray]:
     return activations, np.ceil(peak * column(terms["overhead"])).astype(np.int64) - activations
 
 
+def gathered_bytes(setups: Setups) -> Any:
+    """Per set-up, the buffers ZeRO 3 holds unsharded on top of its shards: the gathered weights of the layer being
+    computed and of the next one, prefetched (torch FSDP2 gathers the next block while the current one computes;
+    DeepSpeed's prefetch bucket likewise), and one layer's unsharded gradients before their reduce-scatter. 0 under
+    ZeRO 0-2."""
+    model = setups.model
+    layer = (model.attention_parameters + model.mlp_parameters) // setups.tensor_parallel + model.layer_norm_parameters
+    per_layer = layer * (2 * setups.bytes_per_weight + setups.bytes_per_gradient)
+    return choose(setups.zero_stage == 3, per_layer, 0)
+
+
 def stage_memory(setups: Setups) -> dict[str, np.ndarray]:
     """Every ``MEMORY_COLUMNS`` column plus ``replicated`` (set-ups x pipeline ranks) and ``layers`` (ranks)."""
     columns = stage_parameters(setups)
     columns.update(state_bytes(columns["parameters"], setups))
-    columns["activations_bytes"], columns["temporaries_bytes"] = activation_bytes(setups)
+    columns["activations_bytes"], temporaries = activation_bytes(setups)
+    columns["temporaries_bytes"] = temporaries + column(gathered_bytes(setups))
     columns["total_bytes"] = (
         columns["weights_bytes"]
         + columns["gradients_bytes"]
