@@ -2,11 +2,13 @@
 
 Prints one row per run (source, layout, settings the source leaves out and the model chose, measured and
 predicted seconds, error), then the mean and worst absolute error of the calibration runs and of the held-out
-runs. ``--markdown`` prints the table of ``docs/validation.md``; ``--calibrate`` fits the calibrated constants
-again on the calibration runs (a minute) and prints them. The performance figure: the time to validate every
-run, with a ratio against a baseline measured in the same run (one run, all its candidate settings, one by one).
+runs. ``--markdown`` prints the table of ``docs/validation.md``; ``--collectives`` the table of published
+collective bus bandwidths against the collective model (``docs/step_time.md``, issue 27); ``--calibrate`` fits
+the calibrated constants again on the calibration runs (a minute) and prints them. The performance figure: the
+time to validate every run, with a ratio against a baseline measured in the same run (one run, all its candidate
+settings, one by one).
 
-Run: python benchmarks/bench_validation.py [--markdown] [--calibrate]
+Run: python benchmarks/bench_validation.py [--markdown] [--collectives] [--calibrate]
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import argparse
 import time
 
 from fastdist_lab.cost import PUBLISHED_RUNS, calibrate, error_summary, predict, validate
+from fastdist_lab.cost.published_collectives import collective_table
 
 
 def markdown(table) -> str:
@@ -41,12 +44,34 @@ def markdown(table) -> str:
     return "\n".join(lines)
 
 
+def collectives_markdown(table) -> str:
+    """The published collective bus bandwidths next to the model's, as the Markdown table of docs/step_time.md."""
+    lines = [
+        "| measurement | source | GPUs (nodes) | size | measured busbw GB/s | predicted GB/s | NCCL's choice | error |",
+        "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: |",
+    ]
+    for row in table.itertuples(index=False):
+        size = f"{row.size_bytes / 2**30:g} GiB" if row.size_bytes >= 2**30 else f"{row.size_bytes / 2**20:g} MiB"
+        mark = " (calibration)" if row.calibration else ""
+        lines.append(
+            f"| {row.measurement}{mark} | {row.source} | {row.gpus:,} ({row.nodes}) | {size} "
+            f"| {row.measured_busbw_GBps:.1f} | {row.predicted_busbw_GBps:.1f} | {row.algorithm} | {row.error:+.1%} |"
+        )
+    held = table[~table["calibration"]]["error"].abs()
+    lines += ["", f"Held out: {len(held)} measurements, mean absolute error {held.mean():.1%}, worst {held.max():.1%}."]
+    return "\n".join(lines)
+
+
 def main() -> None:
     """Print the table (or its Markdown), the summary, and the timing ratio."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--markdown", action="store_true", help="print the tables of docs/validation.md")
     parser.add_argument("--calibrate", action="store_true", help="fit the calibrated constants again")
+    parser.add_argument("--collectives", action="store_true", help="print the collective table of docs/step_time.md")
     args = parser.parse_args()
+    if args.collectives:
+        print(collectives_markdown(collective_table()))
+        return
     if args.calibrate:
         print(calibrate(progress=print))
         return

@@ -63,7 +63,8 @@ def test_stages_partition_the_model(setup):
     sharded = model.num_layers * (model.attention_parameters + model.mlp_parameters)
     sharded += copies * model.embedding_parameters(tp)
     assert memory["parameters"].sum() == sharded // tp + replicated(model, layers).sum()
-    parts = memory[["weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes"]].sum(axis=1)
+    parts = memory[["weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "temporaries_bytes"]]
+    parts = parts.sum(axis=1)
     assert (parts == memory["total_bytes"]).all()
     assert report.most_loaded.name == int(memory["total_bytes"].to_numpy().argmax())
     assert report.peak_bytes == memory["total_bytes"].max()
@@ -171,7 +172,7 @@ def test_one_rank_has_no_communication():
     report = estimate(Layout(world_size=1, local_world_size=1), Transformer.preset("gpt3-1.3b"))
     assert report.communication.empty and report.communication_time().empty
     assert "dominant: none" in report.to_text()
-    assert report.memory.shape == (1, 6)
+    assert report.memory.shape == (1, 7)
 
 
 def test_layout_sequence_tensor_parallel_counts_as_training_flag():

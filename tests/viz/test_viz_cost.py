@@ -35,11 +35,12 @@ def test_memory_bars_stack_each_part_of_each_stage_in_the_palette():
     (ax,) = figure.axes
     (bars,) = [c for c in ax.collections if isinstance(c, PolyCollection)]
     boxes = bars.get_paths()
-    assert len(boxes) == len(MEMORY_PARTS) * 4  # 4 parts x 4 stages
-    heights = np.array([p.vertices[:, 1].max() - p.vertices[:, 1].min() for p in boxes]).reshape(4, 4)
+    parts = len(MEMORY_PARTS)
+    assert len(boxes) == parts * 4  # 5 parts (weights ... temporaries) x 4 stages
+    heights = np.array([p.vertices[:, 1].max() - p.vertices[:, 1].min() for p in boxes]).reshape(parts, 4)
     expected = np.stack([r.memory[c].to_numpy() for c, _ in MEMORY_PARTS]) / 2**30
     np.testing.assert_allclose(heights, expected)
-    np.testing.assert_allclose(bars.get_facecolors()[::4, :3], PALETTE[:4])
+    np.testing.assert_allclose(bars.get_facecolors()[::4, :3], PALETTE[:parts])
     assert "peak" in ax.get_title(loc="left") and to_png(figure).startswith(PNG_MAGIC)
 
 

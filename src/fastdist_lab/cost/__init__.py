@@ -1,7 +1,8 @@
 """What a layout costs: memory per pipeline stage, the bytes each group moves, and the time of a training step.
 
 ``estimate(layout, model, training)`` returns a ``CostReport``; ``compare``, ``schedule`` (``SCHEDULE_KINDS``,
-``check_schedule``), ``search`` and ``validate`` are listed in README.md, "Public API"; the step-time model is
+``check_schedule``), ``search``, ``validate`` and ``collective_table`` (the collective model beside published
+nccl-tests bus bandwidths) are listed in README.md, "Public API"; the step-time model is
 docs/step_time.md. Pure Python and numpy (pandas only when a table is asked for); it reads the layout's real groups.
 Every formula cites its source in its module; the memory figures match Megatron-LM's theoretical memory estimator
 where that covers the set-up (``tests/cost/crosscheck_megatron_memory.py``).
@@ -18,10 +19,11 @@ from .compute import COMPONENTS, chunk_parameters, layer_times, stage_components
 from .cost_report import TIME_COLUMNS, CostReport, estimate
 from .efficiency import DEFAULT_EFFICIENCY, Efficiency
 from .hardware import HARDWARE_PRESETS, SUSTAINED, Hardware
-from .links import collective_seconds, message_seconds
+from .links import collective_seconds, message_seconds, nccl_choice
 from .memory import MEMORY_COLUMNS, stage_memory
 from .model import PRESETS, VOCAB_PADDING, Transformer
 from .published import PUBLISHED_RUNS, PublishedRun, narayanan_flops
+from .published_collectives import COLLECTIVE_MEASUREMENTS, CollectiveMeasurement, collective_table
 from .ranking import RANKED_COLUMNS, RANKED_LEGEND, RANKED_ROWS, ranked_lines, search_summary
 from .schedule_kinds import SCHEDULE_KINDS, SCHEDULES, ScheduleKind, check_schedule, schedule_kind
 from .schedules import ACTION_KINDS, Action, PipelineSchedule, schedule, stage_counts
@@ -48,6 +50,7 @@ __all__ = [
     "BREAKDOWN_COLUMNS",
     "CALIBRATED",
     "COLLECTIVES",
+    "COLLECTIVE_MEASUREMENTS",
     "COMMUNICATION_COLUMNS",
     "COMPARE_COLUMNS",
     "COMPONENTS",
@@ -70,6 +73,7 @@ __all__ = [
     "VALIDATION_COLUMNS",
     "VOCAB_PADDING",
     "Action",
+    "CollectiveMeasurement",
     "CollectiveRow",
     "CostReport",
     "Efficiency",
@@ -91,6 +95,7 @@ __all__ = [
     "chunk_layers",
     "chunk_parameters",
     "collective_seconds",
+    "collective_table",
     "compare",
     "compare_reports",
     "divisors",
@@ -105,6 +110,7 @@ __all__ = [
     "message_seconds",
     "model_flops",
     "narayanan_flops",
+    "nccl_choice",
     "nodes_spanned",
     "placement",
     "predict",

@@ -13,7 +13,8 @@ rank, ``t`` tensor parallel, ``a`` heads, ``g`` key/value groups, ``d`` head siz
   time, the gathering again before them only under ``overlap_tensor_parallel``;
 - ``"full"`` recompute includes the layer's communication; stage 0's embedding is a lookup forward, an fp32
   scatter-add backward and a tensor all-reduce or reduce-scatter; the cross-entropy moves 20 bytes per logit,
-  forward and backward; ZeRO 2 and 3 follow Rajbhandari et al. 2020, Section 5.
+  forward and backward; ZeRO 2 and 3 follow Rajbhandari et al. 2020, Section 5, ZeRO 3 one layer per collective
+  (torch FSDP2's ``fully_shard`` per block, as torchtitan wraps a model), each paying its latency.
 """
 
 from __future__ import annotations
@@ -201,9 +202,17 @@ def _zero_exposure(
     data = setups.placement["data"]
     params = chunk_parameters(setups).astype(np.float64)
     per_node, nodes = data.per_node[:, None], data.nodes[:, None]
-    gather = collective_seconds("all_gather", params * setups.bytes_per_weight, per_node, nodes, hw, eff)
-    scatter = collective_seconds("reduce_scatter", params * setups.bytes_per_gradient, per_node, nodes, hw, eff)
     zero = setups.zero_stage[:, None]
+    # ZeRO 3 gathers and reduce-scatters one layer at a time (torch FSDP2's fully_shard per transformer block as
+    # torchtitan applies it; DeepSpeed's per-module fetch): each layer's collective pays its own latency, which
+    # grows with the group (issue 27). ZeRO 2 reduce-scatters the stage's gradients in large buckets: one call.
+    units = np.where(zero == 3, np.maximum(setups.chunk_layers[None, :], 1), 1).astype(np.float64)
+    gather = units * collective_seconds(
+        "all_gather", params / units * setups.bytes_per_weight, per_node, nodes, hw, eff
+    )
+    scatter = units * collective_seconds(
+        "reduce_scatter", params / units * setups.bytes_per_gradient, per_node, nodes, hw, eff
+    )
     forward_exposed = np.where(zero == 3, np.maximum(gather - forward, 0.0), 0.0)
     backward_exposed = np.where(
         zero == 3,

@@ -11,6 +11,7 @@ the fitted values, never per run.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,8 +33,10 @@ class Efficiency:
       all-reduce on 8 A100 (Bekman, ``network/README.md``, "case study"), 78%.
     - ``network_efficiency``: bus bandwidth over the NIC line rate between nodes: 96.9% for one adapter
       (``ib_write_bw``, Bekman ``network/README.md``) less NCCL's protocol overhead, 90%.
-    - ``collective_latency_s``: fixed seconds per collective or point-to-point message (nccl-tests' small
-      message times are 10-30 us; Calculon's A100 system files use 10 us in a node and 20 us between nodes).
+    - ``collective_latency_s`` (deprecated, ``None``): a fixed latency per collective or message, what the model
+      used before issue 27 (15 us); the latency now follows NCCL's own tuning model, per algorithm, protocol and
+      step over NVLink and the network (``cost.nccl_tuning``, ``cost.links``). Given, it replaces those
+      latencies and warns.
     - ``optimizer_bytes_per_parameter``: HBM traffic of one fused Adam step per parameter held: fp32 master
       weight, gradient, two moments read (16), master weight and moments written (12), the bf16 copy written
       (2), the gradient read again for the norm (4): 34 bytes (Megatron-LM's distributed optimizer).
@@ -43,11 +46,20 @@ class Efficiency:
     kernel_overhead_s: float = 11.4e-6
     nvlink_efficiency: float = 0.78
     network_efficiency: float = 0.90
-    collective_latency_s: float = 15e-6
+    collective_latency_s: float | None = None
     optimizer_bytes_per_parameter: float = 34.0
 
     def __post_init__(self) -> None:
+        if self.collective_latency_s is not None:
+            warnings.warn(
+                "Efficiency.collective_latency_s is deprecated: collective latencies follow NCCL's tuning model "
+                "(fastdist_lab.cost.nccl_tuning); a fixed latency given here replaces it",
+                DeprecationWarning,
+                stacklevel=3,
+            )
         for field in dataclasses.fields(self):
+            if getattr(self, field.name) is None:
+                continue
             value = check_number(field.name, getattr(self, field.name), error=CostError)
             if field.name.endswith("_efficiency") and value > 1:
                 raise CostError(f"{field.name}={value!r} must be a fraction in (0, 1]")

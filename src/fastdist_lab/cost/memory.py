@@ -11,7 +11,9 @@ figures are those of ``compute_weight_and_optimizer_memory`` and ``compute_activ
 ``compute_activation_memory_without_sp`` (``megatron/training/theoretical_memory_usage.py``), including
 their simplifications, reproduced on purpose so the two can be compared: activations ignore
 grouped-query attention, ``kv_channels`` and SwiGLU, the formula without sequence parallel keeps the
-``24 / t`` term for any ``ffn_hidden_size`` and adds Megatron-LM's 5% allowance for temporaries.
+``24 / t`` term for any ``ffn_hidden_size`` and adds Megatron-LM's 5% allowance "for optimizer and miscellaneous
+temporaries", which this model reports as its own column, ``temporaries_bytes``, not as activations (so
+``activations_bytes + temporaries_bytes`` is that estimator's activation figure).
 That estimator assumes a fused attention kernel (FlashAttention or Transformer Engine's fused attention): no
 ``s x s`` scores are stored, which is Korthikanti et al. 2022's Table 2 without its ``5 a s / h`` term; so does
 ``Training(flash_attention=True)``, the default, under which ``recompute="selective"`` stores what ``"none"``
@@ -37,6 +39,14 @@ Where this model differs from that estimator on purpose:
 - ``recompute="full"`` keeps each layer's input (Korthikanti et al. 2022, Table 2, "full activation
   recompute": ``2 s b h`` per layer) plus one layer's working set.
 
+Activations against Korthikanti et al. 2022, Figure 1 (first stage, no recompute, tensor 8): the figure is the
+paper's Table 2 formula ``s b h L (10 + 24 / t + 5 a s / (h t))`` times the interleaved factor, nothing else.
+``activations_bytes`` adds only what the paper's Section 4.4 names and its figure leaves out: the embedding's
+int64 token ids and dropout mask for each micro-batch in flight (``p`` of them on the first stage), and on a
+one-stage pipeline the output layer's inputs and logits; +0.4% to +2.4% for its four models. Megatron-LM's 5%
+allowance, which made the first stage 5.4-7.5% above the figure when it was counted as activations, is
+``temporaries_bytes`` (issue 27), with, under ZeRO 3, the layers gathered unsharded at a time (``gathered_bytes``).
+
 Not modelled: mixture-of-experts, linear biases.
 """
 
@@ -60,6 +70,7 @@ MEMORY_COLUMNS: tuple[str, ...] = (
     "gradients_bytes",
     "optimizer_bytes",
     "activations_bytes",
+    "temporaries_bytes",
     "total_bytes",
 )
 """Columns of ``CostReport.memory`` (one row per pipeline stage)."""
@@ -155,7 +166,7 @@ def activation_terms(setups: Setups) -> dict[str, np.ndarray]:
     # compute_activation_memory: Korthikanti et al. 2022, Table 2, "tensor + sequence parallel +
     # selective recompute" 34 s b h / t, with the MLP's 16 generalised to 4 f / h; everything / t.
     # compute_activation_memory_without_sp: Table 2, "tensor parallel" s b h (10 + 24 / t) without the
-    # attention-score term; logits / t; 5% for temporaries.
+    # attention-score term; logits / t; 5% for temporaries (``temporaries_bytes``, not activations).
     layer = choose(sp, sbh * (18 + 4 * f / h) / t, sbh * (10 + 24 / t))
     embedding = choose(sp, (8 * s * b + sbh) / t, 8 * s * b + sbh)  # token ids (int64), embedding dropout mask
     output = choose(sp, 4 * sbh * (1 + vocab / h) / t, 2 * (s * b * vocab / t + sbh))  # final norm, fp32 logits
@@ -181,8 +192,9 @@ def rank_peaks(schedule: str, pipeline_parallel: int, microbatches: int) -> np.n
     return peaks
 
 
-def activation_bytes(setups: Setups) -> np.ndarray:
-    """Activation bytes per GPU of each pipeline rank at its peak under the set-ups' schedule.
+def activation_bytes(setups: Setups) -> tuple[np.ndarray, np.ndarray]:
+    """Activation bytes per GPU of each pipeline rank at its peak under the set-ups' schedule, and the temporaries
+    Megatron-LM's estimator allows on top of them (5% of the activations without sequence parallel, else none).
 
     Each stage (model chunk) holds, per micro-batch in flight, its layers' stored bytes (plus the embedding's,
     spread over rank 0's stages, and the output layer's on the last); the table gives how many micro-batches
@@ -202,19 +214,33 @@ def activation_bytes(setups: Setups) -> np.ndarray:
         for rank, counts in enumerate(stage_counts(setups.schedule, pp, setups.microbatches, v)):
             peak[..., rank] = (counts @ chunk[..., rank::pp].T).max(axis=0)  # (actions, set-ups) -> set-ups
     peak += column(terms["working"])
-    return np.ceil(peak * column(terms["overhead"])).astype(np.int64)
+    activations = np.ceil(peak).astype(np.int64)
+    return activations, np.ceil(peak * column(terms["overhead"])).astype(np.int64) - activations
+
+
+def gathered_bytes(setups: Setups) -> Any:
+    """Per set-up, the buffers ZeRO 3 holds unsharded on top of its shards: the gathered weights of the layer being
+    computed and of the next one, prefetched (torch FSDP2 gathers the next block while the current one computes;
+    DeepSpeed's prefetch bucket likewise), and one layer's unsharded gradients before their reduce-scatter. 0 under
+    ZeRO 0-2."""
+    model = setups.model
+    layer = (model.attention_parameters + model.mlp_parameters) // setups.tensor_parallel + model.layer_norm_parameters
+    per_layer = layer * (2 * setups.bytes_per_weight + setups.bytes_per_gradient)
+    return choose(setups.zero_stage == 3, per_layer, 0)
 
 
 def stage_memory(setups: Setups) -> dict[str, np.ndarray]:
     """Every ``MEMORY_COLUMNS`` column plus ``replicated`` (set-ups x pipeline ranks) and ``layers`` (ranks)."""
     columns = stage_parameters(setups)
     columns.update(state_bytes(columns["parameters"], setups))
-    columns["activations_bytes"] = activation_bytes(setups)
+    columns["activations_bytes"], temporaries = activation_bytes(setups)
+    columns["temporaries_bytes"] = temporaries + column(gathered_bytes(setups))
     columns["total_bytes"] = (
         columns["weights_bytes"]
         + columns["gradients_bytes"]
         + columns["optimizer_bytes"]
         + columns["activations_bytes"]
+        + columns["temporaries_bytes"]
     )
     columns["layers"] = setups.rank_layers()
     return columns

@@ -115,7 +115,8 @@ def check_challenge(layout: Any, training: Any) -> None:
     if not bool(fits["fits"].all()):
         stage = report.most_loaded_stage
         row = report.most_loaded
-        parts = {k: int(row[k]) for k in ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes")}
+        kinds = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "temporaries_bytes")
+        parts = {k: int(row[k]) for k in kinds}
         biggest = max(parts, key=parts.get)
         wrong(f"stage {stage} needs {format_bytes(int(row['total_bytes']))}, most of it {biggest.split('_')[0]} "
               f"({format_bytes(parts[biggest])}); shard it further (tensor, pipeline, ZeRO) or recompute")

@@ -27,6 +27,7 @@ MEMORY_PARTS: tuple[tuple[str, str], ...] = (
     ("gradients_bytes", "gradients"),
     ("optimizer_bytes", "optimizer"),
     ("activations_bytes", "activations"),
+    ("temporaries_bytes", "temporaries"),
 )
 """The stacked parts of a memory bar: (column of ``CostReport.memory``, legend label), bottom first."""
 
