@@ -12,12 +12,14 @@ model, except the first row, whose figure (232.5 GB/s, the same as Bekman's 235 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from .efficiency import DEFAULT_EFFICIENCY, Efficiency
 from .hardware import Hardware
 from .links import collective_seconds, nccl_choice
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 GiB = 2**30
 """Bytes in a GiB (nccl-tests' sizes are powers of two)."""
@@ -129,4 +131,6 @@ def collective_table(
             (name, m.source, m.gpus, m.gpus // m.per_node, m.size, m.busbw_GBps, predicted,
              f"{algorithm} {protocol}", predicted / m.busbw_GBps - 1, m.calibration)
         )  # fmt: skip
+    import pandas as pd  # only when the table is asked for: estimate() stays free of pandas
+
     return pd.DataFrame(rows, columns=list(COLLECTIVE_COLUMNS))
