@@ -8,7 +8,8 @@ Every figure is measured in this run, next to a baseline measured in the same ru
   built groups as the cluster's own step 2, at two smaller worlds (extrapolated to 1,024 with the growth they show)
   and at 1,024 ranks; its cost grows towards the square of the world, the cluster's check does not.
 - fake, 16,384 ranks: membership of every group of every rank (``apply``), target < 60 s; plus torch's DeviceMesh
-  built with fake groups for ``cpu`` and ``cuda`` at the sampled ranks.
+  built with fake groups for ``cpu`` and ``cuda`` at the sampled ranks. Baseline: the same apply at 2,048 ranks;
+  the apply grows linearly (target: ranks**1.2 at most; a tuple hashed anew at every lookup made it quadratic).
 - 64 ranks: threads vs processes (``LocalCluster``, gloo over loopback) for the same start plus ``apply``.
 - the whole-world ``Layout`` at 2**24 ranks: ``.ranks`` and the groups of every dim, target < 5 s and < 4 GB;
   baseline: one ``DistributedConfig`` per rank, timed on 2**12 ranks and extrapolated per rank.
@@ -250,6 +251,15 @@ def main() -> int:
     ratio = f"threads, 1,024's per rank x {fake_big:,}: {as_threads:.0f} s = {as_threads / fake['total_s']:.1f}x"
     row(f"fake {fake_big:,} ranks, start + apply", f"{fake['total_s']:.1f} s", target, ratio)
     row(f"fake DeviceMesh cpu+cuda, {fake['mesh_ranks']} ranks of {fake_big:,}", f"{fake['mesh_s']:.1f} s", "", mesh)
+    # the apply's growth: each rank looks its world group up ~10 times; a member tuple that hashed anew each time
+    # (every member walked) made it grow with the square of the world (runtime.members.SharedMembers hashes once)
+    fake_small_size = fake_big // 8
+    fake_small = world(f"fake {fake_small_size}", "simulated", "fake", str(fake_small_size), "0")
+    power = growth((fake_small_size, fake_small["apply_s"]), (fake_big, fake["apply_s"]))
+    per_rank = (fake_small["apply_s"] / fake_small_size * 1e3, fake["apply_s"] / fake_big * 1e3)
+    ratio = f"{fake_small_size:,} ranks: {per_rank[0]:.2f} ms per rank; {fake_big:,}: {per_rank[1]:.2f} ms"
+    row(f"fake apply growth, {fake_small_size:,} -> {fake_big:,} ranks", f"ranks**{power:.2f}",
+        verdict(power, 1.2, "(linear)"), ratio)  # fmt: skip
 
     threads64 = world("threads 64", "simulated", "threads", "64", "0")
     processes64 = world("processes 64 (controller)", "processes", "64")

@@ -22,6 +22,7 @@ import torch
 from ..cost import SCHEDULE_KINDS, Training, check_schedule
 from ..errors import ClusterError, CostError, LayoutError
 from ..layout import Layout
+from ..runtime.supervisor import preload_in_workers
 from .dropout_check import dropout_rows, mask_ids
 from .pipeline_carrier import require_pipelining
 from .tiny_gpt import TinyGPT, reference_step
@@ -37,6 +38,9 @@ from .train_compare import (
     zero_problems,
 )
 from .train_rank import TrainingFault, TrainingPlan, rank_groups, train_rank
+
+# A training step runs torch's pipeline schedules on every rank: worker servers import them once, before forking.
+preload_in_workers("torch.distributed.pipelining")
 
 SUMMARY_ROWS = 5
 """How many of the worst parameter rows a summary shows."""

@@ -11,6 +11,8 @@ directory once the server is gone, and when the controller dies.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import os
 import shutil
 import signal
@@ -140,6 +142,9 @@ def server_main(config: dict[str, Any], guard: int) -> None:
         channel = Channel(Connection(int(config["channel_fd"])), "controller")
         channel.holds_interrupts = False  # SIGINT is ignored here
         from . import rank_loop  # noqa: F401 - preloaded so that forked workers start with it imported
+        for name in config.get("preload", ()):  # supervisor.preload_in_workers: once here, not in every worker
+            with contextlib.suppress(Exception):
+                importlib.import_module(name)
 
         stderr_fd = config.get("stderr_fd")
         if stderr_fd is not None:  # ready: from now on write where the controller writes
