@@ -126,8 +126,8 @@ def test_invalid_layout_and_dim():
     with pytest.raises(LayoutError, match="more than a whole-world Layout holds"):
         Layout(world_size=2**30, local_world_size=8)
     layout = Layout(world_size=8, local_world_size=8)
-    with pytest.raises(LayoutError, match="dim='expert'"):
-        layout.groups("expert")
+    with pytest.raises(LayoutError, match="dim='experts' is not a dim; use one of world, .*, expert_tensor_and_expert"):
+        layout.groups("experts")
     with pytest.raises(LayoutError, match="rank=8"):
         layout.config(8)
 
@@ -142,14 +142,18 @@ def test_repr_and_html():
 
 def test_layout_and_config_are_frozen_dataclasses_on_one_field_list():
     from fastdist_lab.config import LAYOUT_FIELDS, LayoutFields
+    from fastdist_lab.layout import EXPERT_FIELDS
 
     layout = Layout(world_size=16, local_world_size=8, tensor_parallel=2, pipeline_parallel=2)
     config = layout.config(5)
     assert dataclasses.is_dataclass(layout) and dataclasses.is_dataclass(config)
-    assert [f.name for f in dataclasses.fields(Layout)] == [f.name for f in dataclasses.fields(LayoutFields)]
+    assert [f.name for f in dataclasses.fields(Layout)] == [  # Fast-LLM's fields, then the experts it has not
+        *(f.name for f in dataclasses.fields(LayoutFields)),
+        *EXPERT_FIELDS,
+    ]
     assert [f.name for f in dataclasses.fields(config)] == [*LAYOUT_FIELDS, "rank"]
     assert "__getattr__" not in vars(Layout) and "__getattr__" not in vars(DistributedConfig)
-    assert list(inspect.signature(Layout).parameters) == list(LAYOUT_FIELDS)  # help() and notebook tooltips
+    assert list(inspect.signature(Layout).parameters) == [*LAYOUT_FIELDS, *EXPERT_FIELDS]  # help(), tooltips
     for value, name in ((layout, "world_size"), (config, "rank"), (config, "data_rank")):
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(value, name, 4)

@@ -254,7 +254,8 @@ class Layout(LayoutFields):
         try:
             spanned = DIM_AXES[name]
         except (KeyError, TypeError):
-            raise LayoutError(f"dim={name!r} is not a dim; use one of {', '.join(DIM_NAMES)}") from None
+            dims = ", ".join((*DIM_NAMES, *EXPERT_DIM_NAMES))
+            raise LayoutError(f"dim={name!r} is not a dim; use one of {dims}") from None
         return self.rank_grid.ordered(spanned)
 
     @cached_property
