@@ -104,18 +104,26 @@ def _prompt_timers() -> Iterator[None]:
 def _sweep(cluster, budget: float, interrupts) -> list[tuple[float, bool, float]]:
     """The SIGINTs are aimed at the package (conftest's ``interrupts``): one that lands after the apply returned is
     dropped, so only interrupts that hit an apply count as cuts. An apply quicker than the first 100 ms (simulated
-    worlds: milliseconds) is swept over its own duration instead, in as many steps."""
+    worlds: milliseconds) is swept over its own duration instead, in as many steps: each trial first times an
+    uninterrupted apply of the same layout on fresh ranks and fires at its fraction of that, so that a duration
+    measured once, at a busier moment, cannot send later delays past applies that have since become quicker (CI:
+    an apply timed at 36 ms, later ones 10 ms, 15 of 21 interrupts landed after them)."""
     layouts = _layouts()
     trials = []
-    seconds = _apply_seconds(cluster)
-    sweep = SWEEP if seconds > SWEEP[-1] else [seconds * step / (len(SWEEP) - 1) for step in range(len(SWEEP))]
+    short = _apply_seconds(cluster) <= SWEEP[-1]
     begin = time.monotonic()
     with warnings.catch_warnings(), _prompt_timers():
         warnings.simplefilter("ignore", RuntimeWarning)  # "the interrupted call stopped the ...": expected
-        for index, delay in enumerate(sweep):
+        for index, delay in enumerate(SWEEP):
+            layout = layouts[(2 * index) % len(layouts)]
+            if short:
+                cluster.restart()
+                start = time.monotonic()
+                assert verify_groups(cluster, layout, timeout=NEXT_CALL_DEADLINE).ok
+                delay = (time.monotonic() - start) * index / len(SWEEP)
             if cluster.running:
                 cluster.restart()  # fresh ranks, as after a start: every group of the next apply is created
-            cut = _interrupted_apply(cluster, layouts[(2 * index) % len(layouts)], delay, interrupts)
+            cut = _interrupted_apply(cluster, layout, delay, interrupts)
             start = time.monotonic()
             verification = verify_groups(cluster, layouts[(2 * index + 1) % len(layouts)], timeout=NEXT_CALL_DEADLINE)
             seconds = time.monotonic() - start
