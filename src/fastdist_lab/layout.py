@@ -148,8 +148,10 @@ class Layout(LayoutFields):
         expert_sizes(self.tensor_parallel, self.world_size // self.pipeline_parallel, ep, etp)  # raises if bad
         self.__dict__.update(expert_parallel=ep, expert_tensor_parallel=etp)  # frozen: set once, here
 
+    @cached_property
     def _key(self) -> tuple[Any, ...]:
-        """The fields, ETP resolved (``None`` and the tensor size are one layout): what equality and hash compare."""
+        """The fields, ETP resolved (``None`` and the tensor size are one layout): what equality and hash compare
+        (kept: a Layout is frozen, and hashing sits on hot paths such as the per-rank caches)."""
         fields = self.fields()
         fields["expert_tensor_parallel"] = self.expert_sizes["expert_tensor"]
         return tuple(fields.values())
@@ -157,10 +159,10 @@ class Layout(LayoutFields):
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Layout):
             return NotImplemented
-        return type(self) is type(other) and self._key() == other._key()
+        return type(self) is type(other) and self._key == other._key
 
     def __hash__(self) -> int:
-        return hash(self._key())
+        return hash(self._key)
 
     @classmethod
     def from_config(cls, config: DistributedConfig) -> Layout:
