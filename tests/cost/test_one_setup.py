@@ -74,7 +74,7 @@ def test_one_setup_on_numbers_is_its_row_of_the_array_formulas(rows):
         alone = stage_memory(numbers)
         assert set(alone) == set(table)
         for name, values in alone.items():
-            expected = table[name] if name == "layers" else table[name][index]
+            expected = table[name] if name in ("layers", "moe_layers") else table[name][index]
             assert values.shape == expected.shape and values.dtype == expected.dtype, name
             assert np.array_equal(values, expected), name
 

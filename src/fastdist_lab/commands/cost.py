@@ -45,7 +45,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the estimate; 0 on success, 2 for bad input (one line on stderr)."""
-    layout = layout_from_args(args)  # LayoutError -> exit 2 in cli.main
+    layout = layout_from_args(args, experts=True)  # LayoutError -> exit 2 in cli.main
+    if args.replay and layout.has_experts:
+        sys.stderr.write(
+            "fastdist-lab cost: error: --replay runs the step's collectives on the pool's groups, which has no expert "
+            f"groups yet; leave out --replay or --expert-parallel={layout.expert_parallel}\n"
+        )
+        return 2
     from ..cost import Transformer, estimate
 
     try:

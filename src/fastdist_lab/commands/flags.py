@@ -138,6 +138,8 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
                        help="activation recompute in the backward pass (default: none)")  # fmt: skip
     group.add_argument("--sequence-tensor-parallel", action="store_true",
                        help="split the residual stream along the sequence over the tensor group")  # fmt: skip
+    group.add_argument("--expert-load-imbalance", type=float, default=1.0, metavar="X",
+                       help="mixture of experts: busiest expert rank's tokens over the mean (default: 1.0)")
 
 
 def training_from_args(args: argparse.Namespace) -> Any:
@@ -153,6 +155,7 @@ def training_from_args(args: argparse.Namespace) -> Any:
         zero_stage=args.zero_stage,
         recompute=args.recompute,
         sequence_tensor_parallel=args.sequence_tensor_parallel,
+        expert_load_imbalance=args.expert_load_imbalance,
     )
 
 

@@ -46,6 +46,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         (("--sequence-data-parallel", "--sdp"), "sequence_data_parallel", "sequence-data-parallel sizes"),
         (("--micro-batch-size",), "micro_batch_size", "micro-batch sizes"),
         (("--zero-stage",), "zero_stage", "ZeRO stages"),
+        (("--expert-parallel", "--ep"), "expert_parallel",
+         "expert-parallel sizes (default: the divisors of the experts; 1 for a dense model)"),
+        (("--expert-tensor-parallel", "--etp"), "expert_tensor_parallel",
+         "expert-tensor-parallel sizes (default: 1, and the tensor size for wide experts)"),
     ):
         default = LIMITS[name]
         shown = f" (default: {' '.join(map(str, default))})" if default is not None else ""
@@ -71,6 +75,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=argparse.SUPPRESS,
         help=f"pipeline ranks vary before data ranks (the flag alone), or data first (off){_BOTH}",
     )
+    limits.add_argument("--expert-load-imbalance", type=float, default=argparse.SUPPRESS, metavar="X",
+                        help="mixture of experts: tokens of the busiest expert rank over the mean (default: 1.0)")
     limits.add_argument(
         "--allow-smaller-batch",
         action="store_true",

@@ -32,7 +32,12 @@ layers of stage ``i``, activations are bf16 of ``s / sdp`` tokens, gradients red
   gradients are reduce-scattered every micro-batch and under ZeRO 3 the weights are gathered before each
   micro-batch's forward and backward. Over ``data`` = sequence-data x batch-data: both hold replicas of the
   model shard (Fast-LLM ``fsdp.py`` reduces over ``DistributedDimNames.data``). Fast-LLM itself always
-  shards the optimizer (ZeRO 1 at least); ZeRO 0 is the plain data-parallel all-reduce.
+  shards the optimizer (ZeRO 1 at least); ZeRO 0 is the plain data-parallel all-reduce. A mixture of experts'
+  routed experts are replicated over the expert data-parallel group instead: their rows are ``expert_data``'s.
+- expert (a mixture of experts, ``cost.moe``): per MoE layer and micro-batch, an all-to-all dispatching the rank's
+  routed token copies (``k s b h / t`` values, times ``Training.expert_load_imbalance``) and one combining them,
+  forward and backward (2 more forward under full recompute); with expert tensor parallel, the routed tokens are
+  all-gathered and the outputs reduce-scattered over the ``expert_tensor`` group each way.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ import numpy as np
 from ..config import DistributedDimNames
 from ..layout import nodes_spanned
 from .model import Transformer
+from .setups import layout_expert_sizes
 from .sizes import ACTIVATION_BYTES, Sizes
 from .training import Training
 
@@ -61,16 +67,17 @@ COMMUNICATION_COLUMNS: tuple[str, ...] = (
 )
 """Columns of ``CostReport.communication``."""
 
-COLLECTIVES: tuple[str, ...] = ("all_reduce", "reduce_scatter", "all_gather", "send_recv")
+COLLECTIVES: tuple[str, ...] = ("all_reduce", "reduce_scatter", "all_gather", "send_recv", "all_to_all")
 """The collectives a row may name."""
 
 
 def bus_factor(collective: str, group_size: int | np.ndarray) -> float | np.ndarray:
-    """nccl-tests' bus-bandwidth factor: all-reduce ``2(n-1)/n``, all-gather / reduce-scatter ``(n-1)/n``, else 1."""
+    """nccl-tests' bus-bandwidth factor: all-reduce ``2(n-1)/n``, all-gather / reduce-scatter / all-to-all
+    ``(n-1)/n``, else 1."""
     n = group_size
     if collective == "all_reduce":
         return 2 * (n - 1) / n
-    if collective in ("all_gather", "reduce_scatter"):
+    if collective in ("all_gather", "reduce_scatter", "all_to_all"):
         return (n - 1) / n
     return 1.0 + 0 * n
 
@@ -145,16 +152,30 @@ def step_rows(
             # Megatron-LM finalize_model_grads.py _allreduce_word_embedding_grads: first and last stage only.
             embedding = model.embedding_parameters(tp) // tp * training.bytes_per_gradient
             add(pipeline, "all_reduce", grad_calls, embedding, dim_groups(pipeline)[:, [0, -1]])
-    if dp > 1:
-        data = DistributedDimNames.data
-        parameters = stages["parameters"]
-        # Rajbhandari et al. 2020, Section 7.2.1 (all-reduce = reduce-scatter + all-gather); Fast-LLM fsdp.py.
-        if training.zero_stage == 0:
-            add(data, "all_reduce", 1, parameters * training.bytes_per_gradient)
-        else:
-            add(data, "reduce_scatter", grad_calls, parameters * training.bytes_per_gradient)
-            gathers = 2 * m if training.zero_stage == 3 else 1
-            add(data, "all_gather", gathers, parameters * training.bytes_per_weight)
+    ep, etp = layout_expert_sizes(layout)
+    edp = tp * dp // (ep * etp)
+    experts = stages["expert_parameters"]
+    for dim, size, parameters in (
+        (DistributedDimNames.data, dp, stages["parameters"] - experts),
+        ("expert_data", edp, experts),
+    ):
+        if size > 1:
+            # Rajbhandari et al. 2020, Section 7.2.1 (all-reduce = reduce-scatter + all-gather); Fast-LLM fsdp.py.
+            if training.zero_stage == 0:
+                add(dim, "all_reduce", 1, parameters * training.bytes_per_gradient)
+            else:
+                add(dim, "reduce_scatter", grad_calls, parameters * training.bytes_per_gradient)
+                gathers = 2 * m if training.zero_stage == 3 else 1
+                add(dim, "all_gather", gathers, parameters * training.bytes_per_weight)
+    if model.is_moe:
+        moe = stages["moe_layers"]
+        sent = ACTIVATION_BYTES * sizes.tokens * training.micro_batch_size // tp * model.experts_per_token
+        sent = int(sent * training.expert_load_imbalance) * model.hidden_size
+        if ep > 1:
+            add("expert", "all_to_all", m * moe * (4 + 2 * full), sent)
+        if etp > 1:
+            add("expert_tensor", "all_gather", m * moe * (2 + full), sent * etp)
+            add("expert_tensor", "reduce_scatter", m * moe * (2 + full), sent * etp)
     return rows
 
 

@@ -14,7 +14,10 @@ rank, ``t`` tensor parallel, ``a`` heads, ``g`` key/value groups, ``d`` head siz
 - ``"full"`` recompute includes the layer's communication; stage 0's embedding is a lookup forward, an fp32
   scatter-add backward and a tensor all-reduce or reduce-scatter; the cross-entropy moves 20 bytes per logit,
   forward and backward; ZeRO 2 and 3 follow Rajbhandari et al. 2020, Section 5, ZeRO 3 one layer per collective
-  (torch FSDP2's ``fully_shard`` per block, as torchtitan wraps a model), each paying its latency.
+  (torch FSDP2's ``fully_shard`` per block, as torchtitan wraps a model), each paying its latency;
+- a mixture-of-experts layer (``moe_times``; what it runs: ``cost.moe``) adds the router, the experts' grouped
+  GEMMs on the busiest rank's tokens, the permutation and the shared experts, less the dense MLP it replaces, and
+  its exposed all-to-alls (component ``expert``).
 """
 
 from __future__ import annotations
@@ -24,13 +27,16 @@ import numpy as np
 from .efficiency import Efficiency
 from .hardware import Hardware
 from .links import collective_seconds
+from .moe import all_to_all_seconds, expert_parameters_per_gpu, moe_dense_parameters
 from .setups import Setups
 from .sizes import ACTIVATION_BYTES
 
-COMPONENTS: tuple[str, ...] = ("forward", "backward", "recompute", "tensor", "sequence_data", "data", "pipeline")
+COMPONENTS: tuple[str, ...] = (
+    "forward", "backward", "recompute", "tensor", "sequence_data", "data", "pipeline", "expert",
+)  # fmt: skip
 """What a stage's action time is made of: compute of the forward, of the backward, of the recompute, and the
-exposed tensor, sequence-data, data-parallel (ZeRO 2-3) and blocking pipeline communication (the last added by
-``step.action_components``)."""
+exposed tensor, sequence-data, data-parallel (ZeRO 2-3), blocking pipeline communication (added by
+``step.action_components``) and a mixture of experts' all-to-all and expert-tensor communication."""
 
 
 def gemm(
@@ -111,6 +117,45 @@ def layer_times(setups: Setups, hw: Hardware, eff: Efficiency) -> dict[str, np.n
     }
 
 
+def moe_times(setups: Setups, hw: Hardware, eff: Efficiency) -> dict[str, np.ndarray]:
+    """One mixture-of-experts layer, one micro-batch, per set-up: what it adds to ``layer_times``' dense layer (its
+    MLP replaced by router, permutation, shared and routed experts, ``cost.moe``) and its expert communication
+    (two all-to-alls and, with ETP > 1, a gather and a reduce-scatter over the expert-tensor group, each way)."""
+    model = setups.model
+    h, f, fe, up = model.hidden_size, model.ffn_hidden_size, model.moe_ffn_hidden_size, 2 if model.swiglu else 1
+    t, ep, etp = setups.tensor_parallel, setups.expert_parallel, setups.expert_tensor_parallel
+    tokens = setups.tokens * setups.micro_batch_size
+    mine = tokens / t  # the MoE block splits the micro-batch's tokens over the tensor ranks
+    sent = mine * model.experts_per_token * setups.expert_load_imbalance  # the busiest rank's routed copies
+    routed = sent * etp  # what its expert GEMMs run on, gathered over the expert-tensor group
+    local = model.num_experts // ep
+    each = routed / local
+    experts = gemm(each, up * fe // etp, h, hw, eff, local) + gemm(each, h, fe // etp, hw, eff, local)
+    width = model.shared_experts * fe
+    shared = gemm(tokens, up * width // t, h, hw, eff) + gemm(tokens, h, width // t, hw, eff) if width else 0.0
+    dense = gemm(tokens, up * f // t, h, hw, eff) + gemm(tokens, h, f // t, hw, eff)
+    linear = experts + shared + gemm(mine, model.num_experts, h, hw, eff) - dense
+    per_value = 6.0 if model.swiglu else 4.0
+    elementwise = (
+        streamed(per_value * (routed * fe / etp + tokens * width / t) + 4.0 * ACTIVATION_BYTES * sent * h, 4, hw, eff)
+        - streamed(per_value * tokens * f / t, 0, hw, eff)
+    )  # the experts' activation functions, the permutation and its inverse, less the dense MLP's activation
+    spread = setups.expert_placement
+    expert, tensor = spread["expert"], spread["expert_tensor"]
+    a2a = all_to_all_seconds(ACTIVATION_BYTES * sent * h, expert.per_node, expert.nodes, hw, eff)
+    gathered = ACTIVATION_BYTES * routed * h
+    gather = collective_seconds("all_gather", gathered, tensor.per_node, tensor.nodes, hw, eff)
+    scatter = collective_seconds("reduce_scatter", gathered, tensor.per_node, tensor.nodes, hw, eff)
+    communication = 2 * a2a + gather + scatter
+    return {
+        "forward": linear + elementwise,
+        "backward": 2 * linear + 2 * elementwise,
+        "weight": linear,
+        "expert_forward": communication,
+        "expert_backward": communication,
+    }
+
+
 def end_times(setups: Setups, hw: Hardware, eff: Efficiency) -> dict[str, np.ndarray]:
     """The embedding (stage 0) and the output layer with the loss (last stage): forward and backward compute and
     exposed tensor communication, per set-up."""
@@ -150,6 +195,10 @@ def chunk_parameters(setups: Setups) -> np.ndarray:
     params[:, -1:] += model.final_norm_parameters
     if not model.tied_embeddings or setups.num_stages > 1:
         params[:, -1:] += embedding
+    if model.is_moe:
+        experts = expert_parameters_per_gpu(model, setups.expert_parallel, setups.expert_tensor_parallel)[:, None]
+        moe = moe_dense_parameters(model, tp) - model.mlp_parameters // tp + experts
+        params = params + setups.chunk_moe_layers[None, :] * moe
     return params
 
 
@@ -180,6 +229,16 @@ def stage_components(setups: Setups, hw: Hardware, eff: Efficiency) -> np.ndarra
         array[:, -1] += ends["output_tensor_backward"]
     recompute = per_stage(layer["recompute"])
     sequence_f, sequence_b = per_stage(layer["sequence_forward"]), per_stage(layer["sequence_backward"])
+    expert_f = expert_b = np.zeros_like(forward)
+    if setups.model.is_moe:
+        moe, times = setups.chunk_moe_layers[None, :].astype(np.float64), moe_times(setups, hw, eff)
+        full = (setups.recompute == 2)[:, None]
+        forward = forward + moe * times["forward"][:, None]
+        backward = backward + moe * times["backward"][:, None]
+        weight = weight + moe * times["weight"][:, None]
+        recompute = recompute + np.where(full, moe * times["forward"][:, None], 0.0)
+        expert_f = moe * times["expert_forward"][:, None]
+        expert_b = moe * times["expert_backward"][:, None] + np.where(full, expert_f, 0.0)
 
     data_f, data_b = _zero_exposure(setups, hw, eff, forward, backward + recompute)
     for kind, comp in ((0, forward), (1, backward), (2, backward - weight), (3, weight)):
@@ -190,6 +249,8 @@ def stage_components(setups: Setups, hw: Hardware, eff: Efficiency) -> np.ndarra
     out[:, :, 2, col["tensor"]] = tensor_i
     out[:, :, 0, col["sequence_data"]] = sequence_f
     out[:, :, 1, col["sequence_data"]] = out[:, :, 2, col["sequence_data"]] = sequence_b
+    out[:, :, 0, col["expert"]] = expert_f
+    out[:, :, 1, col["expert"]] = out[:, :, 2, col["expert"]] = expert_b
     out[:, :, 0, col["data"]] = data_f
     out[:, :, 1, col["data"]] = out[:, :, 2, col["data"]] = data_b
     return out

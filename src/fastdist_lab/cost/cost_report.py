@@ -206,6 +206,8 @@ class CostReport:
         return {
             **self.layout.summary(),
             "model": dataclasses.asdict(self.model),
+            "parameters": self.model.parameters(self.sizes.tensor_parallel),
+            "active_parameters": self.model.active_parameters(self.sizes.tensor_parallel),
             "training": dataclasses.asdict(self.training),
             "sequence_tensor_parallel": self.sizes.sequence_parallel,
             "microbatches": self.sizes.microbatches,

@@ -47,7 +47,12 @@ one-stage pipeline the output layer's inputs and logits; +0.4% to +2.4% for its 
 allowance, which made the first stage 5.4-7.5% above the figure when it was counted as activations, is
 ``temporaries_bytes`` (issue 27), with, under ZeRO 3, the layers gathered unsharded at a time (``gathered_bytes``).
 
-Not modelled: mixture-of-experts, linear biases.
+Mixture of experts (``moe``): a MoE layer's router, shared and routed experts replace the MLP (routed experts:
+``E / EP`` experts, ``1 / ETP`` of each, their optimizer states, gradients and, under ZeRO 3, weights sharded over
+the expert data-parallel group, as Megatron-Core's distributed optimizer shards them); its activations keep the
+permuted tokens and the experts' hidden activations of the busiest rank (``Training.expert_load_imbalance``).
+
+Not modelled: linear biases.
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ import numpy as np
 
 from ..errors import CostError
 from .model import VOCAB_PADDING
+from .moe import expert_parameters_per_gpu, moe_dense_parameters
 from .schedules import stage_counts
 from .setups import Setups
 from .sizes import ACTIVATION_BYTES
@@ -134,20 +140,38 @@ def stage_parameters(setups: Setups) -> dict[str, np.ndarray]:
     parameters[..., :1] += embedding
     if not model.tied_embeddings or setups.pipeline_parallel > 1:  # the output layer, or the tied copy
         parameters[..., -1:] += embedding
-    return {"parameters": parameters, "replicated": replicated}
+    experts = np.zeros_like(parameters)
+    if model.is_moe:  # a MoE layer's MLP is its router (whole on every rank), shared and routed experts
+        moe = setups.rank_moe_layers()
+        experts = moe * column(expert_parameters_per_gpu(model, setups.expert_parallel, setups.expert_tensor_parallel))
+        replicated = replicated + moe * model.router_parameters
+        parameters = parameters + moe * (moe_dense_parameters(model, tp) - model.mlp_parameters // tp) + experts
+    return {"parameters": parameters, "replicated": replicated, "expert_parameters": experts}
 
 
-def state_bytes(parameters: np.ndarray, setups: Setups) -> dict[str, np.ndarray]:
-    """Weights, gradients and optimizer bytes per GPU for ``parameters`` per GPU (set-ups x ranks).
+def state_bytes(
+    parameters: np.ndarray, setups: Setups, expert_parameters: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
+    """Weights, gradients and optimizer bytes per GPU for ``parameters`` per GPU (set-ups x ranks), of which
+    ``expert_parameters`` are routed experts, sharded over the expert data-parallel group instead of the data one.
 
     ZeRO stage ``z`` divides the optimizer (z >= 1), gradients (z >= 2) and weights (z == 3) by the
     data-parallel size (Rajbhandari et al. 2020, Figure 1); at stage 1 with the default bytes this is
     Megatron-LM's ``6 + 12 / dp`` bytes per parameter, at stage 0 its 18.
     """
     zero, dp = column(setups.zero_stage), column(setups.data_parallel)
+    if not setups.model.is_moe:
 
-    def shard(size: int, stage: int) -> np.ndarray:
-        return -(-(parameters * size) // choose(zero >= stage, dp, 1))
+        def shard(size: int, stage: int) -> np.ndarray:
+            return -(-(parameters * size) // choose(zero >= stage, dp, 1))
+
+    else:  # routed experts are sharded over the expert data-parallel group: the stage's ranks / (ETP x EP)
+        edp = column(setups.tensor_parallel * setups.data_parallel // (
+            setups.expert_tensor_parallel * setups.expert_parallel))  # fmt: skip
+
+        def shard(size: int, stage: int) -> np.ndarray:
+            dense = -(-((parameters - expert_parameters) * size) // choose(zero >= stage, dp, 1))
+            return dense + -(-(expert_parameters * size) // choose(zero >= stage, edp, 1))
 
     return {
         "weights_bytes": shard(setups.bytes_per_weight, 3),
@@ -178,8 +202,16 @@ def activation_terms(setups: Setups) -> dict[str, np.ndarray]:
     scores = choose(setups.flash_attention, 0.0, SCORE_BYTES * model.num_attention_heads * s * model.seq_length * b / t)
     full = setups.recompute == 2
     stored = choose(full, layer_input, layer + gathered + choose(setups.recompute == 0, scores, 0.0))
-    working = choose(full, layer + gathered + scores, 0.0)
-    return {"stored": stored, "working": working, "embedding": embedding, "output": output, "overhead": overhead}
+    # A MoE layer's MLP keeps, instead of the dense MLP's 4 f / h (in s b h / t), the permuted copy of its routed
+    # tokens and each expert's hidden activations for k tokens (the busiest rank's load), plus the shared experts'.
+    moe = 0.0
+    if model.is_moe:
+        routed = model.experts_per_token * setups.expert_load_imbalance
+        f_moe = model.moe_ffn_hidden_size / h
+        moe = sbh / t * (routed * (2 + 4 * f_moe) + model.shared_experts * 4 * f_moe - 4 * f / h)
+    working = choose(full, layer + gathered + scores + np.maximum(moe, 0.0), 0.0)  # a MoE layer's working set
+    return {"stored": stored, "working": working, "embedding": embedding, "output": output, "overhead": overhead,
+            "moe": choose(full, 0.0, moe)}  # fmt: skip
 
 
 @functools.lru_cache(maxsize=4096)
@@ -207,6 +239,8 @@ def activation_bytes(setups: Setups) -> tuple[np.ndarray, np.ndarray]:
     chunk = setups.chunk_layers.astype(np.float64) * column(terms["stored"])
     chunk[..., 0 : pp * v : pp] += column(terms["embedding"]) / v  # Megatron-LM's estimator: rank 0's stages evenly
     chunk[..., -1] += terms["output"]
+    if setups.model.is_moe:
+        chunk = chunk + setups.chunk_moe_layers * column(terms["moe"])
     if v == 1:  # one stage per rank: its most micro-batches held (one product, not one per rank: issue 26)
         peak = rank_peaks(setups.schedule, pp, setups.microbatches) * chunk
     else:
@@ -230,9 +264,10 @@ def gathered_bytes(setups: Setups) -> Any:
 
 
 def stage_memory(setups: Setups) -> dict[str, np.ndarray]:
-    """Every ``MEMORY_COLUMNS`` column plus ``replicated`` (set-ups x pipeline ranks) and ``layers`` (ranks)."""
+    """Every ``MEMORY_COLUMNS`` column plus ``replicated`` and ``expert_parameters`` (set-ups x pipeline ranks),
+    ``layers`` and ``moe_layers`` (ranks)."""
     columns = stage_parameters(setups)
-    columns.update(state_bytes(columns["parameters"], setups))
+    columns.update(state_bytes(columns["parameters"], setups, columns["expert_parameters"]))
     columns["activations_bytes"], temporaries = activation_bytes(setups)
     columns["temporaries_bytes"] = temporaries + column(gathered_bytes(setups))
     columns["total_bytes"] = (
@@ -243,4 +278,5 @@ def stage_memory(setups: Setups) -> dict[str, np.ndarray]:
         + columns["temporaries_bytes"]
     )
     columns["layers"] = setups.rank_layers()
+    columns["moe_layers"] = setups.rank_moe_layers()
     return columns

@@ -1,8 +1,9 @@
 """Which layout should I run: every layout and training set-up a model allows on some GPUs, ranked by step time.
 
 ``search(model, gpus, hardware=..., global_batch_size=...)`` enumerates tensor, pipeline, virtual stages,
-sequence-data, data, micro-batch size, recompute, sequence tensor parallel, ZeRO stage, schedule and rank order,
-drops what the model cannot split or the memory cannot hold, and ranks the rest by predicted step time. It runs
+sequence-data, data, micro-batch size, recompute, sequence tensor parallel, ZeRO stage, schedule and rank order
+(and, for a mixture of experts, expert parallel and expert tensor parallel), drops what the model cannot split or
+the memory cannot hold, and ranks the rest by predicted step time. It runs
 the very formulas of ``CostReport.memory`` and ``CostReport.step`` on columns of set-ups (``Setups``), one
 schedule table at a time, so a row's numbers are those ``estimate(result.layout(i), model,
 result.training(i)).step(hardware)`` gives.
@@ -22,7 +23,7 @@ from .hardware import Hardware
 from .memory import stage_memory
 from .model import Transformer
 from .schedule_kinds import MULTI_STAGE_SCHEDULES, SCHEDULE_KINDS, SCHEDULES, check_schedule
-from .setups import Setups, chunk_layers, placement
+from .setups import Setups, chunk_layers, expert_spreads, placement
 from .step import STEP_COLUMNS, lower_bound, step_columns
 from .training import RECOMPUTE, Training
 
@@ -43,6 +44,8 @@ SETUP_COLUMNS: tuple[str, ...] = (
     "sequence_tensor_parallel",
     "zero_stage",
     "pipeline_first",
+    "expert_parallel",
+    "expert_tensor_parallel",
 )
 """The set-up columns of ``LayoutSearch.frame``; ``STEP_COLUMNS`` and ``peak_memory_bytes`` follow."""
 
@@ -57,18 +60,24 @@ LIMITS: dict[str, Any] = {
     "sequence_tensor_parallel": (False, True),
     "zero_stage": (0, 1, 2, 3),
     "pipeline_first": (False, True),
+    "expert_parallel": None,
+    "expert_tensor_parallel": None,
     "flash_attention": True,
     "overlap_data_parallel": True,
     "overlap_tensor_parallel": False,
     "overlap_pipeline_parallel": True,
+    "expert_load_imbalance": 1.0,
     "allow_smaller_batch": False,
     "top": 100,
 }
 """``search``'s ``**limits`` and their defaults: a sequence limits a dim to those values (``None``: every value
-the model and the GPUs allow), a single value fixes it. ``allow_smaller_batch``: where ``global_batch_size``
-does not divide over the data-parallel ranks, run the largest batch that does (Calculon's
-``get_batch_size`` rule, Isaev et al. 2023) instead of dropping the layout; ``top``: the number of best rows to
-return (``None``: every set-up that fits, which simulates them all and is much slower)."""
+the model and the GPUs allow), a single value fixes it. ``expert_parallel`` (``None``: every divisor of the
+model's experts that divides a pipeline stage) and ``expert_tensor_parallel`` (``None``: 1, and the tensor size
+too for experts at least as wide as the model's hidden size) apply to a mixture of experts only (1 and the tensor
+size for a dense model); ``expert_load_imbalance`` is ``Training``'s, fixed for every row. ``allow_smaller_batch``:
+where ``global_batch_size`` does not divide over the data-parallel ranks, run the largest batch that does
+(Calculon's ``get_batch_size`` rule, Isaev et al. 2023) instead of dropping the layout; ``top``: the number of best
+rows to return (``None``: every set-up that fits, which simulates them all and is much slower)."""
 
 CHUNK = 512
 """Set-ups simulated at a time, in the order of their lower bound."""
@@ -131,6 +140,8 @@ class LayoutSearch:
             pipeline_parallel=int(row.pipeline_parallel),
             sequence_data_parallel=int(row.sequence_data_parallel),
             pipeline_first=bool(row.pipeline_first),
+            expert_parallel=int(row.expert_parallel),
+            expert_tensor_parallel=int(row.expert_tensor_parallel),
         )
 
     def training(self, i: int = 0) -> Training:
@@ -148,6 +159,7 @@ class LayoutSearch:
             overlap_data_parallel=self.fixed["overlap_data_parallel"],
             overlap_tensor_parallel=self.fixed["overlap_tensor_parallel"],
             overlap_pipeline_parallel=self.fixed["overlap_pipeline_parallel"],
+            expert_load_imbalance=self.fixed["expert_load_imbalance"],
         )
 
     def estimate(self, i: int = 0) -> Any:
@@ -215,6 +227,8 @@ def search(
         name: bool(chosen[name])
         for name in ("flash_attention", "overlap_data_parallel", "overlap_tensor_parallel", "overlap_pipeline_parallel")
     }
+    imbalance = Training(expert_load_imbalance=chosen["expert_load_imbalance"]).expert_load_imbalance  # checked
+    fixed["expert_load_imbalance"] = imbalance
     rows = _candidates(model, gpus, local, batch, chosen, fixed["flash_attention"])
     top = None if chosen["top"] is None else check_int("top", chosen["top"], minimum=1, error=CostError)
     import pandas as pd
@@ -306,7 +320,8 @@ def _candidates(model: Transformer, gpus: int, local: int, batch: int, chosen: d
                     if m < 1 or not (batch % (bdp * mbs) == 0 or chosen["allow_smaller_batch"]):
                         continue
                     for kind, v in _plans(pp, m, layers, schedules, virtual):
-                        bases.append((tp, pp, v, sdp, dp, mbs, m, m * bdp * mbs, SCHEDULES.index(kind)))
+                        for ep, etp in _expert_choices(model, tp, dp, chosen):
+                            bases.append((tp, pp, v, sdp, dp, mbs, m, m * bdp * mbs, SCHEDULES.index(kind), ep, etp))
     if not bases:
         raise CostError(
             f"no layout of {layers} layers, {heads} heads on {gpus} GPUs divides "
@@ -335,8 +350,30 @@ def _candidates(model: Transformer, gpus: int, local: int, batch: int, chosen: d
              "data_parallel", "micro_batch_size", "num_microbatches", "global_batch_size")  # fmt: skip
     rows = {name: b[:, i] for i, name in enumerate(names)}
     rows.update(schedule=np.array(SCHEDULES, dtype=object)[b[:, 8]], recompute=r, sequence_tensor_parallel=sp,
-                zero_stage=z, pipeline_first=first)  # fmt: skip
+                zero_stage=z, pipeline_first=first, expert_parallel=b[:, 9],
+                expert_tensor_parallel=b[:, 10])  # fmt: skip
     return rows
+
+
+def _expert_choices(model: Transformer, tp: int, dp: int, chosen: dict[str, Any]) -> list[tuple[int, int]]:
+    """The (expert parallel, expert tensor parallel) pairs to try on a stage of ``tp * dp`` ranks: ``(1, tp)`` for a
+    dense model; for a mixture of experts, what divides the experts, their width and the stage."""
+    if not model.is_moe:
+        return [(1, tp)]
+    stage = tp * dp
+    pairs = []
+    # by default ETP 1, and the tensor size too for experts at least as wide as the model (Megatron-Core's guide:
+    # expert tensor parallel only pays for coarse experts; fine-grained ones run whole on a rank)
+    default = (1, tp) if model.moe_ffn_hidden_size >= model.hidden_size else (1,)
+    for etp in sorted(set(_choices("expert_tensor_parallel", chosen["expert_tensor_parallel"], default))):
+        etp = check_int("expert_tensor_parallel", etp, minimum=1, error=CostError)
+        if model.moe_ffn_hidden_size % etp or stage % etp:
+            continue
+        for ep in _choices("expert_parallel", chosen["expert_parallel"], divisors(model.num_experts)):
+            ep = check_int("expert_parallel", ep, minimum=1, error=CostError)
+            if model.num_experts % ep == 0 and stage % (ep * etp) == 0:
+                pairs.append((ep, etp))
+    return pairs
 
 
 def _plans(pp: int, m: int, layers: int, schedules: list[str], virtual: list[int]) -> list[tuple[str, int]]:
@@ -387,8 +424,15 @@ def _setups(model: Transformer, key: tuple[str, int, int, int], rows: dict[str, 
         overlap_data_parallel=np.full(n, fixed["overlap_data_parallel"]),
         overlap_tensor_parallel=np.full(n, fixed["overlap_tensor_parallel"]),
         overlap_pipeline_parallel=np.full(n, fixed["overlap_pipeline_parallel"]),
+        expert_parallel=rows["expert_parallel"].astype(np.int64),
+        expert_tensor_parallel=rows["expert_tensor_parallel"].astype(np.int64),
         placement=placement(tp, pp, rows["sequence_data_parallel"], rows["data_parallel"], local,
                             rows["pipeline_first"].astype(bool)),
+        expert_load_imbalance=fixed["expert_load_imbalance"],
+        expert_placement=expert_spreads(
+            tp, pp, rows["sequence_data_parallel"], rows["data_parallel"], rows["expert_parallel"],
+            rows["expert_tensor_parallel"], local, rows["pipeline_first"].astype(bool),
+        ) if model.is_moe and n else None,
     )  # fmt: skip
 
 
@@ -417,8 +461,12 @@ def _subset(setups: Setups, mask: np.ndarray) -> Setups:
             and field.name != "chunk_layers"
         ):
             changes[field.name] = value[mask]
-    changes["placement"] = {
-        name: (value[mask] if isinstance(value, np.ndarray) else type(value)(value.nodes[mask], value.per_node[mask]))
-        for name, value in setups.placement.items()
-    }
+    for name in ("placement", "expert_placement"):
+        spreads = getattr(setups, name)
+        if spreads is not None:
+            changes[name] = {
+                dim: value[mask] if isinstance(value, np.ndarray) else type(value)(value.nodes[mask],
+                                                                                   value.per_node[mask])
+                for dim, value in spreads.items()
+            }
     return dataclasses.replace(setups, **changes)

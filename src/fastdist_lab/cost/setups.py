@@ -26,6 +26,7 @@ from ..errors import CostError
 from ..layout import LAYOUT_AXES
 from ..numbering import axis_strides
 from .model import Transformer
+from .moe import chunk_moe_layers, expert_placement
 from .training import RECOMPUTE, Training
 
 
@@ -149,6 +150,28 @@ class PlacementOnDemand(Mapping):
         return len(self._computed())
 
 
+def layout_expert_sizes(layout: Any) -> tuple[int, int]:
+    """``(EP, ETP)`` of a ``Layout`` (ETP resolved: the tensor size when unset); ``(1, tensor size)`` for a layout
+    object without expert fields."""
+    sizes = getattr(layout, "expert_sizes", None)
+    if sizes is None:
+        return 1, int(layout.tensor_parallel)
+    return int(sizes["expert"]), int(sizes["expert_tensor"])
+
+
+def expert_spreads(
+    tensor_parallel: Any, pipeline_parallel: int, sequence_data_parallel: Any, data_parallel: Any,
+    expert_parallel: Any, expert_tensor_parallel: Any, local_world_size: Any, pipeline_first: Any,
+) -> dict[str, Spread]:  # fmt: skip
+    """Per expert dim, the ``Spread`` of the expert groups of set-ups given as arrays or numbers (read off the
+    ``Layout``'s own expert groups: ``moe.expert_placement``)."""
+    found = expert_placement(
+        tensor_parallel, pipeline_parallel, sequence_data_parallel, data_parallel, expert_parallel,
+        expert_tensor_parallel, local_world_size, pipeline_first,
+    )  # fmt: skip
+    return {dim: Spread(nodes=nodes, per_node=per_node) for dim, (nodes, per_node) in found.items()}
+
+
 def chunk_layers(
     num_layers: int, pipeline_parallel: int, virtual_stages: int, explicit: tuple[int, ...] | None
 ) -> np.ndarray:
@@ -178,8 +201,11 @@ class Setups:
     per weight, gradient and optimizer state. Per set-up: ``tensor_parallel``, ``data_parallel`` (sequence-data x
     batch-data), ``sequence_data_parallel``, ``micro_batch_size``, ``sequence_parallel`` (sequence tensor parallel
     as it takes effect), ``recompute`` (index into ``RECOMPUTE``), ``zero_stage``, ``flash_attention``, the three
-    ``overlap_*`` flags, and ``placement`` (``placement()``'s result, or a ``PlacementOnDemand`` computing it when
-    first read).
+    ``overlap_*`` flags, ``expert_parallel`` and ``expert_tensor_parallel`` (resolved: the tensor size where the
+    layout leaves it unset), and ``placement`` (``placement()``'s result, or a ``PlacementOnDemand`` computing it
+    when first read). For a mixture of experts, ``expert_load_imbalance`` (``Training``'s) and
+    ``expert_placement`` (``moe.expert_placement``'s result: per expert dim, nodes spanned and members per node;
+    ``None`` for a dense model).
     """
 
     model: Transformer
@@ -199,16 +225,21 @@ class Setups:
     overlap_data_parallel: np.ndarray
     overlap_tensor_parallel: np.ndarray
     overlap_pipeline_parallel: np.ndarray
+    expert_parallel: np.ndarray
+    expert_tensor_parallel: np.ndarray
     placement: Mapping[str, Any]
     bytes_per_weight: int = 2
     bytes_per_gradient: int = 4
     bytes_per_optimizer_state: int = 12
+    expert_load_imbalance: float = 1.0
+    expert_placement: Mapping[str, Any] | None = None
 
     @classmethod
     def single(cls, layout: Any, model: Transformer, training: Training, sequence_parallel: bool) -> Setups:
         """The one set-up of ``training`` on ``layout`` (already checked by ``Sizes.of``)."""
         pp, v = int(layout.pipeline_parallel), training.virtual_pipeline_stages
         tp, sdp, dp = int(layout.tensor_parallel), int(layout.sequence_data_parallel), int(layout.data_parallel)
+        ep, etp = layout_expert_sizes(layout)
         one = lambda value, dtype=np.int64: np.array([value], dtype=dtype)  # noqa: E731
         return cls(
             model=model,
@@ -228,10 +259,16 @@ class Setups:
             overlap_data_parallel=one(training.overlap_data_parallel, bool),
             overlap_tensor_parallel=one(training.overlap_tensor_parallel, bool),
             overlap_pipeline_parallel=one(training.overlap_pipeline_parallel, bool),
+            expert_parallel=one(ep),
+            expert_tensor_parallel=one(etp),
             placement=PlacementOnDemand(tp, pp, sdp, dp, int(layout.local_world_size), bool(layout.pipeline_first)),
             bytes_per_weight=training.bytes_per_weight,
             bytes_per_gradient=training.bytes_per_gradient,
             bytes_per_optimizer_state=training.bytes_per_optimizer_state,
+            expert_load_imbalance=training.expert_load_imbalance,
+            expert_placement=expert_spreads(
+                tp, pp, sdp, dp, ep, etp, int(layout.local_world_size), bool(layout.pipeline_first)
+            ) if model.is_moe else None,
         )
 
     @property
@@ -248,6 +285,15 @@ class Setups:
     def tokens(self) -> np.ndarray:
         """Tokens of one sequence a rank holds: ``seq_length / sequence_data_parallel``."""
         return self.model.seq_length // self.sequence_data_parallel
+
+    @property
+    def chunk_moe_layers(self) -> np.ndarray:
+        """Mixture-of-experts layers of each stage (model chunk), stage order (zeros for a dense model)."""
+        return chunk_moe_layers(self.model, self.chunk_layers)
+
+    def rank_moe_layers(self) -> np.ndarray:
+        """Mixture-of-experts layers of each pipeline rank (the sum of its stages)."""
+        return self.chunk_moe_layers.reshape(self.virtual_pipeline_stages, self.pipeline_parallel).sum(axis=0)
 
     def rank_layers(self) -> np.ndarray:
         """Layers of each pipeline rank (the sum of its stages)."""

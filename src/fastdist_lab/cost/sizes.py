@@ -10,7 +10,7 @@ import numpy as np
 from ..errors import CostError
 from .model import Transformer
 from .schedule_kinds import check_schedule
-from .setups import chunk_layers
+from .setups import chunk_layers, layout_expert_sizes
 from .training import Training
 
 ACTIVATION_BYTES = 2
@@ -45,7 +45,8 @@ class Sizes:
         except AttributeError:
             raise CostError(f"layout={layout!r} must be a fastdist_lab.Layout") from None
         sequence_parallel = (training.sequence_tensor_parallel or layout_stp) and tp > 1
-        model.check_split(tp, pp, sdp * (tp if sequence_parallel else 1))
+        ep, etp = layout_expert_sizes(layout)
+        model.check_split(tp, pp, sdp * (tp if sequence_parallel else 1), ep, etp)
         v = training.virtual_pipeline_stages
         check_schedule(training.schedule, pp, training.microbatches(pp), v)
         chunk_layers(model.num_layers, pp, v, training.layers_per_stage)

@@ -39,6 +39,7 @@ BREAKDOWN: tuple[str, ...] = (
     "pipeline bubble",
     "tensor communication",
     "sequence-data communication",
+    "expert communication",
     "pipeline communication",
     "data-parallel communication",
     "optimizer step",
@@ -52,6 +53,7 @@ BREAKDOWN_COLUMNS: tuple[str, ...] = (
     "bubble_seconds",
     "tensor_comm_seconds",
     "sequence_data_comm_seconds",
+    "expert_comm_seconds",
     "pipeline_comm_seconds",
     "data_comm_seconds",
     "optimizer_seconds",
@@ -70,6 +72,10 @@ def model_flops(model: Transformer, sequences: Any, tensor_parallel: Any = 1) ->
     s, layers = model.seq_length, model.num_layers
     attention = (1 + g / a + s / h) * (a * d / h)
     mlp = (model.ffn_hidden_size / h) * (1.5 if model.swiglu else 1.0)
+    if model.is_moe:  # a MoE layer runs its router, experts_per_token experts and the shared ones
+        moe, active = model.moe_layers, (model.experts_per_token + model.shared_experts) * model.moe_ffn_hidden_size
+        width = (layers - moe) * model.ffn_hidden_size + moe * active
+        mlp = width / (layers * h) * (1.5 if model.swiglu else 1.0) + moe * model.num_experts / (2 * layers * h)
     return 12.0 * np.asarray(sequences) * s * layers * h * h * (attention + mlp + vocab / (2 * layers * h))
 
 
@@ -198,6 +204,7 @@ def step_columns(
         idle - pipeline,
         mine[:, col["tensor"]],
         mine[:, col["sequence_data"]],
+        mine[:, col["expert"]],
         pipeline + mine[:, col["pipeline"]],
         mine[:, col["data"]] + tails["data"][rows, critical],
         tails["optimizer"][rows, critical],

@@ -59,6 +59,11 @@ class Training:
       asynchronous sends); ``False``: each forward and backward waits for its blocking send and receive, as
       Megatron-LM's 1F1B did (``send_forward_recv_backward``).
 
+    - ``expert_load_imbalance``: for a mixture of experts, the tokens the busiest expert rank receives over the
+      mean (1.0, the default: a perfectly balanced router, what an auxiliary load-balancing loss aims at; Lepikhin
+      et al. 2021's capacity factor bounds it, e.g. 1.25). The slowest rank's expert GEMMs, permutation and
+      all-to-all scale by it, and so do its stored expert activations.
+
     Bad values raise ``CostError`` naming the field.
     """
 
@@ -78,6 +83,7 @@ class Training:
     overlap_data_parallel: bool = True
     overlap_tensor_parallel: bool = False
     overlap_pipeline_parallel: bool = True
+    expert_load_imbalance: float = 1.0
 
     def __post_init__(self) -> None:
         check_int("micro_batch_size", self.micro_batch_size, minimum=1, error=CostError)
@@ -95,6 +101,10 @@ class Training:
             "overlap_pipeline_parallel",
         ):
             check_flag(name, getattr(self, name), error=CostError)
+        imbalance = self.expert_load_imbalance
+        if isinstance(imbalance, bool) or not isinstance(imbalance, numbers.Real) or not 1.0 <= imbalance < 1e6:
+            raise CostError(f"expert_load_imbalance={imbalance!r} must be a number >= 1 (busiest rank over the mean)")
+        object.__setattr__(self, "expert_load_imbalance", float(imbalance))
         # the name and the virtual stages (the micro-batches are checked against a pipeline when one is known)
         check_schedule(self.schedule, 1, 1, self.virtual_pipeline_stages)
         if self.layers_per_stage is not None:
