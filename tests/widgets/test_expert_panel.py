@@ -203,3 +203,50 @@ def test_the_topology_says_which_expert_groups_leave_a_node():
     assert "<td>expert_data</td><td>4</td><td>8</td><td>4</td><td>False</td>" in markup
     dense = Layout(world_size=32, local_world_size=8, tensor_parallel=2)
     assert list(dense.topology().index) == list(DIM_NAMES) and "expert" not in topology_html(dense)
+
+
+# ------------------------------------------------------------------------------------------------ verdicts
+def moe_verification(layout: Layout, rank: int):
+    """``layout``'s verification as its ranks' real checks report it, ``rank``'s tensor all-gather wrong."""
+    from fastdist_lab.checks.group_check import group_problems
+    from fastdist_lab.runtime import RankResult, RankResults, Verification
+    from fastdist_lab.runtime.verification import expected_groups
+
+    records = []
+    for r in range(layout.world_size):
+        dims = []
+        for name, dim in layout.config(r).distributed_dims.items():
+            members = list(dim.global_ranks)
+            gathered = members[::-1] if r == rank and name == "tensor" else members
+            dims.append({"dim": name, "members": members, "gathered": gathered, "sum": sum(members)})
+        records.append(RankResult(r, "ok", {"rank": r, "dims": dims, "seeds_ok": True}))
+    expected = {dim: groups for dim, groups in expected_groups(layout).items() if dim in DIM_NAMES}
+    return Verification.from_rank_rows(expected, RankResults(records), layout.fields(), "gloo", judge=group_problems)
+
+
+def card_verdicts(card: str) -> dict[str, str]:
+    table = re.search(r"fdl-card-groups'>(.*?)</table>", card, re.S).group(1)
+    return dict(re.findall(r"<td>([a-z_]+)</td><td>\d+</td><td>[^<]*</td><td>([^<]*)</td>", table))
+
+
+def test_a_card_says_not_checked_for_the_dims_a_check_did_not_cover():
+    verdicts = card_verdicts(rank_card_html(MOE, 5, "tensor", ["tensor"], checked={"tensor", "data"}))
+    assert verdicts["tensor"] == "FAILED" and verdicts["data"] == "ok" and verdicts["pipeline"] == "not checked"
+    assert {verdicts[dim] for dim in EXPERT_DIM_NAMES} == {"not checked"}
+    assert set(card_verdicts(rank_card_html(MOE, 5, "tensor", [])).values()) == {"ok"}  # nothing said: as before
+
+
+def test_the_panel_card_of_a_verified_expert_layout_does_not_call_unchecked_expert_groups_ok():
+    panel = LayoutPanel.from_layout(MOE)
+    verification = moe_verification(panel.layout, rank=5)
+    panel.show_verification(verification)
+    panel.select_rank(5)
+    verdicts = card_verdicts(panel.card.value)
+    checked = {row["dim"] for row in verification.rows}
+    assert verdicts["tensor"] == "FAILED"
+    for dim in panel.layout.group_dims:
+        if dim not in checked:
+            assert verdicts[dim] == "not checked", dim
+        elif dim != "tensor":
+            assert verdicts[dim] in ("ok", "FAILED"), dim
+    assert {verdicts[dim] for dim in EXPERT_DIM_NAMES} == {"not checked"}  # the verification covers dense dims only

@@ -22,7 +22,7 @@ from ..viz.layout_picture import check_ranks
 from .config_box import ConfigBox, ConfigLoad
 from .grid_view import GridView
 from .panel_parts import TABLE_STYLE, Debouncer, FactorDropdown, Panel, divisors, error_html, html_table
-from .rank_card import CARD_HINT, hover_text, rank_card_html
+from .rank_card import CARD_HINT, hover_text, rank_card_html, rank_verdicts
 
 MAX_WORLD_SIZE = 65536
 """The largest world the panel accepts."""
@@ -471,8 +471,8 @@ class LayoutPanel(Panel):
         if highlight is None:
             self.card.value = CARD_HINT
         else:
-            failures = verification.rank_failures()[highlight] if verification is not None else None
-            self.card.value = rank_card_html(layout, highlight, dim, failures)
+            failures, checked = rank_verdicts(verification, highlight) if verification is not None else (None, None)
+            self.card.value = rank_card_html(layout, highlight, dim, failures, checked=checked)
         if self._drawn is None or self._drawn[0] != layout:
             self.ranks_table.value = ranks_html(layout)
             self.topology_table.value = topology_html(layout)

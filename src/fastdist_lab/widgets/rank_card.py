@@ -7,7 +7,8 @@ seed formulas (``generator_seeds(layout.config(rank))``); nothing is recomputed 
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -80,6 +81,13 @@ def hover_text(layout: Layout, ranks: range, dim: str) -> str:
     return f"{where}: ranks {ranks.start}-{ranks.stop - 1} · {plural(len(groups), dim + ' group')}: {listed}"
 
 
+def rank_verdicts(verification: Any, rank: int) -> tuple[list[str], set[str]]:
+    """What a ``Verification`` says of ``rank`` for its card: what failed on it (``rank_failures``) and the dims
+    whose groups were checked at all (a dim the check did not cover, such as an expert dim of a pool without expert
+    groups, is "not checked" on the card rather than "ok")."""
+    return verification.rank_failures()[rank], {row["dim"] for row in verification.rows}
+
+
 def rank_card_html(
     layout: Layout,
     rank: int,
@@ -88,10 +96,12 @@ def rank_card_html(
     step: int = 0,
     phase: str = "training",
     num_experts: int | None = None,
+    checked: Collection[str] | None = None,
 ) -> str:
     """The card of ``rank``: where it is, its coordinates, its group of every dim (``layout.group_dims``: the
     expert dims too when the layout has experts; ``dim``'s row in bold; with the verdict of each when
-    ``failures``, what failed on this rank, is given), its experts (``expert_card_html``) and its seeds."""
+    ``failures``, what failed on this rank, is given: "not checked" for a dim outside ``checked``, the dims the
+    check covered, when that is given), its experts (``expert_card_html``) and its seeds."""
     c = layout.coordinates
     head = f"<div style='font-size:13px'><b>rank {rank}</b> · node {c['node'][rank]}, GPU {c['local_rank'][rank]}</div>"
     coordinates = html_table(
@@ -103,7 +113,7 @@ def rank_card_html(
         members = layout.group_of(name, rank)
         row = [name, int(layout.group_index(name)[rank]), members_text(members)]
         if verdicts:
-            row.append("FAILED" if name in failures else "ok")
+            row.append("FAILED" if name in failures else "ok" if checked is None or name in checked else "not checked")
         rows.append(row)
     columns = ["dim", "group", "members"] + (["verdict"] if verdicts else [])
     groups = html_table(columns, rows, "fdl-table fdl-card-groups")
