@@ -250,3 +250,19 @@ def test_the_panel_card_of_a_verified_expert_layout_does_not_call_unchecked_expe
         elif dim != "tensor":
             assert verdicts[dim] in ("ok", "FAILED"), dim
     assert {verdicts[dim] for dim in EXPERT_DIM_NAMES} == {"not checked"}  # the verification covers dense dims only
+
+
+def test_an_advisor_row_sets_the_expert_controls_too():
+    """A dense row chosen in the Advisor clears the experts a user had set (no stale EP on the chosen layout)."""
+    import fastdist_lab
+
+    app = fastdist_lab.lab()
+    app.layout_panel.set(expert_parallel=2)
+    assert app.layout_panel.layout.has_experts
+    advisor = app.advisor_panel
+    for name, value in {"hardware": "h100-sxm-80gb", "top": 4, "global_batch_size": 64, "gpus": 16}.items():
+        getattr(advisor, name).value = value
+    advisor.select(0)
+    app.flush()
+    assert app.layout_panel.layout.fields() == {**advisor.choice.layout.fields(), "backend": "gloo"}
+    assert app.layout_panel.values()["expert_parallel"] == 1 and not app.layout_panel.layout.has_experts
