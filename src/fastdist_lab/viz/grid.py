@@ -157,9 +157,9 @@ def check_highlight(layout: Layout, highlight: int | None) -> int | None:
 def check_dim(dim: str, layout: Layout | None = None) -> str:
     """``dim`` when ``layout`` has groups of it (``layout.group_dims``: the nine dims, and the expert dims when it has
     experts; the nine without ``layout``); ``LayoutError`` naming the dim and the choices otherwise."""
-    if layout is not None and layout.has_experts and dim in EXPERT_DIM_NAMES:
-        return dim
     if dim in EXPERT_DIM_NAMES:
+        if layout is not None and layout.has_experts:
+            return dim
         raise LayoutError(
             f"dim={dim!r} is an expert dim and this layout has expert_parallel=1 (its expert groups are the dense "
             "ones); give expert_parallel > 1 or colour by one of " + ", ".join(DIM_NAMES)
