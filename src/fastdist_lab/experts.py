@@ -27,6 +27,7 @@ import numpy as np
 
 from .errors import LayoutError
 from .numbering import RankGrid
+from .validation import is_bool
 
 EXPERT_DIM_AXES: dict[str, tuple[str, ...]] = {
     "expert": ("expert",),
@@ -42,6 +43,28 @@ EXPERT_DIM_NAMES: tuple[str, ...] = tuple(EXPERT_DIM_AXES)
 
 EXPERT_AXES: tuple[str, ...] = ("expert_tensor", "expert", "expert_data", "pipeline")
 """The axes of a stage's expert numbering, fastest first, with the pipeline stage slowest."""
+
+
+def held_experts(slot: int, expert_parallel: int, num_experts: int | None = None) -> str:
+    """Which experts expert rank ``slot`` of ``expert_parallel`` (EP) holds, in words.
+
+    With ``num_experts`` (E, a multiple of EP) the experts themselves: each expert rank holds E / EP consecutive
+    experts, ``slot * E / EP`` to ``(slot + 1) * E / EP - 1``, as Megatron-Core numbers its local experts
+    (``"experts 4 .. 7 of 16"``). Without it, only the slot (``"expert slot 1 of 4"``): a layout does not know E.
+
+        >>> held_experts(1, 4, 16), held_experts(1, 4)
+        ('experts 4 .. 7 of 16', 'expert slot 1 of 4')
+    """
+    if num_experts is None:
+        return f"expert slot {slot} of {expert_parallel}"
+    if is_bool(num_experts) or not isinstance(num_experts, int) or num_experts < 1 or num_experts % expert_parallel:
+        raise LayoutError(
+            f"num_experts={num_experts!r} must be a positive multiple of expert_parallel={expert_parallel}"
+        )
+    local = num_experts // expert_parallel
+    if local == 1:
+        return f"expert {slot} of {num_experts}"
+    return f"experts {slot * local} .. {(slot + 1) * local - 1} of {num_experts}"
 
 
 def expert_sizes(tensor_parallel: int, stage_size: int, expert_parallel: int, expert_tensor_parallel: int | None):
@@ -103,6 +126,10 @@ class ExpertGrid:
     def dim_rank(self, name: str) -> np.ndarray:
         """Each global rank's index inside its group of expert dim ``name`` (array indexed by global rank)."""
         return self.grid.group_rank(self.axes(name))[self.position_of]
+
+    def coordinates_of(self, rank: int) -> dict[str, int]:
+        """Global rank ``rank``'s ``expert_tensor``, ``expert`` and ``expert_data`` ranks and its ``pipeline`` stage."""
+        return self.grid.coordinates_of(int(self.position_of[rank]))
 
     def coordinate(self, axis: str) -> np.ndarray:
         """Each global rank's expert-tensor, expert or expert-data rank (``axis`` one of the expert axes)."""

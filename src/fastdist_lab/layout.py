@@ -325,7 +325,8 @@ class Layout(LayoutFields):
 
     # ----------------------------------------------------------------- summaries
     def topology(self) -> pd.DataFrame:
-        """Per dim: group size, number of groups, most nodes one group spans, whether all stay in one node."""
+        """Per dim of ``group_dims`` (the expert dims too when the layout has experts): group size, number of groups,
+        most nodes one group spans, whether all stay in one node."""
         import pandas as pd
 
         rows = []
@@ -370,7 +371,8 @@ class Layout(LayoutFields):
         return paint("layout", self, dim, highlight, **options)
 
     def plot_dims(self, highlight: int | None = None) -> Any:
-        """One small rank grid per named dim (``fastdist_lab.viz.plot_dims``), ``highlight`` outlined in each."""
+        """One small rank grid per dim of ``group_dims`` (``fastdist_lab.viz.plot_dims``), ``highlight`` outlined in
+        each."""
         return paint("dims", self, highlight)
 
     def summary(self) -> dict[str, Any]:

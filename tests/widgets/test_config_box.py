@@ -77,7 +77,9 @@ def test_a_megatron_launch_line_sets_every_control_in_one_update_and_one_redraw(
     assert isinstance(result, ConfigLoad) and result.applied and result.status == "applied"
     assert panel.layout == expected and result.layout == expected
     assert panel.values() == {"world_size": 16, "local_world_size": 8, "tensor_parallel": 4, "pipeline_parallel": 2,
-                              "sequence_data_parallel": 1, "pipeline_first": True, "seed": 1234}  # fmt: skip
+                              "sequence_data_parallel": 1, "pipeline_first": True, "seed": 1234,
+                              "expert_parallel": 1,  # ETP as the loader spells it (None or tensor size)
+                              "expert_tensor_parallel": result.layout.expert_tensor_parallel}  # fmt: skip
     assert changes == [expected] and panel.renders == renders + 1
     assert panel.error == "" and panel.rank.value == 5  # rank 5 still exists: the highlight stays
     assert "Megatron-LM command line" in panel.config_box.status.value and "tp-cp-ep-pp-dp" in result.message

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..config import DistributedConfig
 from ..errors import LayoutError
+from ..experts import EXPERT_DIM_NAMES, held_experts
 from ..formatting import members_text, plural
 from ..layout import Layout
 from ..seeds import generator_seeds
@@ -35,7 +36,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the flags of ``layout``."""
     add_layout_arguments(parser)
     parser.add_argument(
-        "--rank", type=int, default=None, help="show one rank's groups and seeds instead (any world size)"
+        "--rank",
+        type=int,
+        default=None,
+        help="show one rank's groups and seeds instead (any world size; with experts, its expert groups too)",
+    )
+    parser.add_argument(
+        "--num-experts",
+        type=int,
+        default=None,
+        metavar="E",
+        help="with --rank and experts: name the experts the rank holds (E / EP consecutive experts per expert "
+        "rank; without it, the rank's expert slot)",
     )
     parser.add_argument("--format", choices=("table", "csv", "json"), default="table", help="output format")
     parser.add_argument(
@@ -63,7 +75,29 @@ JSON_MEMBERS = 65536
 """Groups up to this size are listed member by member in the JSON format of ``--rank``."""
 
 
-def _print_rank(config: DistributedConfig, fmt: str) -> None:
+def _expert_view(layout: Layout | None, rank: int, num_experts: int | None) -> dict[str, Any] | None:
+    """``rank``'s expert coordinates, what it holds (``held_experts``) and its expert groups (None without
+    experts; ``--num-experts`` without experts is refused in one line)."""
+    if layout is None or not layout.has_experts:
+        if num_experts is not None:
+            raise LayoutError(f"--num-experts {num_experts} needs a layout with experts (--expert-parallel > 1)")
+        return None
+    coordinates = layout.expert_grid.coordinates_of(rank)
+    dims = []
+    for name in EXPERT_DIM_NAMES:
+        members = layout.group_of(name, rank)
+        dims.append({"dim": name, "size": len(members), "rank": int(np.flatnonzero(members == rank)[0]),
+                     "members": members})  # fmt: skip
+    return {
+        "coordinates": {f"{axis}_rank": coordinates[axis] for axis in ("expert", "expert_tensor", "expert_data")},
+        "holds": held_experts(coordinates["expert"], layout.expert_parallel, num_experts),
+        "dims": dims,
+    }
+
+
+def _print_rank(config: DistributedConfig, fmt: str, layout: Layout | None = None, num_experts: int | None = None):
+    experts = _expert_view(layout, config.rank, num_experts)
+    expert_dims = experts["dims"] if experts is not None else []
     dims = [
         {
             "dim": d.name,
@@ -76,20 +110,29 @@ def _print_rank(config: DistributedConfig, fmt: str) -> None:
     ]
     seeds = generator_seeds(config)
     if fmt == "json":
-        print(json.dumps({"coordinates": config.coordinates(), "dims": dims, "seeds": seeds}, indent=2))
+        doc = {"coordinates": config.coordinates(), "dims": dims, "seeds": seeds}
+        if experts is not None:
+            listed = [
+                {**d, "members": d["members"].tolist() if d["size"] <= JSON_MEMBERS else None} for d in expert_dims
+            ]
+            doc["experts"] = {**experts, "dims": listed}
+        print(json.dumps(doc, indent=2))
         return
     import pandas as pd
 
     rows = [
         {"dim": d.name, "size": d.size, "rank": d.rank, "members": members_text(d.global_ranks)}
         for d in config.distributed_dims.values()
-    ]
+    ] + [{**d, "members": members_text(d["members"])} for d in expert_dims]
     frame = pd.DataFrame(rows).set_index("dim")
     if fmt == "csv":
         frame.to_csv(sys.stdout)
         return
-    print(repr(config))
+    print(repr(config) if layout is None or not layout.has_experts else repr(layout))
     print(f"rank {config.rank}: " + ", ".join(f"{k}={v}" for k, v in config.coordinates().items() if k != "rank"))
+    if experts is not None:
+        where = ", ".join(f"{k}={v}" for k, v in experts["coordinates"].items())
+        print(f"experts: {where}; holds {experts['holds']}")
     print(frame.to_string())
     print("seeds after set_step(0, training): " + ", ".join(f"{k}={v}" for k, v in seeds.items()))
 
@@ -198,10 +241,14 @@ def run(args: argparse.Namespace) -> int:
             print(loaded.description)
             print()
         if args.rank is not None:
-            _print_rank(layout.config(args.rank), args.format)
+            _print_rank(layout.config(args.rank), args.format, layout, args.num_experts)
             return 0
-    elif args.rank is not None:
-        _print_rank(config_from_args(args, args.rank), args.format)  # one rank's view: any world size
+    elif args.rank is not None and args.expert_parallel == 1 and args.expert_tensor_parallel is None:
+        _print_rank(config_from_args(args, args.rank), args.format, None, args.num_experts)  # any world size
+        return 0
+    elif args.rank is not None:  # experts: the whole-world Layout holds the expert groups
+        layout = layout_from_args(args, experts=True)
+        _print_rank(layout.config(args.rank), args.format, layout, args.num_experts)
         return 0
     else:
         layout = layout_from_args(args, experts=True)

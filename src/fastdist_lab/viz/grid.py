@@ -19,6 +19,7 @@ from matplotlib.patches import Rectangle
 
 from ..config import DIM_NAMES
 from ..errors import LayoutError
+from ..experts import EXPERT_DIM_NAMES
 from ..formatting import plural
 from ..layout import Layout
 from ..validation import check_int
@@ -153,19 +154,39 @@ def check_highlight(layout: Layout, highlight: int | None) -> int | None:
     return check_int("highlight", highlight, minimum=0, maximum=layout.world_size - 1)
 
 
-def check_dim(dim: str) -> str:
-    """``dim`` when it is one of the nine dims; ``LayoutError`` naming the choices otherwise."""
+def check_dim(dim: str, layout: Layout | None = None) -> str:
+    """``dim`` when ``layout`` has groups of it (``layout.group_dims``: the nine dims, and the expert dims when it has
+    experts; the nine without ``layout``); ``LayoutError`` naming the dim and the choices otherwise."""
+    if dim in EXPERT_DIM_NAMES:
+        if layout is not None and layout.has_experts:
+            return dim
+        raise LayoutError(
+            f"dim={dim!r} is an expert dim and this layout has expert_parallel=1 (its expert groups are the dense "
+            "ones); give expert_parallel > 1 or colour by one of " + ", ".join(DIM_NAMES)
+        )
     if dim not in DIM_NAMES:
-        raise LayoutError(f"dim={dim!r} is not a dim; use one of {', '.join(DIM_NAMES)}")
+        dims = DIM_NAMES if layout is None else layout.group_dims
+        raise LayoutError(f"dim={dim!r} is not a dim; use one of {', '.join(dims)}")
     return dim
 
 
+@lru_cache(maxsize=16)
+def expert_coordinates(layout: Layout) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every rank's expert, expert-tensor and expert-data ranks (arrays by global rank; ``layout.expert_grid``)."""
+    experts = layout.expert_grid
+    return experts.coordinate("expert"), experts.coordinate("expert_tensor"), experts.coordinate("expert_data")
+
+
 def cell_label(layout: Layout, rank: int) -> str:
-    """One rank's cell text: the rank, then ``t d p`` coordinates (and ``s b`` when sequence-data > 1)."""
+    """One rank's cell text: the rank, then ``t d p`` coordinates (and ``s b`` when sequence-data > 1, then
+    ``e et ed``, its expert, expert-tensor and expert-data ranks, when the layout has experts)."""
     c = layout.coordinates
     text = f"{rank}\nt{c['tensor_rank'][rank]} d{c['data_rank'][rank]} p{c['pipeline_rank'][rank]}"
     if layout.sequence_data_parallel > 1:
         text += f"\ns{c['sequence_data_rank'][rank]} b{c['batch_data_rank'][rank]}"
+    if layout.has_experts:
+        expert, expert_tensor, expert_data = expert_coordinates(layout)
+        text += f"\ne{expert[rank]} et{expert_tensor[rank]} ed{expert_data[rank]}"
     return text
 
 
@@ -228,7 +249,7 @@ def draw_grid(
 
     At most ``max_ticks`` node and GPU labels per axis (fewer draw faster in small pictures).
     """
-    dim = check_dim(dim)
+    dim = check_dim(dim, layout)
     highlight = check_highlight(layout, highlight)
     grid = cell_grid(layout)
     world = layout.world_size
@@ -279,7 +300,7 @@ def dim_title(layout: Layout, dim: str) -> str:
 
 def rank_colors(layout: Layout, dim: str, highlight: int | None) -> tuple[np.ndarray, np.ndarray | None]:
     """Every rank's colour by its group of ``dim`` (faded outside ``highlight``'s group) and that group as a mask."""
-    ids = layout.group_index(dim)
+    ids = layout.group_index(check_dim(dim, layout))
     colors = group_colors(int(ids.max()) + 1)[ids]
     if highlight is None:
         return colors, None
@@ -314,28 +335,30 @@ def _draw_outlines(ax: Axes, grid: CellGrid, highlight: int | None, members: np.
 
 
 def plot_dims(layout: Layout, highlight: int | None = None) -> Figure:
-    """Small multiples: the rank grid once per named dim, each coloured by that dim's groups.
+    """Small multiples: the rank grid once per dim of ``layout.group_dims`` (the nine named dims, then the four
+    expert dims when the layout has experts), each coloured by that dim's groups.
 
     Cells show the rank number when the world has at most 64 ranks; ``highlight`` outlines the rank and its
     group in every panel.
     """
     grid = cell_grid(layout)
+    dims = layout.group_dims
     text = layout.world_size <= 64
     cell_w, cell_h = (0.32, 0.24) if text else (0.12, 0.09)
     panel_w = float(np.clip(grid.cols * cell_w, 2.4, 5.0))
     panel_h = float(np.clip(grid.rows * cell_h, 1.2, 4.0))
-    ncols, nrows = 3, -(-len(DIM_NAMES) // 3)
+    ncols, nrows = 3, -(-len(dims) // 3)
     width, height = ncols * (panel_w + 0.9), nrows * (panel_h + 0.75) + 0.5
     figure = InlineFigure(figsize=(width, height), dpi=72.0)
     axes = figure.subplots(nrows, ncols, squeeze=False)
     figure.subplots_adjust(
         left=0.75 / width, right=1 - 0.1 / width, top=1 - 0.55 / height, bottom=0.1 / height, wspace=0.35, hspace=0.55
     )
-    for ax, dim in zip(axes.flat, DIM_NAMES):
+    for ax, dim in zip(axes.flat, dims):
         draw_grid(ax, layout, dim, highlight, text=text, fontsize=6.0, short_labels=True)
         ax.set_title(dim_title(layout, dim), fontsize=8, pad=12)
         ax.tick_params(labelsize=6)
-    for ax in list(axes.flat)[len(DIM_NAMES) :]:
+    for ax in list(axes.flat)[len(dims) :]:
         ax.set_visible(False)
     figure.suptitle(describe(layout), fontsize=9, y=1 - 0.1 / height, va="top")
     return figure

@@ -36,7 +36,7 @@ SPANS: tuple[str, ...] = (
 @lru_cache(maxsize=64)
 def dim_colouring(layout: Layout, dim: str) -> Colouring:
     """Every rank's group of ``dim`` (``layout.group_index``), with the rank and its coordinates as cell text."""
-    return Colouring(layout.group_index(check_dim(dim)), f"{dim} group", partial(cell_label, layout))
+    return Colouring(layout.group_index(check_dim(dim, layout)), f"{dim} group", partial(cell_label, layout))
 
 
 def _too_many(layout: Layout, dim: str) -> str:
@@ -48,7 +48,7 @@ def _too_many(layout: Layout, dim: str) -> str:
 def position_colouring(layout: Layout, dim: str) -> Colouring:
     """Every rank's position in its group of ``dim`` (``layout.dim_rank``): the palette's colours for groups of
     up to ``DISTINCT_COLORS`` ranks, a light-to-dark gradient for bigger groups."""
-    size = int(layout.groups(dim).shape[1])
+    size = int(layout.groups(check_dim(dim, layout)).shape[1])
     colors = PALETTE[:size].copy() if size <= DISTINCT_COLORS else gradient_colors(size)
     ends = "every group is one rank" if size == 1 else f"0 to {size - 1}"
     ends += "" if size <= DISTINCT_COLORS else ", light to dark"
@@ -62,7 +62,7 @@ def span_colouring(layout: Layout, dim: str, start: int, stop: int) -> Colouring
     cell's category of ``SPANS``, i.e. whether the cell's ranks form whole groups of ``dim`` or parts of groups
     that span other cells, and whether they are one group or several."""
     per_cell = unit_size(layout, start, stop)
-    size = int(layout.groups(dim).shape[1])
+    size = int(layout.groups(check_dim(dim, layout)).shape[1])
     ids = np.sort(layout.group_index(dim)[start:stop].reshape(-1, per_cell), axis=1)
     starts = np.ones(ids.shape, dtype=bool)
     starts[:, 1:] = ids[:, 1:] != ids[:, :-1]
@@ -169,7 +169,7 @@ def grid_picture(
     ``highlight=rank`` outlines that rank (red) and every rank of its ``dim`` group (black), fading the rest;
     ``ranks=(start, stop)`` zooms to those ranks; ``marks`` writes results (verdicts) on the cells.
     """
-    dim = check_dim(dim)
+    dim = check_dim(dim, layout)
     highlight = check_highlight(layout, highlight)
     start, stop = check_ranks(layout, ranks)
     members = None

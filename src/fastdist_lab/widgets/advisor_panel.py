@@ -262,7 +262,8 @@ class AdvisorPanel(Panel):
                 return
             layout = choice.layout
             sizes = {name: getattr(layout, name) for name in ("world_size", "local_world_size", "tensor_parallel",
-                     "pipeline_parallel", "sequence_data_parallel", "pipeline_first")}  # fmt: skip
+                     "pipeline_parallel", "sequence_data_parallel", "pipeline_first", "expert_parallel",
+                     "expert_tensor_parallel")}  # fmt: skip (the expert sizes too: a dense row clears them)
             if cost_panel is None:
                 layout_panel.set(**sizes)
                 return

@@ -20,7 +20,7 @@ from ..viz import grid_picture, verdict_marks
 from .grid_view import GridView
 from .layout_panel import LayoutPanel
 from .panel_parts import TABLE_STYLE, Panel, error_html, frame_table, short_error
-from .rank_card import CARD_HINT, hover_text, rank_card_html
+from .rank_card import CARD_HINT, hover_text, rank_card_html, rank_verdicts
 from .train_view import TrainStepView
 
 if TYPE_CHECKING:
@@ -426,8 +426,8 @@ class ClusterPanel(Panel):
         if self._highlight is None:
             self.view.card.value = CARD_HINT
         else:
-            failures = verification.rank_failures()[self._highlight]
-            self.view.card.value = rank_card_html(layout, self._highlight, self.grid_dim, failures)
+            failures, checked = rank_verdicts(verification, self._highlight)
+            self.view.card.value = rank_card_html(layout, self._highlight, self.grid_dim, failures, checked=checked)
         self.view.widget.layout.display = "flex"
 
     def _select(self, rank: int | None) -> None:

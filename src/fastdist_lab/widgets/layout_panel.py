@@ -13,6 +13,7 @@ import traitlets
 
 from ..config import DIM_NAMES
 from ..errors import LayoutError
+from ..experts import EXPERT_DIM_NAMES
 from ..formatting import members_text, plural
 from ..layout import RANK_COLUMNS, Layout
 from ..validation import check_int
@@ -21,7 +22,7 @@ from ..viz.layout_picture import check_ranks
 from .config_box import ConfigBox, ConfigLoad
 from .grid_view import GridView
 from .panel_parts import TABLE_STYLE, Debouncer, FactorDropdown, Panel, divisors, error_html, html_table
-from .rank_card import CARD_HINT, hover_text, rank_card_html
+from .rank_card import CARD_HINT, hover_text, rank_card_html, rank_verdicts
 
 MAX_WORLD_SIZE = 65536
 """The largest world the panel accepts."""
@@ -31,6 +32,9 @@ MAX_TABLE_RANKS = 4096
 
 MAX_GROUPS_SHOWN = 512
 """The groups tab lists at most this many groups."""
+
+ETP_DEFAULT = "= tensor"
+"""The expert-tensor control's label for "the tensor size" (``expert_tensor_parallel=None``, its value 0)."""
 
 _RANK_HEADERS = ("rank", "node", "local", "tensor", "data", "pipeline", "seq. data", "batch data")
 
@@ -67,8 +71,10 @@ class LayoutPanel(Panel):
     """Controls for a layout and its pictures, redrawn on every change.
 
     Controls (attributes): ``world_size``, ``local_world_size``, ``tensor_parallel``, ``pipeline_parallel``,
-    ``sequence_data_parallel`` (dropdowns of the values that can be valid), ``pipeline_first``, ``seed``,
-    ``rank`` (highlighted rank, -1 for none) and ``dim`` (the dim the grid is coloured by).
+    ``sequence_data_parallel``, ``expert_parallel`` and ``expert_tensor_parallel`` (dropdowns of the values that can
+    be valid; the expert-tensor one offers ``= tensor``, value 0, for ``None``), ``pipeline_first``, ``seed``,
+    ``rank`` (highlighted rank, -1 for none) and ``dim`` (the dim the grid is coloured by: ``layout.group_dims``,
+    the expert dims too when the layout has experts).
     ``layout`` is the current ``Layout`` (None while the combination is impossible) and ``error`` the
     message saying why (empty when valid). Tabs: Grid | Ranks table | Groups | Topology.
 
@@ -100,6 +106,8 @@ class LayoutPanel(Panel):
         dim: str = "tensor",
         rank: int = -1,
         debounce: float = 0.05,
+        expert_parallel: int = 1,
+        expert_tensor_parallel: int | None = None,
     ):
         super().__init__()
         self.widget.add_class("fdl-layout-panel")
@@ -120,11 +128,16 @@ class LayoutPanel(Panel):
         self.sequence_data_parallel = self._factor(
             "sequence-data", sequence_data_parallel, "fdl-sequence-data-parallel"
         )
+        self.expert_parallel = self._factor("expert", expert_parallel, "fdl-expert-parallel")
+        etp = 0 if expert_tensor_parallel is None else expert_tensor_parallel
+        self.expert_tensor_parallel = self._factor("expert tensor", etp, "fdl-expert-tensor-parallel", ETP_DEFAULT)
         self.pipeline_first = widgets.Checkbox(value=bool(pipeline_first), description="pipeline first", indent=False)
         self.seed = widgets.IntText(
             value=seed, description="seed", continuous_update=False, style=style, layout=widgets.Layout(width="170px")
         )
-        self.dim = widgets.Dropdown(options=list(DIM_NAMES), value=dim, description="colour by", style=style)
+        self.dim = widgets.Dropdown(
+            options=[*DIM_NAMES, *EXPERT_DIM_NAMES], value=dim, description="colour by", style=style
+        )
         self.rank = widgets.BoundedIntText(
             value=rank,
             min=-1,
@@ -172,6 +185,8 @@ class LayoutPanel(Panel):
                 self.tensor_parallel,
                 self.pipeline_parallel,
                 self.sequence_data_parallel,
+                self.expert_parallel,
+                self.expert_tensor_parallel,
                 self.pipeline_first,
             ],
             layout=widgets.Layout(flex_flow="row wrap", align_items="center"),
@@ -196,6 +211,8 @@ class LayoutPanel(Panel):
             self.tensor_parallel,
             self.pipeline_parallel,
             self.sequence_data_parallel,
+            self.expert_parallel,
+            self.expert_tensor_parallel,
             self.pipeline_first,
             self.seed,
         ):
@@ -218,6 +235,8 @@ class LayoutPanel(Panel):
             sequence_data_parallel=layout.sequence_data_parallel,
             pipeline_first=layout.pipeline_first,
             seed=layout.seed,
+            expert_parallel=layout.expert_parallel,
+            expert_tensor_parallel=layout.expert_tensor_parallel,
             **options,
         )
         controlled = set(panel.values()) | {"backend"}
@@ -225,9 +244,10 @@ class LayoutPanel(Panel):
         panel._update()
         return panel
 
-    def _factor(self, description: str, value: int, css: str) -> FactorDropdown:
+    def _factor(self, description: str, value: int, css: str, default_label: str = "") -> FactorDropdown:
         control = FactorDropdown(
-            options=[(str(value), value)],
+            default_label,
+            options=[(default_label if value == 0 and default_label else str(value), value)],
             value=value,
             description=description,
             style={"description_width": "initial"},
@@ -255,6 +275,8 @@ class LayoutPanel(Panel):
             "sequence_data_parallel": self.sequence_data_parallel.value,
             "pipeline_first": self.pipeline_first.value,
             "seed": self.seed.value,
+            "expert_parallel": self.expert_parallel.value,
+            "expert_tensor_parallel": self.expert_tensor_parallel.value or None,
         }
 
     def set(self, **values: Any) -> None:
@@ -269,7 +291,10 @@ class LayoutPanel(Panel):
         try:
             if "world_size" in values:
                 self.world_size.value = values["world_size"]
-            for name in ("local_world_size", "tensor_parallel", "pipeline_parallel", "sequence_data_parallel"):
+            if values.get("expert_tensor_parallel", 0) is None:
+                values = {**values, "expert_tensor_parallel": 0}  # the control's "= tensor"
+            factors = ("local_world_size", "tensor_parallel", "pipeline_parallel", "sequence_data_parallel")
+            for name in (*factors, "expert_parallel", "expert_tensor_parallel"):
                 if name in values:
                     getattr(self, name).value = values[name]
             for name in ("pipeline_first", "seed", "dim"):
@@ -381,6 +406,10 @@ class LayoutPanel(Panel):
         self.pipeline_parallel.offer(divisors(world // tp if world % tp == 0 else world))
         model = tp * pp
         self.sequence_data_parallel.offer(divisors(world // model if world % model == 0 else world))
+        stage = world // pp if world % pp == 0 else world  # the ranks of a pipeline stage hold the experts
+        ep, etp = self.expert_parallel.value, self.expert_tensor_parallel.value or tp
+        self.expert_parallel.offer(divisors(stage // etp if stage % etp == 0 else stage))
+        self.expert_tensor_parallel.offer([0, *divisors(stage // ep if stage % ep == 0 else stage)])
         if self.rank.value > world - 1:
             self.rank.value = -1  # that rank is gone: no highlight rather than a clamped one
         self.rank.max = max(0, world - 1)
@@ -399,12 +428,27 @@ class LayoutPanel(Panel):
             layout, error = None, str(exc)
         if layout is not None and self.rank.value >= layout.world_size:
             self.rank.value = -1
+        if layout is not None:
+            self._offer_dims(layout.group_dims)
         if layout is not None and self._zoom is not None and self._zoom[1] > layout.world_size:
             self._zoom = None
         self.message.value = error_html(error)
         self.error = error
         self.layout = layout
         self._redraw.schedule()
+
+    def _offer_dims(self, dims: tuple[str, ...]) -> None:
+        """Let the dim chooser offer ``dims`` (the expert dims only when the layout has experts), keeping its dim
+        when it is still one of them, else colouring by tensor."""
+        if tuple(self.dim.options) == dims:
+            return
+        current = self.dim.value
+        self._busy = True
+        try:
+            self.dim.options = list(dims)
+            self.dim.value = current if current in dims else "tensor"
+        finally:
+            self._busy = False
 
     def _render(self) -> None:
         """Draw the grid picture, the card and the tables of the current layout (nothing while invalid)."""
@@ -427,8 +471,8 @@ class LayoutPanel(Panel):
         if highlight is None:
             self.card.value = CARD_HINT
         else:
-            failures = verification.rank_failures()[highlight] if verification is not None else None
-            self.card.value = rank_card_html(layout, highlight, dim, failures)
+            failures, checked = rank_verdicts(verification, highlight) if verification is not None else (None, None)
+            self.card.value = rank_card_html(layout, highlight, dim, failures, checked=checked)
         if self._drawn is None or self._drawn[0] != layout:
             self.ranks_table.value = ranks_html(layout)
             self.topology_table.value = topology_html(layout)

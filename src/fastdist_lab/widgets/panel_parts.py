@@ -66,8 +66,17 @@ class FactorDropdown(widgets.Dropdown):
     """A ``Dropdown`` of positive integers that offers the values that can be valid.
 
     Assigning a positive integer that is not offered (from Python) adds it to the options, so that the panel
-    can report why the combination is impossible instead of raising a ``TraitError``.
+    can report why the combination is impossible instead of raising a ``TraitError``. ``default_label``, when
+    given, is the label of the value 0, offered for "the default" (the expert-tensor size's ``= tensor``).
     """
+
+    def __init__(self, default_label: str = "", **kwargs: Any):
+        self.default_label = default_label
+        super().__init__(**kwargs)
+
+    def label_of(self, value: int) -> str:
+        """The option label of ``value``: the number, or ``default_label`` for 0 when there is one."""
+        return self.default_label if value == 0 and self.default_label else str(value)
 
     def offer(self, values: Iterable[int]) -> None:
         """Replace the options by ``values`` (plus the current value), keeping the current value selected."""
@@ -83,7 +92,7 @@ class FactorDropdown(widgets.Dropdown):
         previous = getattr(self, "_initializing_traits_", False)
         self._initializing_traits_ = True  # do not let ipywidgets reset the selection to the first option
         try:
-            self.options = [(str(v), v) for v in options]
+            self.options = [(self.label_of(v), v) for v in options]
         finally:
             self._initializing_traits_ = previous
         if self.value is not None and self.value in self._options_values:

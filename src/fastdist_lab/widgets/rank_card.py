@@ -7,11 +7,12 @@ seed formulas (``generator_seeds(layout.config(rank))``); nothing is recomputed 
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from typing import Any
 
 import numpy as np
 
-from ..config import DIM_NAMES
+from ..experts import held_experts
 from ..formatting import members_text, plural
 from ..layout import Layout
 from ..seeds import generator_seeds
@@ -35,12 +36,33 @@ _COORDINATES = (
 
 
 def coordinates_text(layout: Layout, rank: int) -> str:
-    """``t1 d0 p1 s0 b1`` (``s b`` only when sequence-data > 1)."""
+    """``t1 d0 p1 s0 b1`` (``s b`` only when sequence-data > 1; then ``e et ed``, the expert, expert-tensor and
+    expert-data ranks, when the layout has experts)."""
     c = layout.coordinates
     text = f"t{c['tensor_rank'][rank]} d{c['data_rank'][rank]} p{c['pipeline_rank'][rank]}"
     if layout.sequence_data_parallel > 1:
         text += f" s{c['sequence_data_rank'][rank]} b{c['batch_data_rank'][rank]}"
+    if layout.has_experts:
+        e = layout.expert_grid.coordinates_of(rank)
+        text += f" e{e['expert']} et{e['expert_tensor']} ed{e['expert_data']}"
     return text
+
+
+def expert_card_html(layout: Layout, rank: int, num_experts: int | None = None) -> str:
+    """The experts part of ``rank``'s card ("" for a layout without experts): its expert, expert-tensor and
+    expert-data ranks and which experts it holds (``held_experts``: the experts themselves when ``num_experts``
+    is given, else its expert slot)."""
+    if not layout.has_experts:
+        return ""
+    e = layout.expert_grid.coordinates_of(rank)
+    holds = held_experts(e["expert"], layout.expert_parallel, num_experts)
+    row = [e["expert"], e["expert_tensor"], e["expert_data"], holds]
+    sizes = layout.expert_sizes
+    title = (
+        f"<div style='margin-top:6px'><b>experts</b> (EP {sizes['expert']} x ETP {sizes['expert_tensor']} "
+        f"x EDP {sizes['expert_data']} per pipeline stage)</div>"
+    )
+    return title + html_table(["expert", "expert tensor", "expert data", "holds"], [row], "fdl-table fdl-card-experts")
 
 
 def hover_text(layout: Layout, ranks: range, dim: str) -> str:
@@ -59,6 +81,13 @@ def hover_text(layout: Layout, ranks: range, dim: str) -> str:
     return f"{where}: ranks {ranks.start}-{ranks.stop - 1} · {plural(len(groups), dim + ' group')}: {listed}"
 
 
+def rank_verdicts(verification: Any, rank: int) -> tuple[list[str], set[str]]:
+    """What a ``Verification`` says of ``rank`` for its card: what failed on it (``rank_failures``) and the dims
+    whose groups were checked at all (a dim the check did not cover, such as an expert dim of a pool without expert
+    groups, is "not checked" on the card rather than "ok")."""
+    return verification.rank_failures()[rank], {row["dim"] for row in verification.rows}
+
+
 def rank_card_html(
     layout: Layout,
     rank: int,
@@ -66,9 +95,13 @@ def rank_card_html(
     failures: Sequence[str] | None = None,
     step: int = 0,
     phase: str = "training",
+    num_experts: int | None = None,
+    checked: Collection[str] | None = None,
 ) -> str:
-    """The card of ``rank``: where it is, its coordinates, its group of every dim (``dim``'s row in bold; with
-    the verdict of each when ``failures``, what failed on this rank, is given) and its generators' seeds."""
+    """The card of ``rank``: where it is, its coordinates, its group of every dim (``layout.group_dims``: the
+    expert dims too when the layout has experts; ``dim``'s row in bold; with the verdict of each when
+    ``failures``, what failed on this rank, is given: "not checked" for a dim outside ``checked``, the dims the
+    check covered, when that is given), its experts (``expert_card_html``) and its seeds."""
     c = layout.coordinates
     head = f"<div style='font-size:13px'><b>rank {rank}</b> · node {c['node'][rank]}, GPU {c['local_rank'][rank]}</div>"
     coordinates = html_table(
@@ -76,11 +109,11 @@ def rank_card_html(
     )
     verdicts = failures is not None
     rows = []
-    for name in DIM_NAMES:
+    for name in layout.group_dims:
         members = layout.group_of(name, rank)
         row = [name, int(layout.group_index(name)[rank]), members_text(members)]
         if verdicts:
-            row.append("FAILED" if name in failures else "ok")
+            row.append("FAILED" if name in failures else "ok" if checked is None or name in checked else "not checked")
         rows.append(row)
     columns = ["dim", "group", "members"] + (["verdict"] if verdicts else [])
     groups = html_table(columns, rows, "fdl-table fdl-card-groups")
@@ -99,6 +132,7 @@ def rank_card_html(
         + head
         + extra
         + coordinates
+        + expert_card_html(layout, rank, num_experts)
         + f"<div style='margin-top:6px'><b>groups</b> (the {html.escape(dim)} group is outlined on the grid)</div>"
         + groups
         + f"<div style='margin-top:6px'><b>seeds</b> (step {step}, {html.escape(phase)})</div>"
