@@ -150,6 +150,12 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return options, extra
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    """SIGTERM as Ctrl-C: the running pytest is killed (``subprocess.run`` does on any exception), the busy processes
+    ended and the finished runs summarised."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the soak; see the module's docstring."""
     options, extra = parse(sys.argv[1:] if argv is None else argv)
@@ -158,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"soak: {options.runs} runs of {' '.join(options.paths)} beside {options.busy} busy processes; logs in "
           f"{log_dir}", flush=True)  # fmt: skip
     results: list[RunResult] = []
+    signal.signal(signal.SIGTERM, _interrupt)  # a soak ended by SIGTERM (a background job ignores SIGINT) cleans up
     busy = start_busy(options.busy)
     try:
         for number in range(1, options.runs + 1):

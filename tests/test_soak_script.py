@@ -84,3 +84,28 @@ def test_bad_arguments_exit_2(tmp_path):
     result = _soak(tmp_path, "--runs", "0", "suite")
     assert result.returncode == 2
     assert "--runs must be at least 1, not 0" in result.stderr
+
+
+def test_a_soak_ended_by_sigterm_ends_its_pytest_and_busy_processes_and_summarises(tmp_path):
+    (tmp_path / "suite").mkdir()
+    (tmp_path / "suite" / "test_slow.py").write_text("import time\n\ndef test_slow():\n    time.sleep(120)\n")
+    env = dict(os.environ, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
+    soak = subprocess.Popen([sys.executable, str(SCRIPT), "--runs", "2", "--busy", "1", "--log-dir",
+                             str(tmp_path / "logs"), "suite"], cwd=tmp_path, stdout=subprocess.PIPE, text=True,
+                            env=env)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        children: list[psutil.Process] = []
+        while time.monotonic() < deadline and len(children) < 2:  # the busy process and the run's pytest
+            children = psutil.Process(soak.pid).children()
+            time.sleep(0.2)
+        assert len(children) == 2, f"the soak started {len(children)} of its 2 children in 60 s"
+        soak.terminate()
+        out, _ = soak.communicate(timeout=60)
+    finally:
+        if soak.poll() is None:
+            soak.kill()
+    assert "soak: interrupted" in out and "runs:" not in out.split("interrupted")[0]
+    gone, alive = psutil.wait_procs(children, timeout=30)
+    assert not alive, f"still running after the soak ended: {[p.pid for p in alive]}"
+
