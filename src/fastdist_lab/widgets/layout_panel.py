@@ -291,8 +291,9 @@ class LayoutPanel(Panel):
         try:
             if "world_size" in values:
                 self.world_size.value = values["world_size"]
-            if values.get("expert_tensor_parallel", 0) is None:
-                values = {**values, "expert_tensor_parallel": 0}  # the control's "= tensor"
+            tensor = values.get("tensor_parallel", self.tensor_parallel.value)
+            if values.get("expert_tensor_parallel", 0) in (None, tensor):  # the same layout as "= tensor" (a loaded
+                values = {**values, "expert_tensor_parallel": 0}  # config's resolved size): keep following tensor
             factors = ("local_world_size", "tensor_parallel", "pipeline_parallel", "sequence_data_parallel")
             for name in (*factors, "expert_parallel", "expert_tensor_parallel"):
                 if name in values:
