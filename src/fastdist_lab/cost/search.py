@@ -141,8 +141,9 @@ class LayoutSearch:
             sequence_data_parallel=int(row.sequence_data_parallel),
             pipeline_first=bool(row.pipeline_first),
             expert_parallel=int(row.expert_parallel),
-            expert_tensor_parallel=int(row.expert_tensor_parallel),
-        )
+            expert_tensor_parallel=None if row.expert_tensor_parallel == row.tensor_parallel else int(
+                row.expert_tensor_parallel),  # the tensor size: the default, as a dense layout has it
+        )  # fmt: skip
 
     def training(self, i: int = 0) -> Training:
         """Row ``i`` as a ``Training``."""
