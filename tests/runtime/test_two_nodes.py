@@ -209,11 +209,18 @@ with LaunchedCluster(Layout(world_size=2, local_world_size=2, backend="gloo"), 6
 def test_when_rank_0_raises_the_serving_ranks_are_released_and_the_job_fails(tmp_path):
     script = tmp_path / "failing.py"
     script.write_text(_FAILING_RANK_0)
-    [(code, text)] = _launch(tmp_path, 2, [[str(script)]], "failing")
+    # Each rank's output goes to its own files: with one shared stream, rank 1's line landed inside rank 0's
+    # traceback (an unbuffered stderr writes "RuntimeError", ": " and the message separately). The agent looks
+    # every 5 s, so a released rank 1 prints before the agent ends it for rank 0's failure.
+    logs = tmp_path / "logs"
+    launcher = ["--log-dir", str(logs), "--redirects", "3", "--monitor-interval", "5", str(script)]
+    [(code, text)] = _launch(tmp_path, 2, [launcher], "failing")
     assert code == 1, text
-    assert "RuntimeError: rank 0 fails on purpose" in text
-    assert "rank 1 released" in text, text
-    assert "exitcode  : 1" in text
+    assert "exitcode  : 1" in text, text
+    [rank0] = [path for path in logs.rglob("stderr.log") if path.parent.name == "0"]
+    [rank1] = [path for path in logs.rglob("stdout.log") if path.parent.name == "1"]
+    assert "RuntimeError: rank 0 fails on purpose" in rank0.read_text(), f"{rank0.read_text()}\n{text}"
+    assert "rank 1 released" in rank1.read_text(), f"{rank1.read_text()}\n{text}"
     assert not _started_here(tmp_path)
 
 
