@@ -209,3 +209,27 @@ def test_train_this_row_runs_exactly_the_rows_set_up_on_the_labs_cluster(expecte
         assert "everything agrees" in cluster.train.status.value
     finally:
         app.close()
+
+
+def test_a_mixture_of_experts_row_loads_its_expert_layout_and_prices_as_searched():
+    moe = {**SMALL, "model": "qwen3-30b-a3b"}
+    expected = search("qwen3-30b-a3b", 16, hardware="h100-sxm-80gb", global_batch_size=64, top=12)
+    app = fastdist_lab.lab()
+    advisor = app.advisor_panel
+    for name in ("gpus", "global_batch_size", "hardware", "top", "model"):  # each searches again: the MoE last
+        getattr(advisor, name).value = moe[name]
+    assert advisor.error == "" and advisor.result.frame.equals(expected.frame)
+    rows = [i for i in range(len(expected)) if expected.frame.loc[i, "expert_parallel"] > 1]
+    assert rows, "the search found no row with expert parallelism: pick another size for this test"
+    for row in (0, rows[0]):  # row 0: expert-tensor 1 under tensor 2 (an expert layout even with EP 1)
+        advisor.rows.value = row
+        app.flush()
+        layout = expected.layout(row)
+        shown = app.layout_panel.layout
+        assert shown.fields() == {**layout.fields(), "backend": "gloo"}
+        assert shown.expert_sizes == layout.expert_sizes and shown.has_experts == layout.has_experts
+        cost = app.cost_panel
+        assert cost.error == "" and cost.model.value == "qwen3-30b-a3b"
+        assert cost.report.training == expected.training(row) and not cost.expert_load_imbalance.disabled
+        assert cost.step_view.step.seconds == pytest.approx(expected.frame.loc[row, "seconds"], rel=1e-9)
+    assert app.layout_panel.layout.expert_parallel == expected.frame.loc[rows[0], "expert_parallel"]

@@ -178,3 +178,21 @@ def test_replay_on_a_running_cluster():
         assert panel.training() == training
     panel.cluster = None
     assert panel.replay_button.disabled
+
+
+def test_the_expert_load_control_prices_a_mixture_of_experts_and_sits_out_a_dense_model():
+    layout = layout_64(expert_parallel=8)  # a stage of 16 ranks: 8 expert ranks x expert-tensor 2 (the tensor size)
+    panel = CostPanel(layout, model="mixtral-8x7b")
+    control = panel.expert_load_imbalance
+    assert not control.disabled and "fdl-cost-expert-load" in control._dom_classes
+    balanced = panel.step_view.step.seconds
+    panel.expert_load_imbalance.value = 1.5
+    assert panel.error == "" and panel.report.training.expert_load_imbalance == 1.5
+    step = estimate(layout, "mixtral-8x7b", Training(expert_load_imbalance=1.5)).step("dgx-h100")
+    assert panel.step_view.step.seconds == pytest.approx(step.seconds) and step.seconds > balanced
+    loaded = Training(expert_load_imbalance=1.25, micro_batch_size=2)
+    panel.load(training=loaded)
+    assert panel.expert_load_imbalance.value == 1.25 and panel.report.training == loaded
+    assert panel.other_training == {}  # a control of its own, not a hidden field
+    panel.model.value = "llama2-7b"  # dense: nothing is routed, so the control is off
+    assert panel.expert_load_imbalance.disabled

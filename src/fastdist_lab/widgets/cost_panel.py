@@ -35,7 +35,8 @@ from .step_view import StepView
 
 _VIEWS = (("this layout", "single"), ("data-first vs pipeline-first", "compare"))
 _CONTROLLED = ("micro_batch_size", "num_microbatches", "zero_stage", "distributed_optimizer",
-               "sequence_tensor_parallel", "recompute", "schedule", "virtual_pipeline_stages")  # fmt: skip
+               "sequence_tensor_parallel", "recompute", "schedule", "virtual_pipeline_stages",
+               "expert_load_imbalance")  # fmt: skip
 
 
 def other_order(layout: Layout) -> Layout:
@@ -79,7 +80,8 @@ def replay_html(frame: Any) -> str:
 
 
 class CostPanel(Panel):
-    """Model and training controls, the step time (where it goes and the pipeline schedule as it runs: ``step_view``),
+    """Model and training controls (and, for a mixture of experts, the expert load: busiest expert rank over the
+    mean), the step time (where it goes and the pipeline schedule as it runs: ``step_view``),
     memory bars per stage, the communication table and inter-node traffic on the rank grid; a toggle shows the
     layout beside its other ordering (data-first vs pipeline-first); Replay runs the step's collectives on the
     linked running cluster. ``load(model=..., training=..., hardware=...)`` takes a whole set-up at once (the lab's
@@ -130,6 +132,11 @@ class CostPanel(Panel):
         )
         self.hardware = widgets.Dropdown(options=list(HARDWARE_PRESETS), value="dgx-h100", description="hardware",
                                          style=style)  # fmt: skip
+        self.expert_load_imbalance = widgets.BoundedFloatText(
+            value=1.0, min=1.0, max=64.0, step=0.05, description="expert load (busiest / mean)",
+            continuous_update=False, style=style, layout=widgets.Layout(width="260px"),
+            disabled=not preset.is_moe, tooltip="Training.expert_load_imbalance: a mixture of experts only",
+        )  # fmt: skip
         self.view = widgets.ToggleButtons(options=list(_VIEWS), value="single")
         self.replay_button = widgets.Button(description="Replay on cluster", icon="play")
         self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="200px"))
@@ -139,6 +146,7 @@ class CostPanel(Panel):
             (self.zero_stage, "fdl-cost-zero"), (self.sequence_tensor_parallel, "fdl-cost-stp"),
             (self.recompute, "fdl-cost-recompute"), (self.hardware, "fdl-cost-hardware"),
             (self.schedule, "fdl-cost-schedule"), (self.virtual_pipeline_stages, "fdl-cost-virtual-stages"),
+            (self.expert_load_imbalance, "fdl-cost-expert-load"),
             (self.view, "fdl-cost-view"), (self.replay_button, "fdl-cost-replay"), (self.progress, "fdl-cost-progress"),
         ):  # fmt: skip
             control.add_class(css)
@@ -157,7 +165,7 @@ class CostPanel(Panel):
         self.widget.children = [
             widgets.HBox([self.model, self.seq_length, self.micro_batch_size, self.num_microbatches], layout=row),
             widgets.HBox([self.zero_stage, self.sequence_tensor_parallel, self.recompute, self.hardware], layout=row),
-            widgets.HBox([self.schedule, self.virtual_pipeline_stages], layout=row),
+            widgets.HBox([self.schedule, self.virtual_pipeline_stages, self.expert_load_imbalance], layout=row),
             widgets.HBox([self.view, self.replay_button, self.progress], layout=row),
             self.status,
             self.step_view.widget,
@@ -181,7 +189,7 @@ class CostPanel(Panel):
         for control in (
             self.seq_length, self.micro_batch_size, self.num_microbatches, self.zero_stage,
             self.sequence_tensor_parallel, self.recompute, self.hardware, self.view, self.schedule,
-            self.virtual_pipeline_stages,
+            self.virtual_pipeline_stages, self.expert_load_imbalance,
         ):  # fmt: skip
             control.observe(lambda _: self._estimate(), names="value")
         self.replay_button.on_click(lambda _: self.replay())
@@ -217,6 +225,7 @@ class CostPanel(Panel):
             recompute=self.recompute.value,
             schedule=self.schedule.value,
             virtual_pipeline_stages=self.virtual_pipeline_stages.value,
+            expert_load_imbalance=self.expert_load_imbalance.value,
         )
 
     @contextmanager
@@ -250,6 +259,7 @@ class CostPanel(Panel):
                 self.recompute.value = training.recompute
                 self.schedule.value = training.schedule
                 self.virtual_pipeline_stages.value = training.virtual_pipeline_stages
+                self.expert_load_imbalance.value = training.expert_load_imbalance
             if hardware is not None:
                 self.hardware.value = hardware
             self._stale = True
@@ -264,7 +274,9 @@ class CostPanel(Panel):
         self.status.value = error_html(text) if error else html.escape(text)
 
     def _on_model(self, change: dict) -> None:
-        seq = Transformer.preset(change["new"]).seq_length
+        preset = Transformer.preset(change["new"])
+        self.expert_load_imbalance.disabled = not preset.is_moe  # a dense model routes nothing
+        seq = preset.seq_length
         if self.seq_length.value != seq:
             self.seq_length.value = seq  # estimates once, through the seq_length observer
         else:
