@@ -50,7 +50,9 @@ def test_json_and_csv_hold_the_search_frame(capsys, small):
     assert main(["search", *SMALL, "--format", "json", "--top", "5"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["gpus"] == 16 and document["hardware"] == "h100-sxm-80gb" and document["model"] == "llama2-7b"
-    assert document["searched"] == small.searched and document["dropped"] == small.dropped
+    five = search("llama2-7b", 16, hardware="h100-sxm-80gb", global_batch_size=64, top=5)
+    assert document["searched"] == five.searched == small.searched and document["dropped"] == five.dropped
+    assert document["pruned"] == five.pruned  # set-ups a floor of their step kept from the best five
     rows = pd.DataFrame(document["rows"])
     pd.testing.assert_frame_equal(rows, small.frame.head(5), check_dtype=False)
     assert main(["search", *SMALL, "--format", "csv"]) == 0

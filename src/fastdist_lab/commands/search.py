@@ -147,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
             "global_batch_size": args.global_batch_size,
             "searched": result.searched,
             "dropped": result.dropped,
+            "pruned": result.pruned,
             "rows": json.loads(result.frame.to_json(orient="records")),
         }
         print(json.dumps(document))

@@ -92,12 +92,25 @@ def ranked_lines(result: LayoutSearch, rows: int | None = None, separator: str =
 
 def search_summary(result: LayoutSearch) -> str:
     """One line: the GPUs and hardware searched, the rows shown of the set-ups that fit, and how many did not fit."""
-    fit = result.searched - result.dropped
+    pruned = result.pruned
+    fit = result.searched - result.dropped - pruned
     nodes = -(-result.gpus // result.gpus_per_node)
     where = f"{result.gpus:,} x {result.hardware.name} ({plural(nodes, 'node')} of {result.gpus_per_node})"
     if not len(result):
         return f"{where}: none of the {result.searched:,} set-ups searched fits the memory"
+    if pruned:
+        return (
+            f"{where}: the best {len(result):,} of {result.searched:,} set-ups searched, ranked by step time "
+            f"({result.dropped:,} do not fit the memory, {pruned:,} cannot rank: a floor of their step is above "
+            f"the {ordinal(len(result))} best)"
+        )
     return (
         f"{where}: the best {len(result):,} of {fit:,} set-ups that fit, ranked by step time ({result.searched:,} "
         f"searched, {result.dropped:,} do not fit the memory)"
     )
+
+
+def ordinal(n: int) -> str:
+    """``n`` as an English ordinal: 1st, 2nd, 3rd, 4th, 11th, 21st."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"

@@ -23,7 +23,8 @@ from .hardware import Hardware
 from .memory import stage_memory
 from .model import Transformer
 from .schedule_kinds import MULTI_STAGE_SCHEDULES, SCHEDULE_KINDS, SCHEDULES, check_schedule
-from .setups import Setups, chunk_layers, expert_spreads, placement
+from .search_bounds import TableFloors, subset_setups, table_setups
+from .setups import Setups, packed_keys
 from .step import STEP_COLUMNS, lower_bound, step_columns
 from .training import RECOMPUTE, Training
 
@@ -106,11 +107,13 @@ class LayoutSearch:
 
     Columns: ``SETUP_COLUMNS``, then ``STEP_COLUMNS`` (seconds, tokens per second, TFLOP/s per GPU, MFU and the
     breakdown in seconds) and ``peak_memory_bytes`` (the most loaded pipeline rank). ``searched`` counts the
-    set-ups looked at, ``dropped`` those that do not fit the memory.
+    set-ups looked at, ``dropped`` those that do not fit the memory, ``pruned`` those never priced because a floor
+    of their step (``search_bounds``) is above the ``top``-th best one (whether they fit is not known).
     """
 
     def __init__(self, frame: pd.DataFrame, model: Transformer, gpus: int, gpus_per_node: int,
-                 hardware: Hardware, fixed: dict[str, Any], searched: int, dropped: int) -> None:  # fmt: skip
+                 hardware: Hardware, fixed: dict[str, Any], searched: int, dropped: int,
+                 pruned: int = 0) -> None:  # fmt: skip
         self.frame = frame
         self.model = model
         self.gpus = gpus
@@ -119,6 +122,7 @@ class LayoutSearch:
         self.fixed = fixed
         self.searched = searched
         self.dropped = dropped
+        self.pruned = pruned
 
     def __len__(self) -> int:
         return len(self.frame)
@@ -234,52 +238,40 @@ def search(
     top = None if chosen["top"] is None else check_int("top", chosen["top"], minimum=1, error=CostError)
     import pandas as pd
 
-    # Phase 1: per schedule table, the memory of every set-up and a lower bound of the step of those that fit.
+    # Tables in the order of their floor (``search_bounds``); with ``top``, stop at the first whose floor is above the
+    # top-th best step simulated so far: no row there can rank. Per table: the memory of every set-up and a lower
+    # bound of the step of those that fit; set-ups are simulated in the order of that bound, where it is below the
+    # next table's floor (or, at the end, below the top-th best).
     groups = _group(rows)
-    tables, ids, bounds, peaks = [], [], [], []
+    keys = list(groups)
+    if top is not None and keys:
+        floors = TableFloors(model, rows, local, fixed, hw, eff)
+        floor = {key: float(floors.floor(key, members).min()) for key, members in groups.items()}
+        keys.sort(key=floor.__getitem__)
+    pending = _Pending(rows, hw, eff, top)
     total = len(groups) + (1 if top is None else 0)
-    for done, (key, members) in enumerate(groups.items()):
+    pruned = 0
+    for done, key in enumerate(keys):
+        if top is not None and floor[key] >= pending.threshold:
+            pruned = sum(len(groups[k]) for k in keys[done:])
+            break
         if progress is not None:
             progress(done, total, f"memory: {key[0]} pp={key[1]} v={key[2]} m={key[3]}")
-        setups = _setups(model, key, {k: v[members] for k, v in rows.items()}, local, fixed)
+        members = groups[key]
+        setups = table_setups(model, key, {k: v[members] for k, v in rows.items()}, local, fixed)
         peak = stage_memory(setups)["total_bytes"].max(axis=1)
         fits = np.asarray(hw.fits(peak))
         if fits.any():
-            kept = _subset(setups, fits)
-            tables.append((key, kept))
-            ids.append(np.stack([np.full(int(fits.sum()), len(tables) - 1), np.arange(int(fits.sum()))], axis=1))
-            bounds.append(lower_bound(kept, hw, eff) / rows["global_batch_size"][members][fits])
-            peaks.append(members[fits])
-    searched = len(rows["tensor_parallel"])
-    where = np.concatenate(ids) if ids else np.zeros((0, 2), dtype=np.int64)
-    bound = np.concatenate(bounds) if bounds else np.zeros(0)
-    row_of = np.concatenate(peaks) if peaks else np.zeros(0, dtype=np.int64)
-    # Phase 2: simulate in the order of the bound; with ``top``, stop where the bound passes the top-th best.
-    order = np.argsort(bound, kind="stable")
-    parts: list[dict[str, np.ndarray]] = []
-    best = np.zeros(0)
-    start = 0
-    while start < len(order):
-        chunk = order[start : start + max(CHUNK, top or 0)]
-        if top is not None and len(best) >= top:
-            chunk = chunk[bound[chunk] < best[top - 1]]
-            if not len(chunk):
-                break
-        for table in np.unique(where[chunk, 0]):
-            picked = chunk[where[chunk, 0] == table]
-            key, setups = tables[table]
-            mask = np.zeros(setups.size, dtype=bool)
-            mask[where[picked, 1]] = True
-            found = _timed(
-                setups, mask, {k: v[row_of[picked][np.argsort(where[picked, 1])]] for k, v in rows.items()}, hw, eff
-            )
-            parts.append(found)
-            best = np.sort(np.concatenate([best, found["seconds"] / found["global_batch_size"]]))
-        start += len(order[start : start + max(CHUNK, top or 0)])
-        if progress is not None and top is None:
-            progress(len(groups), total, f"steps: {start} of {len(order)}")
+            kept = subset_setups(setups, fits)
+            pending.add(kept, lower_bound(kept, hw, eff) / rows["global_batch_size"][members][fits], members[fits])
+        if top is not None:
+            pending.simulate(floor[keys[done + 1]] if done + 1 < len(keys) else np.inf)
+    pending.simulate(np.inf, progress=None if top is not None or progress is None else (
+        lambda start, count: progress(len(groups), total, f"steps: {start} of {count}")))  # fmt: skip
     if progress is not None:
         progress(total, total, "done")
+    parts = pending.parts
+    searched = len(rows["tensor_parallel"])
     columns = list(SETUP_COLUMNS) + list(STEP_COLUMNS) + ["peak_memory_bytes"]
     merged = {name: np.concatenate([part[name] for part in parts]) if parts else np.array([]) for name in columns}
     merged["recompute"] = np.array(RECOMPUTE, dtype=object)[merged["recompute"].astype(np.int64)]
@@ -287,7 +279,7 @@ def search(
     ranked = ranked if top is None else ranked[:top]
     result = pd.DataFrame({name: merged[name][ranked] for name in columns})
     result.attrs.update(hardware=hw, model=model, gpus=gpus)
-    return LayoutSearch(result, model, gpus, local, hw, fixed, searched, searched - len(order))
+    return LayoutSearch(result, model, gpus, local, hw, fixed, searched, searched - pruned - pending.fitting, pruned)
 
 
 def _candidates(model: Transformer, gpus: int, local: int, batch: int, chosen: dict[str, Any],
@@ -350,8 +342,8 @@ def _candidates(model: Transformer, gpus: int, local: int, batch: int, chosen: d
     names = ("tensor_parallel", "pipeline_parallel", "virtual_pipeline_stages", "sequence_data_parallel",
              "data_parallel", "micro_batch_size", "num_microbatches", "global_batch_size")  # fmt: skip
     rows = {name: b[:, i] for i, name in enumerate(names)}
-    rows.update(schedule=np.array(SCHEDULES, dtype=object)[b[:, 8]], recompute=r, sequence_tensor_parallel=sp,
-                zero_stage=z, pipeline_first=first, expert_parallel=b[:, 9],
+    rows.update(schedule=np.array(SCHEDULES, dtype=object)[b[:, 8]], schedule_index=b[:, 8], recompute=r,
+                sequence_tensor_parallel=sp, zero_stage=z, pipeline_first=first, expert_parallel=b[:, 9],
                 expert_tensor_parallel=b[:, 10])  # fmt: skip
     return rows
 
@@ -396,9 +388,10 @@ def _plans(pp: int, m: int, layers: int, schedules: list[str], virtual: list[int
 
 def _group(rows: dict[str, np.ndarray]) -> dict[tuple[str, int, int, int], np.ndarray]:
     """Row indices per schedule table ``(schedule, pipeline, virtual stages, micro-batches)``."""
-    kind = np.array([SCHEDULES.index(k) for k in rows["schedule"]]) if len(rows["schedule"]) else np.zeros(0)
-    key = np.stack([kind, rows["pipeline_parallel"], rows["virtual_pipeline_stages"], rows["num_microbatches"]], 1)
-    unique, inverse = np.unique(key, axis=0, return_inverse=True)
+    columns = [rows["schedule_index"], rows["pipeline_parallel"], rows["virtual_pipeline_stages"],
+               rows["num_microbatches"]]  # fmt: skip
+    _, first, inverse = np.unique(packed_keys(columns), return_index=True, return_inverse=True)
+    unique = np.stack([column[first] for column in columns], axis=1)
     order = np.argsort(inverse.ravel(), kind="stable")
     bounds = np.flatnonzero(np.diff(inverse.ravel()[order])) + 1
     return {
@@ -407,67 +400,70 @@ def _group(rows: dict[str, np.ndarray]) -> dict[tuple[str, int, int, int], np.nd
     }
 
 
-def _setups(model: Transformer, key: tuple[str, int, int, int], rows: dict[str, np.ndarray], local: int,
-            fixed: dict[str, bool]) -> Setups:  # fmt: skip
-    """The ``Setups`` of the rows sharing one schedule table ``key``."""
-    kind, pp, v, m = key
-    n = len(rows["tensor_parallel"])
-    tp = rows["tensor_parallel"].astype(np.int64)
-    return Setups(
-        model=model, schedule=kind, pipeline_parallel=pp, virtual_pipeline_stages=v, microbatches=m,
-        chunk_layers=chunk_layers(model.num_layers, pp, v, None),
-        tensor_parallel=tp, data_parallel=rows["data_parallel"].astype(np.int64),
-        sequence_data_parallel=rows["sequence_data_parallel"].astype(np.int64),
-        micro_batch_size=rows["micro_batch_size"].astype(np.int64),
-        sequence_parallel=rows["sequence_tensor_parallel"].astype(bool) & (tp > 1),
-        recompute=rows["recompute"].astype(np.int64), zero_stage=rows["zero_stage"].astype(np.int64),
-        flash_attention=np.full(n, fixed["flash_attention"]),
-        overlap_data_parallel=np.full(n, fixed["overlap_data_parallel"]),
-        overlap_tensor_parallel=np.full(n, fixed["overlap_tensor_parallel"]),
-        overlap_pipeline_parallel=np.full(n, fixed["overlap_pipeline_parallel"]),
-        expert_parallel=rows["expert_parallel"].astype(np.int64),
-        expert_tensor_parallel=rows["expert_tensor_parallel"].astype(np.int64),
-        placement=placement(tp, pp, rows["sequence_data_parallel"], rows["data_parallel"], local,
-                            rows["pipeline_first"].astype(bool)),
-        expert_load_imbalance=fixed["expert_load_imbalance"],
-        expert_placement=expert_spreads(
-            tp, pp, rows["sequence_data_parallel"], rows["data_parallel"], rows["expert_parallel"],
-            rows["expert_tensor_parallel"], local, rows["pipeline_first"].astype(bool),
-        ) if model.is_moe and n else None,
-    )  # fmt: skip
+class _Pending:
+    """The set-ups that fit and are not simulated yet, with their lower bounds (seconds per sequence):
+    ``simulate(below)`` runs those whose bound is below ``below`` (and below the ``top``-th best step found),
+    best bound first, ``CHUNK`` at a time, keeping the frame columns found (``parts``) and the best steps."""
+
+    def __init__(self, rows: dict[str, np.ndarray], hw: Hardware, eff: Efficiency, top: int | None) -> None:
+        self.rows, self.hw, self.eff, self.top = rows, hw, eff, top
+        self.tables: list[Setups] = []
+        self.blocks: list[tuple[np.ndarray, ...]] = []  # (table, index in it, bound, row of ``rows``)
+        self.parts: list[dict[str, np.ndarray]] = []
+        self.best = np.zeros(0)
+        self.fitting = 0
+
+    @property
+    def threshold(self) -> float:
+        """The ``top``-th best step per sequence simulated so far (infinite before ``top`` are known)."""
+        return float(self.best[self.top - 1]) if self.top is not None and len(self.best) >= self.top else np.inf
+
+    def add(self, setups: Setups, bound: np.ndarray, rows: np.ndarray) -> None:
+        """Set-ups that fit (one table's, ``rows`` of the search's columns) and their lower bounds."""
+        self.tables.append(setups)
+        table = np.full(len(bound), len(self.tables) - 1)
+        self.blocks.append((table, np.arange(len(bound)), bound, rows))
+        self.fitting += len(bound)
+
+    def simulate(self, below: float, progress: Callable[[int, int], None] | None = None) -> None:
+        """Simulate the pending set-ups whose bound is below ``below`` and the top-th best, best bound first."""
+        taken, kept = [], []
+        for block in self.blocks:
+            live, now = block[2] < self.threshold, block[2] < below
+            if (live & now).any():
+                taken.append([part[live & now] for part in block])
+            if (live & ~now).any():
+                kept.append(tuple(part[live & ~now] for part in block))
+        self.blocks = kept
+        if not taken:
+            return
+        table, index, bound, row_of = (np.concatenate(parts) for parts in zip(*taken))
+        order = np.argsort(bound, kind="stable")
+        size = max(CHUNK, self.top or 0)
+        for start in range(0, len(order), size):
+            chunk = order[start : start + size]
+            chunk = chunk[bound[chunk] < self.threshold]
+            if not len(chunk):
+                break
+            for t in np.unique(table[chunk]):
+                picked = chunk[table[chunk] == t]
+                setups = self.tables[t]
+                mask = np.zeros(setups.size, dtype=bool)
+                mask[index[picked]] = True
+                chosen = {k: v[row_of[picked][np.argsort(index[picked])]] for k, v in self.rows.items()}
+                found = _timed(setups, mask, chosen, self.hw, self.eff)
+                self.parts.append(found)
+                self.best = np.sort(np.concatenate([self.best, found["seconds"] / found["global_batch_size"]]))
+            if progress is not None:
+                progress(min(start + size, len(order)), len(order))
 
 
 def _timed(setups: Setups, mask: np.ndarray, rows: dict[str, np.ndarray], hw: Hardware,
            eff: Efficiency) -> dict[str, np.ndarray]:  # fmt: skip
     """The frame columns of the set-ups where ``mask`` holds (``rows``: their set-up columns, in order)."""
-    chosen = _subset(setups, mask)
+    chosen = subset_setups(setups, mask)
     columns, _ = step_columns(chosen, hw, eff)
     found = {name: rows[name] for name in SETUP_COLUMNS}
     found.update({name: columns[name] for name in STEP_COLUMNS})
     found["peak_memory_bytes"] = stage_memory(chosen)["total_bytes"].max(axis=1)
     return found
-
-
-def _subset(setups: Setups, mask: np.ndarray) -> Setups:
-    """The set-ups where ``mask`` holds."""
-    import dataclasses
-
-    changes: dict[str, Any] = {}
-    for field in dataclasses.fields(setups):
-        value = getattr(setups, field.name)
-        if (
-            isinstance(value, np.ndarray)
-            and value.ndim >= 1
-            and value.shape[0] == setups.size
-            and field.name != "chunk_layers"
-        ):
-            changes[field.name] = value[mask]
-    for name in ("placement", "expert_placement"):
-        spreads = getattr(setups, name)
-        if spreads is not None:
-            changes[name] = {
-                dim: value[mask] if isinstance(value, np.ndarray) else type(value)(value.nodes[mask],
-                                                                                   value.per_node[mask])
-                for dim, value in spreads.items()
-            }
-    return dataclasses.replace(setups, **changes)

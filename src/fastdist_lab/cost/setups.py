@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,11 +99,16 @@ def placement(
         stride_of["sequence_data"], stride_of["pipeline"],
     ))  # fmt: skip
 
+    def each(function: Callable[..., Any], *columns: np.ndarray) -> np.ndarray:
+        # once per distinct row of ``columns`` (a search repeats a few hundred of them over many set-ups)
+        _, first, inverse = np.unique(packed_keys(list(columns)), return_index=True, return_inverse=True)
+        return np.array([function(*(int(column[i]) for column in columns)) for i in first])[inverse.reshape(-1)]
+
     def spread(strides: np.ndarray, sizes: np.ndarray) -> Spread:
-        nodes = np.array([group_spread(int(s), int(n), int(w)) for s, n, w in zip(strides, sizes, local)])
+        nodes = each(group_spread, strides, sizes, local)
         return Spread(nodes=nodes, per_node=np.maximum(sizes // nodes, 1))
 
-    links = np.array([link_crossings(int(s), pp, int(w)) for s, w in zip(pipeline_stride, local)], dtype=bool)
+    links = each(lambda stride, w: link_crossings(stride, pp, w), pipeline_stride, local).astype(bool)
     return {
         "tensor": spread(np.ones_like(tp), tp),
         "sequence_data": spread(data_stride, sdp),
@@ -128,17 +133,26 @@ def _one_placement(tp: int, sdp: int, dp: int, pp: int, local: int, strides: dic
 
 
 class PlacementOnDemand(Mapping):
-    """``placement(*args)``, computed when first read: a one-layout ``estimate`` needs it only for its step time, and
-    computing it for every call was a sixth of an ``estimate`` (issue 26)."""
+    """``placement(*args)`` (or ``function(*args)``: ``expert_spreads``), computed when first read: a one-layout
+    ``estimate`` needs it only for its step time, and computing it for every call was a sixth of an ``estimate``
+    (issue 26); the search prices the placement of the rows it simulates only."""
 
-    def __init__(self, *args: Any):
+    def __init__(self, *args: Any, function: Callable[..., Mapping[str, Any]] | None = None):
         self._args = args
-        self._value: dict[str, Any] | None = None
+        self._function = placement if function is None else function
+        self._value: Mapping[str, Any] | None = None
 
-    def _computed(self) -> dict[str, Any]:
+    def _computed(self) -> Mapping[str, Any]:
         if self._value is None:
-            self._value = placement(*self._args)
+            self._value = self._function(*self._args)
         return self._value
+
+    def subset(self, mask: np.ndarray) -> Mapping[str, Any]:
+        """The placement of the set-ups where ``mask`` holds: still on demand when not computed yet."""
+        if self._value is not None:
+            return masked_spreads(self._value, mask)
+        args = tuple(arg[mask] if isinstance(arg, np.ndarray) and arg.ndim >= 1 else arg for arg in self._args)
+        return PlacementOnDemand(*args, function=self._function)
 
     def __getitem__(self, key: str) -> Any:
         return self._computed()[key]
@@ -148,6 +162,24 @@ class PlacementOnDemand(Mapping):
 
     def __len__(self) -> int:
         return len(self._computed())
+
+
+def packed_keys(columns: list[np.ndarray]) -> np.ndarray:
+    """One int64 per row of non-negative integer ``columns`` (mixed radix), equal where the rows are equal: a
+    one-dimensional ``np.unique`` over it is many times quicker than ``np.unique(..., axis=0)``."""
+    key = np.zeros(len(columns[0]), dtype=np.int64)
+    for column in columns:
+        column = np.asarray(column).astype(np.int64)
+        key = key * (int(column.max(initial=0)) + 1) + column
+    return key
+
+
+def masked_spreads(spreads: Mapping[str, Any], mask: np.ndarray) -> dict[str, Any]:
+    """A placement (``Spread`` or array per key) of the set-ups where ``mask`` holds."""
+    return {
+        key: value[mask] if isinstance(value, np.ndarray) else Spread(value.nodes[mask], value.per_node[mask])
+        for key, value in spreads.items()
+    }
 
 
 def layout_expert_sizes(layout: Any) -> tuple[int, int]:

@@ -1,0 +1,154 @@
+"""The search's schedule tables and the bounds that let it skip most of them.
+
+``search`` prices set-ups one schedule table at a time (``table_setups``: the rows sharing a schedule, pipeline
+size, virtual stages and micro-batch count, as one ``Setups``). Before it prices a table it knows a floor of every
+step in it (``TableFloors``), so that with ``top`` it can stop at the first table whose floor is above the
+``top``-th best step already simulated: no row there can rank (branch and bound over tables, exact).
+
+The floor of a row is the larger of two things no schedule can beat, from the compute and exposed tensor and
+expert communication of its actions (``compute.stage_components``' parts that sit on an action's own time):
+
+- the mean pipeline rank's work: ``m`` micro-batches of the whole model's actions over ``pp`` ranks;
+- the last pipeline rank's: it cannot start before micro-batch 0's forward has passed the ``pp - 1`` chunks before
+  its first one, and then runs its own ``m`` forwards and backwards one after the other.
+
+Both leave out what depends on the rank order or the schedule (sequence-data and data-parallel exposure, pipeline
+sends, the gradient tail, the bubble beyond the first fill), so they stay below the simulated step; the expert
+all-to-all is priced on the tightest placement any order gives (data-first: an expert group on the fewest nodes).
+``tests/cost/test_search_bounds.py`` checks the floor against every simulated row of whole searches and that the
+pruned search returns the rows of the unpruned one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from .compute import end_times, layer_times, moe_times
+from .efficiency import Efficiency
+from .hardware import Hardware
+from .model import Transformer
+from .moe import chunk_moe_layers
+from .setups import PlacementOnDemand, Setups, chunk_layers, expert_spreads, masked_spreads, packed_keys
+
+TableKey = tuple[str, int, int, int]
+"""A schedule table: ``(schedule, pipeline size, virtual stages, micro-batches)``."""
+
+FLOOR_COLUMNS: tuple[str, ...] = (
+    "tensor_parallel",
+    "sequence_data_parallel",
+    "micro_batch_size",
+    "recompute",
+    "sequence_tensor_parallel",
+    "expert_parallel",
+    "expert_tensor_parallel",
+)
+"""The set-up columns a row's per-layer compute depends on (its floor's ``config``)."""
+
+
+def table_setups(model: Transformer, key: TableKey, rows: dict[str, np.ndarray], local: int,
+                 fixed: dict[str, Any]) -> Setups:  # fmt: skip
+    """The ``Setups`` of the rows sharing one schedule table ``key`` (``search``'s columns); the placements are
+    computed when first read (memory needs none)."""
+    kind, pp, v, m = key
+    n = len(rows["tensor_parallel"])
+    tp = rows["tensor_parallel"].astype(np.int64)
+    first = rows["pipeline_first"].astype(bool)
+    sdp, dp = rows["sequence_data_parallel"].astype(np.int64), rows["data_parallel"].astype(np.int64)
+    ep, etp = rows["expert_parallel"].astype(np.int64), rows["expert_tensor_parallel"].astype(np.int64)
+    return Setups(
+        model=model, schedule=kind, pipeline_parallel=pp, virtual_pipeline_stages=v, microbatches=m,
+        chunk_layers=chunk_layers(model.num_layers, pp, v, None),
+        tensor_parallel=tp, data_parallel=dp, sequence_data_parallel=sdp,
+        micro_batch_size=rows["micro_batch_size"].astype(np.int64),
+        sequence_parallel=rows["sequence_tensor_parallel"].astype(bool) & (tp > 1),
+        recompute=rows["recompute"].astype(np.int64), zero_stage=rows["zero_stage"].astype(np.int64),
+        flash_attention=np.full(n, fixed["flash_attention"]),
+        overlap_data_parallel=np.full(n, fixed["overlap_data_parallel"]),
+        overlap_tensor_parallel=np.full(n, fixed["overlap_tensor_parallel"]),
+        overlap_pipeline_parallel=np.full(n, fixed["overlap_pipeline_parallel"]),
+        expert_parallel=ep, expert_tensor_parallel=etp,
+        placement=PlacementOnDemand(tp, pp, sdp, dp, local, first),
+        expert_load_imbalance=fixed["expert_load_imbalance"],
+        expert_placement=PlacementOnDemand(tp, pp, sdp, dp, ep, etp, local, first, function=expert_spreads)
+        if model.is_moe and n else None,
+    )  # fmt: skip
+
+
+def subset_setups(setups: Setups, mask: np.ndarray) -> Setups:
+    """The set-ups where ``mask`` holds (placements not yet computed stay so, for those rows only)."""
+    changes: dict[str, Any] = {}
+    for field in dataclasses.fields(setups):
+        value = getattr(setups, field.name)
+        if (
+            isinstance(value, np.ndarray)
+            and value.ndim >= 1
+            and value.shape[0] == setups.size
+            and field.name != "chunk_layers"
+        ):
+            changes[field.name] = value[mask]
+    for name in ("placement", "expert_placement"):
+        spreads = getattr(setups, name)
+        if isinstance(spreads, PlacementOnDemand):
+            changes[name] = spreads.subset(mask)
+        elif spreads is not None:
+            changes[name] = masked_spreads(spreads, mask)
+    return dataclasses.replace(setups, **changes)
+
+
+class TableFloors:
+    """Floors of the step of every row of ``rows`` (``search``'s columns), table by table (``floor(key, members)``,
+    seconds per sequence of the global batch). Per-layer times are computed once per distinct ``FLOOR_COLUMNS``
+    row, on one stage holding the whole model with the expert groups on the fewest nodes."""
+
+    def __init__(self, model: Transformer, rows: dict[str, np.ndarray], local: int, fixed: dict[str, Any],
+                 hardware: Hardware, efficiency: Efficiency) -> None:  # fmt: skip
+        self.model = model
+        self.rows = rows
+        _, first, inverse = np.unique(packed_keys([rows[name] for name in FLOOR_COLUMNS]), return_index=True,
+                                      return_inverse=True)  # fmt: skip
+        self.config = inverse.reshape(-1)
+        """Row -> index of its distinct ``FLOOR_COLUMNS`` values."""
+        configs = {name: rows[name][first].astype(np.int64) for name in FLOOR_COLUMNS}
+        n = len(first)
+        # a stage of the smallest data size these sizes allow; the expert groups data-first (their fewest nodes)
+        configs["data_parallel"] = np.lcm(
+            configs["sequence_data_parallel"],
+            configs["expert_parallel"] * configs["expert_tensor_parallel"] // np.gcd(
+                configs["expert_parallel"] * configs["expert_tensor_parallel"], configs["tensor_parallel"]),
+        )  # fmt: skip
+        configs.update(zero_stage=np.zeros(n, dtype=np.int64), pipeline_first=np.zeros(n, dtype=bool))
+        one = table_setups(model, ("1f1b", 1, 1, 1), configs, local, fixed)
+        layer, ends = layer_times(one, hardware, efficiency), end_times(one, hardware, efficiency)
+        tensor_back = np.minimum(layer["tensor_backward"], layer["tensor_input"])  # B, or I of a split backward
+        self.layer_forward = layer["forward"] + layer["tensor_forward"]
+        self.layer_all = self.layer_forward + layer["backward"] + layer["recompute"] + tensor_back
+        self.moe_forward = self.moe_all = np.zeros(n)
+        if model.is_moe:
+            times, full = moe_times(one, hardware, efficiency), one.recompute == 2
+            self.moe_forward = times["forward"] + times["expert_forward"]
+            self.moe_all = self.moe_forward + times["backward"] + times["expert_backward"]
+            self.moe_all = self.moe_all + np.where(full, self.moe_forward, 0.0)
+        self.embedding_forward = ends["embedding_forward"] + ends["embedding_tensor_forward"]
+        self.embedding_all = self.embedding_forward + ends["embedding_backward"] + ends["embedding_tensor_backward"]
+        self.output_all = ends["output_forward"] + ends["output_backward"] + ends["output_tensor_forward"]
+        self.output_all = self.output_all + ends["output_tensor_backward"]
+
+    def floor(self, key: TableKey, members: np.ndarray) -> np.ndarray:
+        """The floor of each row ``members`` of table ``key``, in seconds per sequence of its global batch."""
+        _, pp, v, m = key
+        chunks = chunk_layers(self.model.num_layers, pp, v, None)
+        moe = chunk_moe_layers(self.model, chunks)
+        c = self.config[members]
+        per_layer, per_moe = self.layer_all[c], self.moe_all[c]
+        ends = self.embedding_all[c] + self.output_all[c]
+        mean = m * (int(chunks.sum()) * per_layer + int(moe.sum()) * per_moe + ends) / pp
+        last = int(chunks[pp - 1 :: pp].sum()) * per_layer + int(moe[pp - 1 :: pp].sum()) * per_moe
+        last = last + self.output_all[c] + (self.embedding_all[c] if pp == 1 else 0.0)
+        fill = 0.0
+        if pp > 1:  # micro-batch 0 through the chunks before the last rank's first
+            fill = int(chunks[: pp - 1].sum()) * self.layer_forward[c] + int(moe[: pp - 1].sum()) * self.moe_forward[c]
+            fill = fill + self.embedding_forward[c]
+        return np.maximum(mean, fill + m * last) / self.rows["global_batch_size"][members]
