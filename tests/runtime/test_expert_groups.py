@@ -6,6 +6,7 @@ the nine dense dims, as before experts."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -188,3 +189,16 @@ def test_threads_catch_one_ranks_lying_all_to_all():
     assert (
         "rank 7: all-to-all slot 0 (rank 5) held what rank 5 meant for rank 5" in verification.failures()[0]["detail"]
     )
+
+
+def test_the_check_command_takes_the_expert_sizes(capsys, tmp_path):
+    from fastdist_lab.cli import main
+
+    report = tmp_path / "check.json"
+    flags = ["--world-size", "8", "--tp", "2", "--pp", "2", "--ep", "4", "--etp", "1"]
+    assert main(["check", "--quiet", "--backend", "gloo", *flags, "--report", str(report)]) == 0
+    out = capsys.readouterr().out
+    assert "expert_parallel=4, expert_tensor_parallel=1" in out and "all-to-all" in out
+    assert all(f"\n{dim} " in out for dim in EXPERT_DIM_NAMES) and out.rstrip().endswith("result: OK")
+    saved = json.loads(report.read_text())
+    assert saved["layout"]["expert_parallel"] == 4 and {row["dim"] for row in saved["rows"]} >= set(EXPERT_DIM_NAMES)
