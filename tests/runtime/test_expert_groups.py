@@ -202,3 +202,23 @@ def test_the_check_command_takes_the_expert_sizes(capsys, tmp_path):
     assert all(f"\n{dim} " in out for dim in EXPERT_DIM_NAMES) and out.rstrip().endswith("result: OK")
     saved = json.loads(report.read_text())
     assert saved["layout"]["expert_parallel"] == 4 and {row["dim"] for row in saved["rows"]} >= set(EXPERT_DIM_NAMES)
+
+
+def test_torchrun_checks_the_expert_groups(tmp_path):
+    import subprocess
+    import sys
+
+    from fastdist_lab.runtime import load_report
+
+    report = tmp_path / "report.json"
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
+        "-m", "fastdist_lab.worker", "--world-size", "4", "--tp", "1", "--pp", "1", "--ep", "2", "--etp", "2",
+        "--backend", "gloo", "--report", str(report),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    verification = load_report(report)
+    layout = Layout(world_size=4, local_world_size=4, tensor_parallel=1, expert_parallel=2, expert_tensor_parallel=2)
+    assert_expert_rows(verification, layout)
+    assert [row["members"] for row in verification.rows if row["dim"] == "expert"] == [[0, 2], [1, 3]]
