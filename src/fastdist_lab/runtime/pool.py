@@ -432,10 +432,11 @@ def _seeds(distributed: Distributed) -> dict[str, Any]:
 
 
 def rank_identity(distributed: Distributed, layout: Layout) -> dict[str, Any]:
-    """Each dim's group as this rank's pool holds it, checked against ``layout`` without communication (config's
-    members, the group object's size and group rank, the pool created that very object for those members), and the
-    generators' seeds. A JSON-ready dict: ``rank``, ``dims`` (per dim: ``dim``, ``size``, ``group_rank``, ``created``,
-    ``create_seconds`` and, only when something is wrong, ``identity``: the problems), ``seeds_ok`` and ``seeds``."""
+    """Each dim's group (``layout.group_dims``: the expert dims too when it has experts, ``runtime.expert_groups``) as
+    this rank's pool holds it, checked against ``layout`` without communication (config's members, the group object's
+    size and group rank, the pool created that very object for those members), and the generators' seeds. A
+    JSON-ready dict: ``rank``, ``dims`` (per dim: ``dim``, ``size``, ``group_rank``, ``created``, ``create_seconds``
+    and, only when something is wrong, ``identity``: the problems), ``seeds_ok`` and ``seeds``."""
     config = distributed.config
     groups = layout_groups(layout)
     rows = []
@@ -458,10 +459,11 @@ def rank_identity(distributed: Distributed, layout: Layout) -> dict[str, Any]:
 
 def build_layout(ctx: Any, layout: Layout) -> dict[str, Any]:
     """What ``Cluster.apply`` runs on this rank: build ``Distributed`` for ``layout`` from the rank's pool (on the
-    pool's device) and check each dim's group as the pool holds it (``rank_identity``, kept in ``ctx.identity``, the
-    ``rank_loop.RankContext``). Keeps the groups of this layout and of the previous one in the pool (switching back and
-    forth stays instant); the rest go, so exploring many layouts does not pile up sockets and threads (every member
-    of a group decides the same way: all ranks apply the same layouts in the same order)."""
+    pool's device), with the expert dims' groups when the layout has experts, and check each dim's group as the pool
+    holds it (``rank_identity``, kept in ``ctx.identity``, the ``rank_loop.RankContext``). Keeps the groups of this
+    layout and of the previous one in the pool (switching back and forth stays instant); the rest go, so exploring
+    many layouts does not pile up sockets and threads (every member of a group decides the same way: all ranks apply
+    the same layouts in the same order)."""
     previous, previous_layout = ctx.config, ctx.layout
     ctx.layout = ctx.config = ctx.distributed = ctx.identity = None
     config = layout.config(ctx.rank)
