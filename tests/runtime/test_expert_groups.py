@@ -222,3 +222,27 @@ def test_torchrun_checks_the_expert_groups(tmp_path):
     layout = Layout(world_size=4, local_world_size=4, tensor_parallel=1, expert_parallel=2, expert_tensor_parallel=2)
     assert_expert_rows(verification, layout)
     assert [row["members"] for row in verification.rows if row["dim"] == "expert"] == [[0, 2], [1, 3]]
+
+
+def shared_objects(ctx: Any) -> tuple[bool, bool, int]:
+    """Whether this rank's expert group is its tensor group's object and its expert-data group its data group's
+    (equal members), and how many distinct groups its pool holds."""
+    distributed = ctx.distributed
+    expert = distributed.group("expert") is distributed.group("tensor")
+    data = distributed.group("expert_data") is distributed.group("data")
+    return expert, data, len({id(group) for group in ctx.pool.groups.values()})
+
+
+def test_an_expert_group_with_a_dense_groups_members_is_that_group():
+    layout = layout_of(EXPERT_LAYOUTS[0])  # tp 2, pp 2, EP 2, ETP 1: expert = tensor, expert-data = data groups
+    assert layout.groups("expert").tolist() == layout.groups("tensor").tolist()
+    assert layout.groups("expert_data").tolist() == layout.groups("data").tolist()
+    with SimulatedCluster(WORLD, "threads", local_world_size=WORLD, timeout=30, progress=False) as cluster:
+        verification = cluster.apply(layout)
+        answers = cluster.run(shared_objects).values
+    assert verification.ok
+    for rank, (expert, data, held) in enumerate(answers):
+        members = {tuple(int(r) for r in layout.group_of(dim, rank)) for dim in layout.group_dims}
+        assert expert and data and held == len([m for m in members if len(m) > 1])  # one group per member list
+    rows = [row for record in verification.results for row in record.value["dims"] if row["dim"] == "expert"]
+    assert not any(row["created"] for row in rows)  # reused: the tensor dim created it
