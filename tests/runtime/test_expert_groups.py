@@ -99,10 +99,13 @@ def test_simulated_worlds_build_and_check_the_expert_groups(mode):
 
 
 @pytest.mark.parametrize(("mode", "world", "factors"), [
-    ("threads", 256, dict(tensor_parallel=4, pipeline_parallel=4, expert_parallel=8, expert_tensor_parallel=1)),
-    ("fake", 4096, dict(tensor_parallel=8, pipeline_parallel=8, expert_parallel=8, expert_tensor_parallel=2)),
+    ("threads", 2048, dict(tensor_parallel=4, pipeline_parallel=8, expert_parallel=8, expert_tensor_parallel=1)),
+    ("fake", 16384, dict(tensor_parallel=8, pipeline_parallel=4, sequence_data_parallel=2, expert_parallel=16,
+                         expert_tensor_parallel=2)),
 ])  # fmt: skip
 def test_a_wider_world_checks_its_expert_groups(mode, world, factors):
+    # 2,048 threads take about 30 s on 2 cores, 16,384 fake ranks about 20 s; 4,096 threads (about 70 s) run in
+    # `fastdist-lab check --simulate threads --world-size 4096 --tp 4 --pp 8 --ep 8 --etp 1` (README).
     layout = Layout(world_size=world, local_world_size=8, **factors)
     with SimulatedCluster(world, mode, local_world_size=8, progress=False) as cluster:
         verification = verify_groups(cluster, layout)
