@@ -100,8 +100,8 @@ def all_to_all_values(members: list[int] | tuple[int, ...], rank: int) -> list[i
 def _all_to_all(group: Any, members: Any, rank: int, device: Any) -> dict[str, Any]:
     """The all-to-all check of one expert group on this rank (see ``ALL_TO_ALL_DIM``): ``all_to_all`` the number of
     slots that held what their sender meant for this rank, ``all_to_all_wrong`` the first few that did not, each as
-    ``[slot, sender found, receiver found]``. gloo, NCCL and torch's threaded groups all run ``alltoall`` on a list of
-    one tensor per member (torch 2.13)."""
+    ``[slot, sender found, receiver found]``. gloo and torch's threaded groups run ``alltoall`` on a list of one
+    tensor per member (torch 2.13, tested), as NCCL's does (``scripts/gpu_check.sh``, not run here without GPUs)."""
     import torch
 
     sent = all_to_all_values(members, rank)
