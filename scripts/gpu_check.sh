@@ -3,7 +3,8 @@
 #
 #   scripts/gpu_check.sh            # uses $PYTHON or python3 with fastdist_lab installed (pip install -e .)
 #
-# Steps: (1) `fastdist-lab check --backend nccl`; (2) a LocalCluster with backend="auto" must pick NCCL, give
+# Steps: (1) `fastdist-lab check --backend nccl` (on an even number of GPUs with experts too: --ep 2 --etp 1, an
+# all-to-all over every expert group); (2) a LocalCluster with backend="auto" must pick NCCL, give
 # each rank its own GPU, run an all-reduce on CUDA tensors and draw from CUDA generators; (3) the torchrun path
 # writes a report that load_report reads; (4) asking NCCL for more ranks than GPUs fails with a one-line message;
 # (5) one real training step on the NCCL groups (torch's pipeline schedules, point-to-point on the pool's NCCL
@@ -43,6 +44,15 @@ if timeout 300 "$PY" -m fastdist_lab check --backend nccl "${LAYOUT[@]}" --quiet
     echo "check: OK"
 else
     fail "fastdist-lab check --backend nccl (exit $?)"
+fi
+
+if [ $((NGPU % 2)) -eq 0 ]; then  # EP 2 * ETP 1 divides a stage of tp * dp ranks
+    step "1b. fastdist-lab check --backend nccl ${LAYOUT[*]} --ep 2 --etp 1: the expert groups, an all-to-all in each"
+    if timeout 300 "$PY" -m fastdist_lab check --backend nccl "${LAYOUT[@]}" --ep 2 --etp 1 --quiet; then
+        echo "check with experts: OK"
+    else
+        fail "fastdist-lab check --backend nccl --ep 2 --etp 1 (exit $?)"
+    fi
 fi
 
 step "2. LocalCluster(backend='auto') on $NGPU GPU(s): devices, all-reduce on CUDA tensors, CUDA generators"

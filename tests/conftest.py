@@ -56,6 +56,9 @@ SLOW_TESTS = {
     ),
     "tests/conventions/test_config_loaders.py": ("test_cli_bad_input_is_one_line_exit_2",),  # a process each
     "tests/conventions/test_torchtitan_versions.py": ("test_every_mesh_name_matches_torch_numbering",),
+    "tests/conventions/test_expert_streams.py": (  # a threaded world's real draws
+        "test_real_draws_follow_each_rule_for_ranks_of_one_and_of_different_expert_ranks",
+    ),
     "tests/test_streams.py": ("test_cli_streams_real",),  # (the tests on its running ``cluster`` fixture are slow too)
     "tests/test_cli.py": ("test_console_script_is_installed",),
     "tests/test_new_user.py": (

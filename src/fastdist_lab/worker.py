@@ -67,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(f"--timeout={args.timeout} must be > 0")
     try:
         backend = resolve_backend(args.backend, args.local_world_size)
-        layout = layout_from_args(args, backend=backend, timeout=args.timeout)
+        layout = layout_from_args(args, experts=True, backend=backend, timeout=args.timeout)
     except BackendUnavailable as error:
         return _fail(f"{error} (--backend {error.alternative})")
     except (LayoutError, ClusterError) as error:

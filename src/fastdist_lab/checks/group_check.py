@@ -19,9 +19,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..config import DIM_NAMES
 from ..formatting import members_text
 from ..layout import Layout
+from ..runtime.expert_groups import dim_members
 from ..runtime.members import layout_groups
 from ..runtime.results import RankResults
 from ..runtime.verification import Verification, expected_groups, membership_problems
@@ -42,6 +42,14 @@ The sums equal ``(k, sum(G), k, k d, k d^2, k hi, k hi^2, k lo, k lo^2)`` exactl
 slots hold members that all check this dim's group ``G`` (a sum of squares equal to ``k`` times the square of the
 mean leaves no spread) and each sits at the slot ``G`` gives it: the members are ``G`` in ``G``'s order. That is as
 exact as an all-gather, in a few values per rank whatever the group's width."""
+
+ALL_TO_ALL_DIM = "expert"
+"""The dim whose groups also run an all-to-all (a mixture-of-experts layer's token exchange), when a layout has
+experts: member ``i`` (global rank ``G[i]``) sends member ``j`` the value ``G[i] * ALL_TO_ALL_SHIFT + G[j]`` and
+member ``j`` checks that slot ``i`` of what it received is exactly that (the sender it expects, meant for itself)."""
+
+ALL_TO_ALL_SHIFT = 1 << 24
+"""A ``Layout`` has at most 2**24 ranks: a sender and a receiver fit in one int64 as ``sender * SHIFT + receiver``."""
 
 SKIP_KEY = tuple[str, int]
 """A group to skip: (dim, its first member in the layout)."""
@@ -83,6 +91,32 @@ def _collectives(group: Any, terms: list[int], rank: int, gather: bool, device: 
     return out
 
 
+def all_to_all_values(members: list[int] | tuple[int, ...], rank: int) -> list[int]:
+    """What global rank ``rank`` sends each member of ``members`` (group-rank order) in the all-to-all check, which is
+    also what each member expects from ``rank`` (see ``ALL_TO_ALL_DIM``)."""
+    return [int(rank) * ALL_TO_ALL_SHIFT + int(member) for member in members]
+
+
+def _all_to_all(group: Any, members: Any, rank: int, device: Any) -> dict[str, Any]:
+    """The all-to-all check of one expert group on this rank (see ``ALL_TO_ALL_DIM``): ``all_to_all`` the number of
+    slots that held what their sender meant for this rank, ``all_to_all_wrong`` the first few that did not, each as
+    ``[slot, sender found, receiver found]``. gloo and torch's threaded groups run ``alltoall`` on a list of one
+    tensor per member (torch 2.13, tested), as NCCL's does (``scripts/gpu_check.sh``, not run here without GPUs)."""
+    import torch
+
+    sent = all_to_all_values(members, rank)
+    inputs = [torch.tensor([value], dtype=torch.int64, device=device) for value in sent]
+    outputs = [torch.zeros_like(tensor) for tensor in inputs]
+    group.alltoall(outputs, inputs, torch.distributed.AllToAllOptions()).wait()
+    received = torch.cat(outputs).tolist()
+    wrong = [
+        [slot, *divmod(int(got), ALL_TO_ALL_SHIFT)]
+        for slot, got in enumerate(received)
+        if got != all_to_all_values([rank], members[slot])[0]
+    ]
+    return {"all_to_all": len(received) - len(wrong), "all_to_all_wrong": wrong[:4]}
+
+
 def check_groups(ctx: Any, skip: set[SKIP_KEY], gather_limit: int | None) -> dict[str, Any]:
     """On one rank, after ``apply``: the collective check of each of its groups not in ``skip`` (every member skips
     the same ones): the all-reduce of ``reduction_terms``, and the all-gather of the global ranks where the group
@@ -100,8 +134,8 @@ def check_groups(ctx: Any, skip: set[SKIP_KEY], gather_limit: int | None) -> dic
     for index, row in enumerate(identity["dims"]):
         name = row["dim"]
         row = dict(row)
-        dim = config.distributed_dims[name]
-        first = int(dim.global_ranks[0])
+        members, _ = dim_members(distributed, ctx.layout, name)
+        first = int(members[0])
         group = distributed.group(name)
         begin = time.perf_counter()
         if row.get("identity") or (name, first) in skip:
@@ -110,11 +144,13 @@ def check_groups(ctx: Any, skip: set[SKIP_KEY], gather_limit: int | None) -> dic
             row["gathered"], row["sum"] = [rank], rank
         else:
             slot = group.rank()
-            at_slot = 0 <= slot < dim.size and int(dim.global_ranks[slot]) == rank
+            at_slot = 0 <= slot < len(members) and int(members[slot]) == rank
             terms = reduction_terms(index, rank, at_slot, first)
-            gather = gather_limit is None or dim.size <= gather_limit
+            gather = gather_limit is None or len(members) <= gather_limit
             try:
                 row.update(_collectives(group, terms, rank, gather, distributed.device))
+                if name == ALL_TO_ALL_DIM:
+                    row.update(_all_to_all(group, members, rank, distributed.device))
             except Exception as error:  # reported in the row; the other dims still run
                 row["detail"] = f"{type(error).__name__}: {error}"
         row["seconds"] = row.get("create_seconds", 0.0) + time.perf_counter() - begin
@@ -132,7 +168,7 @@ def groups_to_skip(built: RankResults, layout: Layout) -> set[SKIP_KEY]:
         if record.ok and isinstance(record.value, dict):
             bad = [row["dim"] for row in record.value.get("dims", []) if row.get("identity")]
         else:
-            bad = list(DIM_NAMES)
+            bad = list(layout.group_dims)
         for name in bad:
             rows, index, _ = groups[name]
             skip.add((name, rows[index[record.rank]][0]))
@@ -168,6 +204,21 @@ def group_problems(rank: int, row: dict[str, Any], members: list[int], dim_index
         problems.append(f"rank {rank}: all-reduce gave {row.get('sum')}, expected {sum(members)}")
     elif "sum" not in row and "gathered" not in row:
         problems.append(f"rank {rank}: no collective result")
+    if row.get("dim") == ALL_TO_ALL_DIM and len(members) > 1:
+        problems += _all_to_all_problems(rank, row, members)
+    return problems
+
+
+def _all_to_all_problems(rank: int, row: dict[str, Any], members: list[int]) -> list[str]:
+    """What one member's all-to-all says is wrong with its expert group (see ``ALL_TO_ALL_DIM``)."""
+    if "all_to_all" not in row:
+        return [f"rank {rank}: no all-to-all result"]
+    problems = [
+        f"rank {rank}: all-to-all slot {slot} (rank {members[slot]}) held what rank {sender} meant for rank {receiver}"
+        for slot, sender, receiver in row.get("all_to_all_wrong", [])
+    ]
+    if not problems and row["all_to_all"] != len(members):
+        problems.append(f"rank {rank}: all-to-all gave {row['all_to_all']} of {len(members)} values right")
     return problems
 
 

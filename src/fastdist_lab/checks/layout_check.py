@@ -46,6 +46,12 @@ WHAT_IS_CHECKED = {
 }
 """For users, per cluster mode: what ``check_layout`` verifies, in one sentence."""
 
+EXPERTS_CHECKED = (
+    "the four expert dims' groups are checked as the dense ones, and every group of the expert dim also runs an "
+    "all-to-all in which each member checks it received from each other member exactly the value it meant for it"
+)
+"""What ``check_layout`` adds for a layout with experts (collectives run: not on a fake world)."""
+
 NOT_RUN = "not run"
 """What a table says where no collective ran (a fake world): never ``0.000`` seconds or ``passed``."""
 
@@ -94,6 +100,8 @@ class LayoutCheck:
         the streams verdict; as ``fastdist-lab check`` prints it."""
         verification = self.verification
         what = WHAT_IS_CHECKED.get(self.mode, WHAT_IS_CHECKED["processes"])
+        if self.layout.has_experts:
+            what += "; " + (EXPERTS_CHECKED if self.mode != "fake" else "the expert dims' groups as the dense ones")
         lines = [
             *wrap_lines(f"layout: {self.layout!r}"),
             *textwrap.wrap(f"checked: {what}.", TEXT_WIDTH),

@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     if args.timeout is not None and not args.timeout > 0:
         sys.stderr.write(f"fastdist-lab check: error: --timeout={args.timeout} must be > 0\n")
         return 2
-    layout = layout_from_args(args)  # LayoutError -> exit 2 in cli.main
+    layout = layout_from_args(args, experts=True)  # LayoutError -> exit 2 in cli.main
     from ..checks import check_layout
     from ..errors import ClusterError
 

@@ -201,7 +201,7 @@ def layout_from_args(args: argparse.Namespace, *, experts: bool = False, **extra
     """The ``Layout`` the layout flags describe (raises ``LayoutError`` naming any defaulted flag when invalid).
 
     ``experts``: whether the command handles expert parallelism; when it does not, a layout with experts is refused
-    in one line rather than silently treated as dense (only ``layout`` shows experts so far)."""
+    in one line rather than silently treated as dense (``layout`` and ``check`` handle experts)."""
     factors, defaulted = _factors(args)
     try:
         layout = Layout(

@@ -19,7 +19,18 @@ from .device_mesh import (
     picotron,
 )
 from .equivalence import Equivalence, GroupDifference, SubsetResult, compare_groups, equivalent
-from .framework_seeds import STREAMS, megatron_seeds, seed_streams, sharing_table, stream_groups, torchtitan_seeds
+from .framework_seeds import (
+    EXPERT_STREAMS,
+    STREAMS,
+    expert_seed_streams,
+    expert_sharing_table,
+    megatron_expert_seeds,
+    megatron_seeds,
+    seed_streams,
+    sharing_table,
+    stream_groups,
+    torchtitan_seeds,
+)
 from .loaders import FRAMEWORKS, LoadedConfig, detect_framework, load_config
 from .megatron import LAYOUT_DIM_TOKENS, LAYOUT_TO_MEGATRON, MEGATRON_GROUPS, Megatron, megatron_dim_table
 from .megatron_state import EXPERT_GROUPS, MegatronParallelState
@@ -31,6 +42,7 @@ __all__ = [
     "DeepSpeed",
     "DeviceMesh",
     "EXPERT_GROUPS",
+    "EXPERT_STREAMS",
     "Equivalence",
     "FRAMEWORKS",
     "GroupDifference",
@@ -49,10 +61,13 @@ __all__ = [
     "compare_groups",
     "detect_framework",
     "equivalent",
+    "expert_seed_streams",
+    "expert_sharing_table",
     "layout_device_mesh",
     "layout_mesh_dims",
     "load_config",
     "megatron_dim_table",
+    "megatron_expert_seeds",
     "megatron_seeds",
     "picotron",
     "seed_streams",

@@ -15,6 +15,12 @@ Two ranks share a stream when their generators get the same seed. The frameworks
   seed, seed + pp_rank, for every rank of a pipeline stage (different values inside a tensor-parallel region come
   from DTensor's offset-based RNG tracker, not from different seeds).
 
+With experts (``expert_seed_streams``, ``expert_sharing_table``; docs/formulas.md, "Expert streams"): Fast-LLM
+(91b28fab) has no experts and this project adds no generator: an expert layer draws from the rank's ``tp`` generator,
+which differs on every rank. Megatron-Core seeds a third tracker state, ``expert-parallel-rng``, with base + 1024 +
+100 * ep_rank + etp_rank (``model_parallel_cuda_manual_seed``; base as above), shared by the ranks of an expert-data
+group.
+
 Here every framework is laid on this project's layout through the equivalences (tp = tensor, cp = sequence-data,
 dp = batch-data, pp = pipeline), so the same physical rank is compared. Pure numpy/pandas.
 """
@@ -69,6 +75,106 @@ def megatron_seeds(
         "Megatron data-parallel-rng": base,
         "Megatron model-parallel-rng": base + MEGATRON_TP_OFFSET + tensor_rank.astype(object),
     }
+
+
+MEGATRON_EXPERT_OFFSET = 1024
+"""Megatron-Core's expert-parallel seed offset (``model_parallel_cuda_manual_seed``)."""
+
+MEGATRON_EP_OFFSET = 100
+"""Megatron-Core's per-expert-rank seed offset (the expert-tensor rank adds 1 per rank)."""
+
+EXPERT_AXES: tuple[str, ...] = ("expert_tensor", "expert", "expert_data", "pipeline")
+"""The expert coordinates the expert stream tables report on (``fastdist_lab.experts.EXPERT_AXES``)."""
+
+EXPERT_STREAMS: dict[str, str] = {
+    "fastdist tp": "this project's rule: an expert layer draws from the rank's tp generator",
+    "fastdist pp": "this project's pp generator, shared in a dense tensor group: not for experts (contrast)",
+    "Megatron expert-parallel-rng": "Megatron-Core's expert tracker state: base + 1024 + 100 ep + etp",
+}
+"""The streams an expert layer could draw from, compared per rank (``expert_seed_streams``)."""
+
+
+def megatron_expert_seeds(
+    expert_rank: np.ndarray,
+    expert_tensor_rank: np.ndarray,
+    pipeline_rank: np.ndarray,
+    data_rank: np.ndarray,
+    seed: int,
+    data_parallel_random_init: bool = False,
+) -> np.ndarray:
+    """Megatron-Core's ``expert-parallel-rng`` seed for arrays of ranks: ``base + 1024 + 100 * ep_rank + etp_rank``,
+    ``base`` its ``data-parallel-rng`` seed (``megatron_seeds``). Read in NVIDIA/Megatron-LM d98e8a64,
+    ``megatron/core/tensor_parallel/random.py::model_parallel_cuda_manual_seed`` (its ``seed`` argument being
+    ``megatron/training/initialize.py::_set_random_seed``'s seed + 100 * pp_rank).
+
+        >>> ranks = dict(expert_rank=np.array([0, 1]), expert_tensor_rank=np.array([1, 0]))
+        >>> megatron_expert_seeds(**ranks, pipeline_rank=np.array([1, 0]), data_rank=np.array([0, 0]), seed=1234)
+        array([2359, 2358], dtype=object)
+    """
+    base = megatron_seeds(expert_tensor_rank, pipeline_rank, data_rank, seed, data_parallel_random_init)
+    expert = (
+        MEGATRON_EXPERT_OFFSET + MEGATRON_EP_OFFSET * expert_rank.astype(object) + expert_tensor_rank.astype(object)
+    )
+    return base["Megatron data-parallel-rng"] + expert
+
+
+def expert_seed_streams(
+    layout: Any,
+    seed: int | None = None,
+    step: int = 0,
+    phase: str = "training",
+    data_parallel_random_init: bool = False,
+) -> pd.DataFrame:
+    """One row per global rank of a ``layout`` with experts: its expert coordinates (``EXPERT_AXES``) and the seed
+    of each stream of ``EXPERT_STREAMS``, this project's after ``set_step(step, phase)`` (``seed`` defaults to the
+    layout's)."""
+    import pandas as pd
+
+    if not layout.has_experts:
+        raise ConventionError("the layout has no experts: give expert_parallel > 1 or another expert_tensor_parallel")
+    if seed is not None:
+        layout = type(layout)(**{**layout.fields(), "seed": seed})
+    grid = layout.expert_grid
+    coordinates = {axis: grid.coordinate(axis) for axis in EXPERT_AXES}
+    ours = layout.seed_table(step=step, phase=phase)
+    data = layout.ranks["batch_data_rank"].to_numpy()
+    megatron = megatron_expert_seeds(
+        coordinates["expert"],
+        coordinates["expert_tensor"],
+        coordinates["pipeline"],
+        data,
+        int(layout.seed),
+        data_parallel_random_init,
+    )
+    frame = pd.DataFrame(
+        {
+            **coordinates,
+            "fastdist tp": ours["tp"].to_numpy(),
+            "fastdist pp": ours["pp"].to_numpy(),
+            "Megatron expert-parallel-rng": megatron,
+        }
+    )
+    frame.index.name = "rank"
+    return frame
+
+
+def expert_sharing_table(layout: Any, device: str = "cuda", **kwargs: Any) -> pd.DataFrame:
+    """Per stream of ``EXPERT_STREAMS``: distinct streams and, along each expert group (``expert_tensor``,
+    ``expert``, ``expert_data``) and the pipeline, whether the stream is ``shared``, ``differs`` on every member or
+    only ``partly`` (``-`` for a size 1); stream identity is ``seeds.stream_ids`` on ``device``. ``kwargs`` go to
+    ``expert_seed_streams``."""
+    import pandas as pd
+
+    _check_device(device)
+    frame = expert_seed_streams(layout, **kwargs)
+    rows = []
+    for stream, meaning in EXPERT_STREAMS.items():
+        ids = stream_ids(frame[stream], device)
+        row: dict[str, Any] = {"stream": stream, "distinct": int(ids.max()) + 1}
+        row.update({axis: _along(ids, layout.groups(axis)) for axis in EXPERT_AXES})
+        row["what"] = meaning
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("stream")
 
 
 def torchtitan_seeds(pipeline_rank: np.ndarray, seed: int) -> np.ndarray:

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..config import DIM_NAMES
 from ..layout import Layout
 
 SHARED_FROM = 64
@@ -75,11 +74,12 @@ class GroupRecord:
 
 @functools.lru_cache(maxsize=4)
 def layout_groups(layout: Layout) -> dict[str, tuple[list[tuple[int, ...]], list[int], list[int]]]:
-    """Per dim: every group as a tuple of ints, each rank's row among them and its position in its group (cached
-    for a few layouts: the ranks of a simulated world share them). A group that is a progression is the tuple
+    """Per dim of ``layout.group_dims`` (the expert dims too when it has experts): every group as a tuple of ints,
+    each rank's row among them and its position in its group (cached for a few layouts: the ranks of a simulated
+    world share them). A group that is a progression is the tuple
     ``member_tuple`` gives for its ``range``, so the pools' keys and these are the same objects."""
     out = {}
-    for name in DIM_NAMES:
+    for name in layout.group_dims:
         groups = layout.groups(name)
         steps = np.diff(groups, axis=1) if groups.shape[1] > 1 else np.ones((groups.shape[0], 1), dtype=np.int64)
         progression = (steps == steps[:, :1]).all(axis=1) & (steps[:, 0] > 0)

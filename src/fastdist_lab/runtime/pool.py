@@ -34,6 +34,7 @@ from ..formatting import first_line, members_text
 from ..layout import Layout
 from ..seeds import generator_seeds
 from .backends import check_nccl
+from .expert_groups import attach_expert_groups, dim_members, expert_members, identity_problems
 from .members import GroupRecord, group_prefix, layout_groups, member_tuple
 
 logger = logging.getLogger(__name__)
@@ -350,6 +351,8 @@ class Distributed:
         """Seconds each dim spent getting its group (near zero when it reused an existing one)."""
         self.group_created: dict[str, bool] = {}
         """Whether each dim's group was newly created (``False`` when reused from the pool or of size 1)."""
+        self.expert_groups: dict[str, ProcessGroup | None] = {}
+        """The expert dims' groups, when a layout with experts attached them (``runtime.expert_groups``)."""
 
         for name in DIM_NAMES:
             setattr(self, _GROUP_ATTRIBUTES[name], self.add_group(config.distributed_dims[name]))
@@ -383,8 +386,8 @@ class Distributed:
         return self._pool.device
 
     def group(self, name: str) -> ProcessGroup | None:
-        """The group of dim ``name`` (``None`` when the dim has size 1)."""
-        return getattr(self, _GROUP_ATTRIBUTES[name])
+        """The group of dim ``name``, dense or expert (``None`` when the dim has size 1)."""
+        return self.expert_groups[name] if name in self.expert_groups else getattr(self, _GROUP_ATTRIBUTES[name])
 
     def add_group(self, distributed_dim: DistributedDim) -> ProcessGroup | None:
         """Get the group of ``distributed_dim`` from the pool and attach it to the dim."""
@@ -428,52 +431,26 @@ def _seeds(distributed: Distributed) -> dict[str, Any]:
     return {"seeds_ok": actual == expected, "seeds": {k: str(v) for k, v in actual.items()}}
 
 
-def _group_problems(distributed: Distributed, name: str, expected: tuple[int, ...], position: int) -> list[str]:
-    """What is wrong with dim ``name``'s group as this rank's pool holds it (empty when nothing is)."""
-    config = distributed.config
-    dim = config.distributed_dims[name]
-    problems = []
-    members = member_tuple(dim.global_ranks)
-    if members is not expected and members != expected:
-        problems.append(f"its config gives members {members_text(dim.global_ranks)}")
-    if dim.rank != position:
-        problems.append(f"its config gives group rank {dim.rank}, expected {position}")
-    group = distributed.group(name)
-    if group is None:
-        if len(expected) != 1:
-            problems.append("it has no group")
-        return problems
-    if group.size() != len(expected):
-        problems.append(f"its group has {group.size()} members, expected {len(expected)}")
-    if group.rank() != position:
-        problems.append(f"its group gives it group rank {group.rank()}, expected {position}")
-    record = distributed.pool.record_of(group)
-    if record is None:
-        problems.append("its group was not created by its pool")
-    elif record.members is not expected and record.members != expected:
-        problems.append(f"its group was created for members {members_text(record.members)}")
-    return problems
-
-
 def rank_identity(distributed: Distributed, layout: Layout) -> dict[str, Any]:
-    """Each dim's group as this rank's pool holds it, checked against ``layout`` without communication (config's
-    members, the group object's size and group rank, the pool created that very object for those members), and the
-    generators' seeds. A JSON-ready dict: ``rank``, ``dims`` (per dim: ``dim``, ``size``, ``group_rank``, ``created``,
-    ``create_seconds`` and, only when something is wrong, ``identity``: the problems), ``seeds_ok`` and ``seeds``."""
+    """Each dim's group (``layout.group_dims``: the expert dims too when it has experts, ``runtime.expert_groups``) as
+    this rank's pool holds it, checked against ``layout`` without communication (config's members, the group object's
+    size and group rank, the pool created that very object for those members), and the generators' seeds. A
+    JSON-ready dict: ``rank``, ``dims`` (per dim: ``dim``, ``size``, ``group_rank``, ``created``, ``create_seconds``
+    and, only when something is wrong, ``identity``: the problems), ``seeds_ok`` and ``seeds``."""
     config = distributed.config
     groups = layout_groups(layout)
     rows = []
-    for name in DIM_NAMES:
+    for name in layout.group_dims:
         members, index, positions = groups[name]
         expected, position = members[index[config.rank]], positions[config.rank]
         row: dict[str, Any] = {
             "dim": name,
             "size": len(expected),
-            "group_rank": config.distributed_dims[name].rank,
+            "group_rank": dim_members(distributed, layout, name)[1],
             "created": distributed.group_created.get(name, False),
             "create_seconds": distributed.group_seconds.get(name, 0.0),
         }
-        problems = _group_problems(distributed, name, expected, position)
+        problems = identity_problems(distributed, name, expected, position, layout)
         if problems:
             row["identity"] = problems
         rows.append(row)
@@ -482,19 +459,22 @@ def rank_identity(distributed: Distributed, layout: Layout) -> dict[str, Any]:
 
 def build_layout(ctx: Any, layout: Layout) -> dict[str, Any]:
     """What ``Cluster.apply`` runs on this rank: build ``Distributed`` for ``layout`` from the rank's pool (on the
-    pool's device) and check each dim's group as the pool holds it (``rank_identity``, kept in ``ctx.identity``, the
-    ``rank_loop.RankContext``). Keeps the groups of this layout and of the previous one in the pool (switching back and
-    forth stays instant); the rest go, so exploring many layouts does not pile up sockets and threads (every member
-    of a group decides the same way: all ranks apply the same layouts in the same order)."""
-    previous = ctx.config
+    pool's device), with the expert dims' groups when the layout has experts, and check each dim's group as the pool
+    holds it (``rank_identity``, kept in ``ctx.identity``, the ``rank_loop.RankContext``). Keeps the groups of this
+    layout and of the previous one in the pool (switching back and forth stays instant); the rest go, so exploring
+    many layouts does not pile up sockets and threads (every member of a group decides the same way: all ranks apply
+    the same layouts in the same order)."""
+    previous, previous_layout = ctx.config, ctx.layout
     ctx.layout = ctx.config = ctx.distributed = ctx.identity = None
     config = layout.config(ctx.rank)
     use_cpu = ctx.pool is None or ctx.pool.device.type == "cpu"
     distributed = Distributed(config, use_cpu=use_cpu, pool=ctx.pool, strict=False)  # a wrong group: one dim fails
+    attach_expert_groups(distributed, layout)
     ctx.layout, ctx.config, ctx.distributed = layout, config, distributed
     identity = rank_identity(distributed, layout)
     if ctx.pool is not None:
         kept = (config, previous) if previous is not None else (config,)
-        ctx.pool.release_groups(dim.global_ranks for held in kept for dim in held.distributed_dims.values())
+        experts = expert_members(layout, ctx.rank) + expert_members(previous_layout, ctx.rank)
+        ctx.pool.release_groups([dim.global_ranks for held in kept for dim in held.distributed_dims.values()] + experts)
     ctx.identity = identity
     return identity

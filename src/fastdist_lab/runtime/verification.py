@@ -21,7 +21,6 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..config import DIM_NAMES
 from ..formatting import members_text, plural, ranks_text
 from ..layout import Layout
 from .results import RankResults
@@ -52,8 +51,9 @@ is)."""
 
 
 def expected_groups(layout: Layout) -> dict[str, list[list[int]]]:
-    """Every dim's groups, as lists of member lists (what the checks must find)."""
-    return {name: layout.groups(name).tolist() for name in DIM_NAMES}
+    """Every dim's groups (``layout.group_dims``: the expert dims too when it has experts), as lists of member lists
+    (what the checks must find)."""
+    return {name: layout.groups(name).tolist() for name in layout.group_dims}
 
 
 def membership_problems(rank: int, row: dict[str, Any], members: list[int], dim_index: int = 0) -> list[str]:
