@@ -171,3 +171,20 @@ def test_a_progress_bar_on_a_terminal_and_nothing_into_a_redirected_stream(tmp_p
     assert code == 0 and quiet == "" and redirected == out
     assert "llama2-70b (sequence 4096), global batch 1024 on 512 x h100-sxm-80gb (64 nodes of 8)" in out
     assert all(len(line) <= 120 for line in out.splitlines())
+
+
+def test_a_mixture_of_experts_table_shows_the_expert_sizes(capsys):
+    moe = ["--model", "qwen3-30b-a3b", "--gpus", "16", "--global-batch-size", "64", "--hardware", "h100-sxm-80gb"]
+    assert main(["search", *moe, "--top", "6"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    table = lines[lines.index("") + 1 :]
+    expected = search("qwen3-30b-a3b", 16, hardware="h100-sxm-80gb", global_batch_size=64, top=6)
+    assert table[:7] == ranked_lines(expected) and all(len(line) <= 120 for line in lines)
+    titles = table[0].split()
+    assert titles[5:8] == ["dp", "ep", "etp"]
+    for i in range(6):
+        ep, etp = (int(v) for v in table[1 + i].split()[6:8])
+        assert (ep, etp) == tuple(expected.frame.loc[i, ["expert_parallel", "expert_tensor_parallel"]])
+    assert "ep expert parallel, etp expert tensor parallel" in " ".join(lines)
+    dense = search("llama2-7b", 16, hardware="h100-sxm-80gb", global_batch_size=64, top=2)
+    assert " ep " not in ranked_lines(dense)[0]  # a dense model's table is as it was

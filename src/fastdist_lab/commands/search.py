@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     """Search and print the best rows; 0 on success, 1 when no set-up fits the memory, 2 for bad input (one line on
     stderr)."""
     from ..cost import search
-    from ..cost.ranking import RANKED_LEGEND, ranked_lines, search_summary
+    from ..cost.ranking import ranked_legend, ranked_lines, search_summary
     from ..runtime.progress import finish, resolve_progress
 
     progress = resolve_progress(False if args.quiet else None, "search", leave=False)
@@ -160,5 +160,5 @@ def run(args: argparse.Namespace) -> int:
             print()
             print("\n".join(ranked_lines(result)))
             print()
-            print(textwrap.fill(RANKED_LEGEND, 120))
+            print(textwrap.fill(ranked_legend(result), 120))
     return 0 if len(result) else 1

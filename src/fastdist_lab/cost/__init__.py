@@ -24,7 +24,17 @@ from .memory import MEMORY_COLUMNS, stage_memory
 from .model import PRESETS, VOCAB_PADDING, Transformer
 from .published import PUBLISHED_RUNS, PublishedRun, narayanan_flops
 from .published_collectives import COLLECTIVE_MEASUREMENTS, CollectiveMeasurement, collective_table
-from .ranking import RANKED_COLUMNS, RANKED_LEGEND, RANKED_ROWS, ranked_lines, search_summary
+from .ranking import (
+    EXPERT_COLUMNS,
+    EXPERT_LEGEND,
+    RANKED_COLUMNS,
+    RANKED_LEGEND,
+    RANKED_ROWS,
+    ranked_columns,
+    ranked_legend,
+    ranked_lines,
+    search_summary,
+)
 from .schedule_kinds import SCHEDULE_KINDS, SCHEDULES, ScheduleKind, check_schedule, schedule_kind
 from .schedules import ACTION_KINDS, Action, PipelineSchedule, schedule, stage_counts
 from .search import LIMITS, SETUP_COLUMNS, LayoutSearch, divisors, search
@@ -55,6 +65,8 @@ __all__ = [
     "COMPARE_COLUMNS",
     "COMPONENTS",
     "DEFAULT_EFFICIENCY",
+    "EXPERT_COLUMNS",
+    "EXPERT_LEGEND",
     "HARDWARE_PRESETS",
     "LIMITS",
     "MEMORY_COLUMNS",
@@ -115,6 +127,8 @@ __all__ = [
     "placement",
     "predict",
     "rank_tails",
+    "ranked_columns",
+    "ranked_legend",
     "ranked_lines",
     "run",
     "schedule",

@@ -53,10 +53,19 @@ RANKED_COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
 """``(title, frame column, how a value reads)`` of each column of ``ranked_lines``, after the row number ``#``.
 (TFLOP/s per GPU is left to ``LayoutSearch.frame``: within one search it is MFU times one peak.)"""
 
+EXPERT_COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
+    ("ep", "expert_parallel", str),
+    ("etp", "expert_tensor_parallel", str),
+)
+"""The columns ``ranked_lines`` adds after ``dp`` for a mixture of experts: expert and expert-tensor parallel."""
+
+EXPERT_LEGEND = "; ep expert parallel, etp expert tensor parallel (the experts' sizes)"
+"""What ``ranked_legend`` adds to ``RANKED_LEGEND`` for a mixture of experts."""
+
 _TEXT_COLUMNS = ("first", "schedule", "recompute", "stp")
 """Columns aligned to the left; numbers are aligned to the right."""
 
-_CLOSE = ("pp", "v", "sdp", "dp", "m")
+_CLOSE = ("pp", "v", "sdp", "dp", "ep", "etp", "m")
 """Columns set one separator (not two) after the one before: the layout's sizes and the batch read as groups."""
 
 RANKED_LEGEND = (
@@ -68,16 +77,32 @@ RANKED_LEGEND = (
 """What the short column titles of ``ranked_lines`` mean."""
 
 
+def ranked_columns(result: LayoutSearch) -> tuple[tuple[str, str, Callable[[Any], str]], ...]:
+    """``RANKED_COLUMNS``, with ``EXPERT_COLUMNS`` after ``dp`` when ``result``'s model is a mixture of experts."""
+    if not result.model.is_moe:
+        return RANKED_COLUMNS
+    at = [title for title, _, _ in RANKED_COLUMNS].index("dp") + 1
+    return (*RANKED_COLUMNS[:at], *EXPERT_COLUMNS, *RANKED_COLUMNS[at:])
+
+
+def ranked_legend(result: LayoutSearch) -> str:
+    """What the column titles of ``ranked_lines(result)`` mean (``RANKED_LEGEND``, and ``EXPERT_LEGEND`` for a
+    mixture of experts)."""
+    return RANKED_LEGEND + (EXPERT_LEGEND if result.model.is_moe else "")
+
+
 def ranked_lines(result: LayoutSearch, rows: int | None = None, separator: str = " ") -> list[str]:
     """The header, then one line per set-up of ``result.frame`` (the first ``rows``, all by default): the row
-    number and ``RANKED_COLUMNS``, aligned (numbers to the right), two ``separator`` between columns (one inside
-    the layout's sizes and the batch). The lab passes a no-break space: its list would collapse ordinary spaces."""
+    number and ``ranked_columns(result)``, aligned (numbers to the right), two ``separator`` between columns (one
+    inside the layout's sizes and the batch). The lab passes a no-break space: its list would collapse ordinary
+    spaces."""
     frame = result.frame if rows is None else result.frame.head(rows)
-    titles = ["#", *(title for title, _, _ in RANKED_COLUMNS)]
-    values = [frame[name].tolist() for _, name, _ in RANKED_COLUMNS]
+    columns = ranked_columns(result)
+    titles = ["#", *(title for title, _, _ in columns)]
+    values = [frame[name].tolist() for _, name, _ in columns]
     cells = [titles]
     for index in range(len(frame)):
-        cells.append([str(index), *(shown(column[index]) for (_, _, shown), column in zip(RANKED_COLUMNS, values))])
+        cells.append([str(index), *(shown(column[index]) for (_, _, shown), column in zip(columns, values))])
     widths = [max(len(row[i]) for row in cells) for i in range(len(titles))]
     lines = []
     for row in cells:

@@ -28,6 +28,7 @@ from ..cost import (
     RANKED_LEGEND,
     RANKED_ROWS,
     Training,
+    ranked_legend,
     ranked_lines,
     search_summary,
 )
@@ -382,12 +383,13 @@ class AdvisorPanel(Panel):
             f"{said}; searched in {seconds:.1f} s. Choose a row (or its point) to load it into the layout and cost "
             "panels."
         )
-        self._set_rows(ranked_lines(result, separator=NO_BREAK))
+        self._set_rows(ranked_lines(result, separator=NO_BREAK), ranked_legend(result))
         self._draw()
 
     # ----------------------------------------------------------------- showing
-    def _set_rows(self, lines: list[str]) -> None:
-        """Show ``lines`` (a header, then one line per row; none: no result, and no picture either)."""
+    def _set_rows(self, lines: list[str], legend: str = RANKED_LEGEND) -> None:
+        """Show ``lines`` (a header, then one line per row; none: no result, and no picture either) and the
+        ``legend`` of their column titles."""
         self._busy = True
         try:
             self.header.value = ROWS_STYLE + (f"<pre>{html.escape(lines[0])}</pre>" if lines else "")
@@ -396,7 +398,7 @@ class AdvisorPanel(Panel):
             self.rows.rows = max(2, min(12, len(lines) - 1))
         finally:
             self._busy = False
-        self.legend.value = f"<small>{html.escape(RANKED_LEGEND)}</small>" if lines else ""
+        self.legend.value = f"<small>{html.escape(legend)}</small>" if lines else ""
         if not lines:
             self.picture.value = b""
             self._pixels = np.zeros((0, 2))
