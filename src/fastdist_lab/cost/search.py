@@ -83,6 +83,10 @@ rows to return (``None``: every set-up that fits, which simulates them all and i
 CHUNK = 512
 """Set-ups simulated at a time, in the order of their lower bound."""
 
+SIMULATE_EVERY = 8
+"""With ``top``, the search simulates what waits at least once every this many tables (else when ``top`` wait):
+the best steps found so far are what lets it stop early, and each simulation has a fixed cost."""
+
 ProgressCallback = Callable[[int, int, str], None]
 """``progress(done, total, message)``: called once per schedule table searched."""
 
@@ -265,7 +269,9 @@ def search(
             kept = subset_setups(setups, fits)
             pending.add(kept, lower_bound(kept, hw, eff) / rows["global_batch_size"][members][fits], members[fits])
         if top is not None:
-            pending.simulate(floor[keys[done + 1]] if done + 1 < len(keys) else np.inf)
+            below = floor[keys[done + 1]] if done + 1 < len(keys) else np.inf
+            if pending.waiting(below) >= top or done % SIMULATE_EVERY == SIMULATE_EVERY - 1:
+                pending.simulate(below)  # in batches: each simulation has a fixed cost
     pending.simulate(np.inf, progress=None if top is not None or progress is None else (
         lambda start, count: progress(len(groups), total, f"steps: {start} of {count}")))  # fmt: skip
     if progress is not None:
@@ -424,6 +430,11 @@ class _Pending:
         table = np.full(len(bound), len(self.tables) - 1)
         self.blocks.append((table, np.arange(len(bound)), bound, rows))
         self.fitting += len(bound)
+
+    def waiting(self, below: float) -> int:
+        """How many pending set-ups have a bound below ``below`` and the ``top``-th best (would be simulated)."""
+        limit = min(below, self.threshold)
+        return sum(int((block[2] < limit).sum()) for block in self.blocks)
 
     def simulate(self, below: float, progress: Callable[[int, int], None] | None = None) -> None:
         """Simulate the pending set-ups whose bound is below ``below`` and the top-th best, best bound first."""
