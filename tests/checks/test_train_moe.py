@@ -83,3 +83,13 @@ def test_the_reference_moe_is_the_gated_sum_of_the_top_k_experts():
         gates, chosen = probs[row].topk(2)
         expected = sum(g / gates.sum() * moe.experts[str(int(e))](tokens[0, row]) for g, e in zip(gates, chosen))
         torch.testing.assert_close(out[row], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_moe_step_on_256_threads_matches_one_process():
+    """256 ranks in threads (about a minute on 2 cores): tensor 2, pipeline 2, expert parallel 4, 32 data ranks."""
+    layout = Layout(world_size=256, local_world_size=8, tensor_parallel=2, pipeline_parallel=2, expert_parallel=4,
+                    backend="gloo")  # fmt: skip
+    with SimulatedCluster(256, "threads", local_world_size=8, timeout=280, progress=False) as cluster:
+        check = check_training(cluster, layout)
+    assert check.ok, check.summary()
+    assert check.layout.expert_sizes == {"expert_tensor": 2, "expert": 4, "expert_data": 16}

@@ -282,7 +282,9 @@ def check_training(
     all-reduced; 1 and 2: reduce-scattered, each rank updating its slice, weights all-gathered; 3: also the
     weights sharded and all-gathered before use; ``train_rank``), ``recompute`` (``torch.utils.checkpoint``) and
     ``sequence_tensor_parallel`` (turned on in the layout). Kernels, overlap and bytes per value are the cost
-    model's alone. ``seed`` draws the initial weights and the tokens; ``fault`` breaks one thing on purpose
+    model's alone. On a layout with experts the model's MLPs are mixtures of experts (default ``TinyGPT(num_experts=
+    max(4, 2 * EP))``) dispatched over the pool's expert groups (``checks.moe_layer``; ZeRO 3 refused). ``seed`` draws
+    the initial weights and the tokens; ``fault`` breaks one thing on purpose
     (``TrainingFault``). The keywords ``schedule``, ``micro_batches``, ``micro_batch_size``, ``virtual_stages`` and
     ``zero_stage`` still work for one release (``DeprecationWarning`` naming the ``Training`` field, their old
     defaults). Bad arguments raise ``LayoutError`` naming the value; a rank that raises or hangs,
