@@ -93,3 +93,11 @@ def test_a_moe_step_on_256_threads_matches_one_process():
         check = check_training(cluster, layout)
     assert check.ok, check.summary()
     assert check.layout.expert_sizes == {"expert_tensor": 2, "expert": 4, "expert_data": 16}
+
+
+def test_a_swapped_member_in_an_expert_group_is_named_before_any_step(threads):
+    layout = Layout(world_size=8, tensor_parallel=2, expert_parallel=4, backend="gloo")
+    check = check_training(threads, layout, fault=TrainingFault(swapped=("expert", 2)))
+    assert not check.ok and check.loss is None
+    assert check.problems[0].startswith("rank 0 used the expert group [2, 0, 4, 6]; the layout's is [0, 2, 4, 6]")
+    assert check.problems[-1] == "no training step ran: the ranks' groups are not the layout's"

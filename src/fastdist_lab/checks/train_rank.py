@@ -35,6 +35,8 @@ from .tiny_gpt import Parallel, Recorder, StageModule, TinyGPT, split_dim, token
 
 TRAINING_DIMS = ("tensor", "sequence_data", "data", "pipeline")
 """The dims whose groups a training step uses."""
+EXPERT_TRAINING_DIMS = ("expert", "expert_tensor", "expert_data")
+"""The expert dims whose groups a training step with experts uses."""
 
 
 @dataclass(frozen=True)
@@ -45,8 +47,8 @@ class TrainingFault:
     - ``skip_layer``: the pipeline stage holding this layer leaves it out of the forward pass;
     - ``unreduced``: this global rank takes part in the data group's reduction but keeps its own gradients;
     - ``tp_seed_shift``: ``(rank, shift)``, that rank's tensor generator seeded with another ``tp_seed_shift``;
-    - ``swapped``: ``(dim, rank)``, the members of that rank's group of ``dim`` use the group with its first two
-      members swapped (a group the pool creates for that member list);
+    - ``swapped``: ``(dim, rank)`` (an expert dim too), the members of that rank's group of ``dim`` use the group
+      with its first two members swapped (a group the pool creates for that member list);
     - ``ungathered``: under ZeRO-3 this global rank takes part in the all-gather of the weights but keeps only its
       own slice (the rest of its weights zero);
     - ``misrouted``: in every MoE layer this global rank sends its tokens one expert rank further on than the
@@ -90,9 +92,12 @@ def _group(ctx: Any, dim: str, fault: TrainingFault) -> tuple[Any, tuple[int, ..
     """This rank's group of ``dim``: the group object, its members as the pool created it, this rank's place."""
     if ctx.distributed is None:
         raise RuntimeError(f"rank {ctx.rank} has no layout applied; apply one to the cluster first")
-    distributed_dim = ctx.config.distributed_dims[dim]
-    members = tuple(int(r) for r in distributed_dim.global_ranks)
     group = ctx.distributed.group(dim)
+    if dim in ctx.config.distributed_dims:
+        members = tuple(int(r) for r in ctx.config.distributed_dims[dim].global_ranks)
+    else:  # an expert dim: Fast-LLM's config has none, the pool's record has its members
+        record = None if group is None else ctx.pool.record_of(group)
+        members = (ctx.rank,) if record is None else tuple(record.members)
     if fault.swapped is not None and fault.swapped[0] == dim and fault.swapped[1] in members and len(members) > 1:
         members = (members[1], members[0], *members[2:])
         group = ctx.pool.get_process_group(members, members.index(ctx.rank))
@@ -103,26 +108,23 @@ def _group(ctx: Any, dim: str, fault: TrainingFault) -> tuple[Any, tuple[int, ..
     return group, members, members.index(ctx.rank)
 
 
-def expert_groups(ctx: Any) -> dict[str, tuple[Any, tuple[int, ...], int]]:
+def expert_groups(ctx: Any, fault: TrainingFault) -> dict[str, tuple[Any, tuple[int, ...], int]]:
     """This rank's ``expert``, ``expert_tensor`` and ``expert_data`` groups from its ``Distributed`` (the pool's,
-    ``runtime.expert_groups``); on a dense layout no expert group, the tensor and data groups."""
-    distributed = ctx.distributed
-    if "expert" not in distributed.expert_groups:
-        return {"expert": (None, (ctx.rank,), 0), "expert_tensor": _group(ctx, "tensor", TrainingFault()),
-                "expert_data": _group(ctx, "data", TrainingFault())}  # fmt: skip
-    out = {}
-    for dim in ("expert", "expert_tensor", "expert_data"):
-        group = distributed.group(dim)
-        record = None if group is None else ctx.pool.record_of(group)
-        members = (ctx.rank,) if record is None else tuple(record.members)
-        out[dim] = (group, members, members.index(ctx.rank))
-    return out
+    ``runtime.expert_groups``) as ``_group`` gives them; on a dense layout no expert group, the tensor and data
+    groups."""
+    if ctx.distributed is not None and "expert" not in ctx.distributed.expert_groups:
+        return {"expert": (None, (ctx.rank,), 0), "expert_tensor": _group(ctx, "tensor", fault),
+                "expert_data": _group(ctx, "data", fault)}  # fmt: skip
+    return {dim: _group(ctx, dim, fault) for dim in EXPERT_TRAINING_DIMS}
 
 
 def rank_groups(ctx: Any, fault: TrainingFault) -> dict[str, tuple[int, ...]]:
     """Before any step: the member list of each group this rank is about to use, as its pool created the group (a
     rank function; no communication)."""
-    return {dim: _group(ctx, dim, fault)[1] for dim in TRAINING_DIMS}
+    used = {dim: _group(ctx, dim, fault)[1] for dim in TRAINING_DIMS}
+    if "expert" in ctx.distributed.expert_groups:  # a layout with experts: its expert groups too
+        used.update({dim: members for dim, (_, members, _) in expert_groups(ctx, fault).items()})
+    return used
 
 
 def _metas(plan: TrainingPlan, stage: int, stages: int, par: Parallel, device: torch.device) -> dict[str, Any]:
@@ -253,7 +255,7 @@ def train_rank(ctx: Any, plan: TrainingPlan) -> dict[str, Any]:
     begin = time.perf_counter()
     config, fault, model = ctx.config, plan.fault, plan.model
     used = {dim: _group(ctx, dim, fault) for dim in TRAINING_DIMS}
-    used.update(expert_groups(ctx))
+    used.update(expert_groups(ctx, fault))
     recorder = Recorder()
     par = Parallel(
         tensor=used["tensor"][0],
