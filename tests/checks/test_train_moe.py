@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fastdist_lab import Layout, SimulatedCluster
 from fastdist_lab.checks import TrainingFault, check_training
@@ -71,17 +73,20 @@ def test_what_the_moe_step_refuses(threads):
         TinyGPT(num_experts=2, top_k=3)
 
 
-def test_the_reference_moe_is_the_gated_sum_of_the_top_k_experts():
-    torch.manual_seed(0)
-    moe = MoE(hidden=8, ffn=16, num_experts=4, top_k=2, par=Parallel(), site="layers.0.moe")
+@settings(max_examples=25, deadline=None)
+@given(experts=st.integers(1, 6), data=st.data(), tokens=st.integers(1, 7), seed=st.integers(0, 2**16))
+def test_the_reference_moe_is_the_gated_sum_of_the_top_k_experts(experts, data, tokens, seed):
+    top_k = data.draw(st.integers(1, experts))
+    torch.manual_seed(seed)
+    moe = MoE(hidden=8, ffn=16, num_experts=experts, top_k=top_k, par=Parallel(), site="layers.0.moe")
     for param in moe.parameters():
         torch.nn.init.normal_(param)
-    tokens = torch.randn(1, 5, 8)
-    out = moe(tokens, replicated=True)[0]
-    probs = (tokens[0] @ moe.router.T).softmax(-1)
-    for row in range(5):
-        gates, chosen = probs[row].topk(2)
-        expected = sum(g / gates.sum() * moe.experts[str(int(e))](tokens[0, row]) for g, e in zip(gates, chosen))
+    inputs = torch.randn(1, tokens, 8)
+    out = moe(inputs, replicated=True)[0]
+    probs = (inputs[0] @ moe.router.T).softmax(-1)
+    for row in range(tokens):
+        gates, chosen = probs[row].topk(top_k)
+        expected = sum(g / gates.sum() * moe.experts[str(int(e))](inputs[0, row]) for g, e in zip(gates, chosen))
         torch.testing.assert_close(out[row], expected, rtol=1e-5, atol=1e-5)
 
 
