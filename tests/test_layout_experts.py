@@ -183,7 +183,8 @@ def test_the_layout_command_lists_the_expert_groups(capsys):
         (["layout", "--world-size", "16", "--rank", "3", "--num-experts", "8"], "--num-experts 8 needs a layout"),
         (["cost", "--world-size", "16", "--tp", "2", "--ep", "4"], "expert_parallel=4 needs a model with experts"),
         (["cost", "--world-size", "16", "--ep", "4", "--model", "mixtral-8x7b", "--replay"], "no expert groups yet"),
-        (["train-step", "--world-size", "8", "--tp", "2", "--etp", "1"], "does not handle experts yet"),
+        (["train-step", "--world-size", "8", "--ep", "4", "--zero-stage", "3"], "zero_stage=3 with experts"),
+        (["train-step", "--world-size", "8", "--ep", "4", "--num-experts", "6"], "must divide num_experts=6"),
     ],
 )
 def test_expert_flags_a_command_cannot_honour_exit_2_in_one_line(argv, message, capsys):

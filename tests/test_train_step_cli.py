@@ -65,3 +65,10 @@ def test_bad_input_is_one_line_and_exit_2(capsys, flags, message):
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("fastdist-lab train-step: error: ") and message in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_layout_with_experts_trains_a_mixture_of_experts(capsys):
+    argv = [*THREADS, "--tp", "2", "--pp", "1", "--sdp", "1", "--ep", "2", "--etp", "1", "--num-experts", "4"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "expert_parallel=2" in out.splitlines()[0] and out.splitlines()[-1] == "result: OK"

@@ -36,6 +36,7 @@ import torch.nn.functional as F  # noqa: N812 - torch's own spelling
 
 from ..errors import LayoutError
 from ..validation import check_int
+from .moe_layer import MoE, is_expert
 from .parallel_ops import (
     Group,
     copy_to_group,
@@ -46,9 +47,13 @@ from .parallel_ops import (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class TinyGPT:
-    """The sizes of the decoder (defaults: 4 layers of hidden size 64, 4 heads, vocabulary 64, sequences of 16)."""
+    """The sizes of the decoder (defaults: 4 layers of hidden size 64, 4 heads, vocabulary 64, sequences of 16).
+
+    ``num_experts`` > 0 makes every block's MLP a mixture of experts (``checks.moe_layer``: a top-``top_k`` router
+    and ``num_experts`` experts of ``ffn_size``); 0 (the default) is the dense MLP.
+    """
 
     vocab_size: int = 64
     hidden_size: int = 64
@@ -56,12 +61,32 @@ class TinyGPT:
     layers: int = 4
     ffn_size: int = 256
     sequence_length: int = 16
+    num_experts: int = 0
+    top_k: int = 2
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "hidden_size", "heads", "layers", "ffn_size", "sequence_length"):
+        for name in ("vocab_size", "hidden_size", "heads", "layers", "ffn_size", "sequence_length", "top_k"):
             check_int(f"TinyGPT {name}", getattr(self, name), minimum=1)
+        check_int("TinyGPT num_experts", self.num_experts, minimum=0)
         if self.hidden_size % self.heads:
             raise LayoutError(f"TinyGPT heads={self.heads} must divide hidden_size={self.hidden_size}")
+        if self.num_experts and self.top_k > self.num_experts:
+            raise LayoutError(f"TinyGPT top_k={self.top_k} must be at most num_experts={self.num_experts}")
+
+    def __repr__(self) -> str:
+        names = ["vocab_size", "hidden_size", "heads", "layers", "ffn_size", "sequence_length"]
+        names += ["num_experts", "top_k"] if self.num_experts else []
+        return f"TinyGPT({', '.join(f'{name}={getattr(self, name)}' for name in names)})"
+
+    def check_experts(self, expert_parallel: int, expert_tensor: int) -> None:
+        """Raise ``LayoutError`` unless the experts split over ``expert_parallel`` ranks and each expert over
+        ``expert_tensor`` ranks (a dense model on a layout with experts is refused too)."""
+        if not self.num_experts:
+            raise LayoutError("the layout has experts and the model none: use TinyGPT(num_experts=...)")
+        if self.num_experts % expert_parallel:
+            raise LayoutError(f"expert_parallel={expert_parallel} must divide num_experts={self.num_experts}")
+        if self.ffn_size % expert_tensor:
+            raise LayoutError(f"expert_tensor_parallel={expert_tensor} must divide ffn_size={self.ffn_size}")
 
     @property
     def head_size(self) -> int:
@@ -117,6 +142,8 @@ class Recorder:
     """(site, generator, shape, digest of the kept-mask) per draw."""
     activations: list[tuple[str, str]] = field(default_factory=list)
     """(site, digest) of each tensor every member of the tensor group must hold identically."""
+    misrouted: list[tuple[str, int, int]] = field(default_factory=list)
+    """(site, sending rank, rows) per sender whose rows came for experts this rank does not hold."""
 
 
 @dataclass
@@ -136,6 +163,16 @@ class Parallel:
     dropout: float = 0.0
     generators: dict[str, torch.Generator] = field(default_factory=dict)
     recorder: Recorder | None = None
+    expert: Group = None
+    expert_rank: int = 0
+    expert_size: int = 1
+    expert_members: tuple[int, ...] = ()
+    """The global ranks of the ``expert`` group in group-rank order (empty: no group)."""
+    expert_tensor: Group = None
+    expert_tensor_rank: int = 0
+    expert_tensor_size: int = 1
+    misroute: bool = False
+    """The fault ``TrainingFault.misrouted``: send the MoE's rows one expert rank further on."""
     recompute: str = "none"
     """Activation recompute (``cost.RECOMPUTE``): ``"full"`` runs each block under ``torch.utils.checkpoint``
     (only its input is kept, the block runs again in the backward), ``"selective"`` only the attention core
@@ -261,8 +298,11 @@ class _Block(torch.nn.Module):
         self.norm_1 = _Norm(model.hidden_size)
         self.attention = _Attention(model, par, site)
         self.norm_2 = _Norm(model.hidden_size)
-        self.fc1 = _Linear(model.hidden_size, model.ffn_size // par.tensor_size, split=0)
-        self.fc2 = _Linear(model.ffn_size // par.tensor_size, model.hidden_size, split=1)
+        if model.num_experts:
+            self.moe = MoE(model.hidden_size, model.ffn_size, model.num_experts, model.top_k, par, f"{site}.moe")
+        else:
+            self.fc1 = _Linear(model.hidden_size, model.ffn_size // par.tensor_size, split=0)
+            self.fc2 = _Linear(model.ffn_size // par.tensor_size, model.hidden_size, split=1)
         self.par, self.site = par, site
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -271,6 +311,12 @@ class _Block(torch.nn.Module):
         par.note(f"{self.site}.attention_input", mixed)
         out = par.tensor_output(self.attention(mixed)) + self.attention.dense.bias
         hidden = hidden + par.drop(out, generator, f"{self.site}.attention_dropout")
+        if hasattr(self, "moe"):
+            if par.sequence_tensor_parallel:  # this rank's sequence chunk: its own tokens
+                out = self.moe(self.norm_2(hidden), replicated=False)
+            else:
+                out = self.moe(par.tensor_input(self.norm_2(hidden)), replicated=True)
+            return hidden + par.drop(out, generator, f"{self.site}.mlp_dropout")
         mixed = par.tensor_input(self.norm_2(hidden))
         par.note(f"{self.site}.mlp_input", mixed)
         out = par.tensor_output(self.fc2(F.gelu(self.fc1(mixed)))) + self.fc2.bias
@@ -337,11 +383,15 @@ class StageModule(torch.nn.Module):
                 tensor = block.par.checkpointed("block", block, tensor)
         return tensor if self.head is None else self.head(tensor)
 
-    def load(self, weights: dict[str, torch.Tensor], tensor_rank: int, tensor_size: int) -> None:
-        """Copy this rank's shard of each parameter from the whole model's ``weights``."""
+    def load(
+        self, weights: dict[str, torch.Tensor], tensor_rank: int, tensor_size: int, expert_tensor: tuple = (0, 1)
+    ) -> None:
+        """Copy this rank's shard of each parameter from the whole model's ``weights`` (an expert's weights: shard
+        ``expert_tensor[0]`` of ``expert_tensor[1]``)."""
         with torch.no_grad():
             for name, param in self.named_parameters():
-                param.copy_(shard_of(weights[name], split_dim(param), tensor_rank, tensor_size))
+                index, parts = expert_tensor if is_expert(param) else (tensor_rank, tensor_size)
+                param.copy_(shard_of(weights[name], split_dim(param), index, parts))
 
 
 def shard_of(full: torch.Tensor, dim: int | None, index: int, parts: int) -> torch.Tensor:

@@ -29,11 +29,14 @@ import torch
 from ..config import DistributedConfig, PhaseType
 from ..cost import SCHEDULE_KINDS, Training
 from ..seeds import generator_seeds
+from .moe_layer import is_expert, is_tensor_partial
 from .pipeline_carrier import build_stages, make_schedule, pipeline_carrier, registered
 from .tiny_gpt import Parallel, Recorder, StageModule, TinyGPT, split_dim, token_losses
 
 TRAINING_DIMS = ("tensor", "sequence_data", "data", "pipeline")
 """The dims whose groups a training step uses."""
+EXPERT_TRAINING_DIMS = ("expert", "expert_tensor", "expert_data")
+"""The expert dims whose groups a training step with experts uses."""
 
 
 @dataclass(frozen=True)
@@ -44,10 +47,12 @@ class TrainingFault:
     - ``skip_layer``: the pipeline stage holding this layer leaves it out of the forward pass;
     - ``unreduced``: this global rank takes part in the data group's reduction but keeps its own gradients;
     - ``tp_seed_shift``: ``(rank, shift)``, that rank's tensor generator seeded with another ``tp_seed_shift``;
-    - ``swapped``: ``(dim, rank)``, the members of that rank's group of ``dim`` use the group with its first two
-      members swapped (a group the pool creates for that member list);
+    - ``swapped``: ``(dim, rank)`` (an expert dim too), the members of that rank's group of ``dim`` use the group
+      with its first two members swapped (a group the pool creates for that member list);
     - ``ungathered``: under ZeRO-3 this global rank takes part in the all-gather of the weights but keeps only its
-      own slice (the rest of its weights zero).
+      own slice (the rest of its weights zero);
+    - ``misrouted``: in every MoE layer this global rank sends its tokens one expert rank further on than the
+      rank holding their expert (``checks.moe_layer``).
     """
 
     wrong_shard: int | None = None
@@ -56,6 +61,7 @@ class TrainingFault:
     tp_seed_shift: tuple[int, int] | None = None
     swapped: tuple[str, int] | None = None
     ungathered: int | None = None
+    misrouted: int | None = None
 
 
 @dataclass
@@ -86,9 +92,12 @@ def _group(ctx: Any, dim: str, fault: TrainingFault) -> tuple[Any, tuple[int, ..
     """This rank's group of ``dim``: the group object, its members as the pool created it, this rank's place."""
     if ctx.distributed is None:
         raise RuntimeError(f"rank {ctx.rank} has no layout applied; apply one to the cluster first")
-    distributed_dim = ctx.config.distributed_dims[dim]
-    members = tuple(int(r) for r in distributed_dim.global_ranks)
     group = ctx.distributed.group(dim)
+    if dim in ctx.config.distributed_dims:
+        members = tuple(int(r) for r in ctx.config.distributed_dims[dim].global_ranks)
+    else:  # an expert dim: Fast-LLM's config has none, the pool's record has its members
+        record = None if group is None else ctx.pool.record_of(group)
+        members = (ctx.rank,) if record is None else tuple(record.members)
     if fault.swapped is not None and fault.swapped[0] == dim and fault.swapped[1] in members and len(members) > 1:
         members = (members[1], members[0], *members[2:])
         group = ctx.pool.get_process_group(members, members.index(ctx.rank))
@@ -99,10 +108,23 @@ def _group(ctx: Any, dim: str, fault: TrainingFault) -> tuple[Any, tuple[int, ..
     return group, members, members.index(ctx.rank)
 
 
+def expert_groups(ctx: Any, fault: TrainingFault) -> dict[str, tuple[Any, tuple[int, ...], int]]:
+    """This rank's ``expert``, ``expert_tensor`` and ``expert_data`` groups from its ``Distributed`` (the pool's,
+    ``runtime.expert_groups``) as ``_group`` gives them; on a dense layout no expert group, the tensor and data
+    groups."""
+    if ctx.distributed is not None and "expert" not in ctx.distributed.expert_groups:
+        return {"expert": (None, (ctx.rank,), 0), "expert_tensor": _group(ctx, "tensor", fault),
+                "expert_data": _group(ctx, "data", fault)}  # fmt: skip
+    return {dim: _group(ctx, dim, fault) for dim in EXPERT_TRAINING_DIMS}
+
+
 def rank_groups(ctx: Any, fault: TrainingFault) -> dict[str, tuple[int, ...]]:
     """Before any step: the member list of each group this rank is about to use, as its pool created the group (a
     rank function; no communication)."""
-    return {dim: _group(ctx, dim, fault)[1] for dim in TRAINING_DIMS}
+    used = {dim: _group(ctx, dim, fault)[1] for dim in TRAINING_DIMS}
+    if "expert" in ctx.distributed.expert_groups:  # a layout with experts: its expert groups too
+        used.update({dim: members for dim, (_, members, _) in expert_groups(ctx, fault).items()})
+    return used
 
 
 def _metas(plan: TrainingPlan, stage: int, stages: int, par: Parallel, device: torch.device) -> dict[str, Any]:
@@ -220,12 +242,20 @@ def _sharded_weights(modules: dict[int, torch.nn.Module], group: Any, group_rank
         _unflatten(torch.cat(gathered), params)
 
 
+def _place(param: torch.Tensor, par: Parallel) -> tuple[int, int]:
+    """Which shard of how many ``param`` is: of the tensor group, of ``expert_tensor`` for an expert's weight."""
+    if split_dim(param) is None:
+        return 0, 1
+    return (par.expert_tensor_rank, par.expert_tensor_size) if is_expert(param) else (par.tensor_rank, par.tensor_size)
+
+
 def train_rank(ctx: Any, plan: TrainingPlan) -> dict[str, Any]:
     """One training step on this rank (a rank function for ``cluster.run``); returns its shards (initial, reduced
     gradient, updated), its loss when it holds the last stage, the groups it used and its dropout records."""
     begin = time.perf_counter()
     config, fault, model = ctx.config, plan.fault, plan.model
     used = {dim: _group(ctx, dim, fault) for dim in TRAINING_DIMS}
+    used.update(expert_groups(ctx, fault))
     recorder = Recorder()
     par = Parallel(
         tensor=used["tensor"][0],
@@ -238,6 +268,14 @@ def train_rank(ctx: Any, plan: TrainingPlan) -> dict[str, Any]:
         dropout=plan.dropout,
         generators=_generators(ctx, fault),
         recorder=recorder,
+        expert=used["expert"][0],
+        expert_rank=used["expert"][2],
+        expert_size=len(used["expert"][1]),
+        expert_members=used["expert"][1],
+        expert_tensor=used["expert_tensor"][0],
+        expert_tensor_rank=used["expert_tensor"][2],
+        expert_tensor_size=len(used["expert_tensor"][1]),
+        misroute=fault.misrouted == ctx.rank,
         recompute=plan.training.recompute,
     )
     pipe_group, pipe_members, pipe_rank = used["pipeline"]
@@ -249,7 +287,8 @@ def train_rank(ctx: Any, plan: TrainingPlan) -> dict[str, Any]:
     for stage in mine:
         layers = stage_layers(model.layers, stage, stages)
         module = StageModule(model, layers, stage == 0, stage == stages - 1, par, skip).to(ctx.device)
-        module.load({name: value.to(ctx.device) for name, value in plan.weights.items()}, shard_rank, par.tensor_size)
+        weights = {name: value.to(ctx.device) for name, value in plan.weights.items()}
+        module.load(weights, shard_rank, par.tensor_size, (par.expert_tensor_rank, par.expert_tensor_size))
         modules[stage] = module
     data_group, _, data_rank = used["data"]
     if plan.training.zero_stage == 3:
@@ -284,18 +323,25 @@ def train_rank(ctx: Any, plan: TrainingPlan) -> dict[str, Any]:
     for param in params:
         if param.grad is None:  # a layer the forward pass left out
             param.grad = torch.zeros_like(param)
-    if par.sequence_tensor_parallel and par.tensor is not None:
-        for param in params:
-            if split_dim(param) is None:  # each tensor rank saw other tokens: the gradient is partial
+    if par.tensor is not None:
+        for param in params:  # each tensor rank saw other tokens: the gradient is partial
+            if (par.sequence_tensor_parallel and split_dim(param) is None) or is_tensor_partial(param):
                 options = torch.distributed.AllreduceOptions()
                 par.tensor.allreduce([param.grad], options).wait()
-    pieces = _reduce(params, data_group, data_rank, plan, keep_own=fault.unreduced == ctx.rank)
+    keep_own = fault.unreduced == ctx.rank
+    dense = [param for param in params if not is_expert(param)]
+    expert = [param for param in params if is_expert(param)]
+    held = dict(zip(map(id, dense), _reduce(dense, data_group, data_rank, plan, keep_own)))
+    if expert:  # the experts' gradients are summed over the expert-data group
+        expert_group, _, expert_rank = used["expert_data"]
+        held.update(zip(map(id, expert), _reduce(expert, expert_group, expert_rank, plan, keep_own)))
+    pieces = [held[id(param)] for param in params]
     shards = [
         {
             "name": name,
             "split": split_dim(param),
-            "tensor_index": par.tensor_rank if split_dim(param) is not None else 0,
-            "tensor_parts": par.tensor_size if split_dim(param) is not None else 1,
+            "tensor_index": _place(param, par)[0],
+            "tensor_parts": _place(param, par)[1],
             "initial": initial[name].cpu(),
             "updated": param.detach().cpu().clone(),
             "grad": None if piece is None else (piece[0], piece[1], piece[2].cpu()),
@@ -310,5 +356,6 @@ def train_rank(ctx: Any, plan: TrainingPlan) -> dict[str, Any]:
         "shards": shards,
         "masks": recorder.masks,
         "activations": recorder.activations,
+        "misrouted": recorder.misrouted,
         "seconds": {"step": stepped - begin, "total": time.perf_counter() - begin},
     }

@@ -199,9 +199,14 @@ def training_settings(
     training = Training() if training is None else training
     if not isinstance(training, Training):
         raise LayoutError(f"training={training!r} must be a fastdist_lab.cost.Training")
-    model = TinyGPT() if model is None else model
+    if model is None:
+        model = TinyGPT(num_experts=max(4, 2 * layout.expert_parallel)) if layout.has_experts else TinyGPT()
     if not isinstance(model, TinyGPT):
         raise LayoutError(f"model={model!r} must be a TinyGPT")
+    if layout.has_experts or model.num_experts:
+        model.check_experts(layout.expert_parallel, layout.expert_sizes["expert_tensor"])
+        if training.zero_stage == 3:
+            raise LayoutError("zero_stage=3 with experts: the step shards dense weights only; use zero_stage 0-2")
     if isinstance(dropout, bool) or not (isinstance(dropout, (int, float)) and 0.0 <= dropout < 1.0):
         raise LayoutError(f"dropout={dropout!r} must be a probability in [0, 1)")
     if dropout > 0.0 and training.recompute != "none":
@@ -277,7 +282,9 @@ def check_training(
     all-reduced; 1 and 2: reduce-scattered, each rank updating its slice, weights all-gathered; 3: also the
     weights sharded and all-gathered before use; ``train_rank``), ``recompute`` (``torch.utils.checkpoint``) and
     ``sequence_tensor_parallel`` (turned on in the layout). Kernels, overlap and bytes per value are the cost
-    model's alone. ``seed`` draws the initial weights and the tokens; ``fault`` breaks one thing on purpose
+    model's alone. On a layout with experts the model's MLPs are mixtures of experts (default ``TinyGPT(num_experts=
+    max(4, 2 * EP))``) dispatched over the pool's expert groups (``checks.moe_layer``; ZeRO 3 refused). ``seed`` draws
+    the initial weights and the tokens; ``fault`` breaks one thing on purpose
     (``TrainingFault``). The keywords ``schedule``, ``micro_batches``, ``micro_batch_size``, ``virtual_stages`` and
     ``zero_stage`` still work for one release (``DeprecationWarning`` naming the ``Training`` field, their old
     defaults). Bad arguments raise ``LayoutError`` naming the value; a rank that raises or hangs,
@@ -325,6 +332,7 @@ def check_training(
         check.dropout = dropout_rows(applied, values, float(dropout), str(getattr(cluster, "device_type", "cpu")))
         check.problems += [f"{row.check}: {row.detail}" for row in check.dropout.itertuples() if not row.ok]
         check.mask_sharing = mask_ids(values, applied.world_size)
+    check.problems[:0] = misrouted_problems(values)  # the cause first
     check.seconds = {"apply": started - begin, "step": ran - started, "compare": time.perf_counter() - ran}
     return check
 
@@ -352,6 +360,23 @@ def _judge_reference(check: TrainingCheck, reference: dict[str, Any], values: li
             f"{row.name}: relative error {worst:.1e} > {tolerance:g} (worst on rank {row.worst_rank}){note}"
         )
     check.problems += problems
+
+
+def misrouted_problems(values: list[dict[str, Any]]) -> list[str]:
+    """Each rank that sent MoE rows to an expert rank not holding their expert, in words (from the receivers)."""
+    sent: dict[int, list[tuple[str, int, int]]] = {}
+    for value in values:
+        for site, source, rows in value.get("misrouted", []):
+            sent.setdefault(source, []).append((site, value["rank"], rows))
+    problems = []
+    for source, notes in sorted(sent.items()):
+        receivers = sorted({receiver for _, receiver, _ in notes})
+        layers = sorted({site.split(".")[1] for site, _, _ in notes}, key=int)
+        problems.append(
+            f"rank {source} sent {sum(rows for _, _, rows in notes)} MoE rows of layer(s) {', '.join(layers)} to "
+            f"rank(s) {receivers}, which do not hold their experts: its dispatch goes to the wrong expert rank"
+        )
+    return problems
 
 
 def _ran(results: Any) -> list[Any]:

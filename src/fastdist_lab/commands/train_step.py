@@ -1,5 +1,6 @@
 """``fastdist-lab train-step``: one real training step of a small GPT on the layout's groups (processes, or threads
-with ``--simulate threads``) against the same step in one process; prints the worst parameter rows and a count. The
+with ``--simulate threads``) against the same step in one process, with a mixture of experts when the layout has
+experts (``--ep`` / ``--etp``, ``--num-experts``); prints the worst parameter rows and a count. The
 training set-up takes the same flags and defaults as ``fastdist-lab cost`` (``flags.add_training_arguments``), so a
 row of ``fastdist-lab search`` runs as it stands, e.g. ``--schedule zero-bubble --zero-stage 1 --recompute full``.
 
@@ -30,6 +31,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_training_arguments(parser)
     parser.add_argument("--layers", type=int, default=4, help="decoder layers of the model")
     parser.add_argument(
+        "--num-experts",
+        type=int,
+        default=None,
+        help="experts of each MoE layer when the layout has experts (--ep / --etp; default: max(4, 2 * EP))",
+    )
+    parser.add_argument(
         "--dropout", type=float, default=0.0, help="dropout probability; > 0 judges the dropout masks instead"
     )
     parser.add_argument("--model-seed", type=int, default=0, help="seed of the initial weights and the tokens")
@@ -56,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         return _bad(f"--rows={args.rows} must be >= 0")
     if not args.tolerance > 0:
         return _bad(f"--tolerance={args.tolerance} must be > 0")
-    layout = layout_from_args(args)  # LayoutError -> exit 2 in cli.main
+    layout = layout_from_args(args, experts=True)  # LayoutError -> exit 2 in cli.main
     from ..checks import TinyGPT, check_training
     from ..checks.train_step import training_settings
     from ..errors import ClusterError, CostError
@@ -65,7 +72,9 @@ def run(args: argparse.Namespace) -> int:
         training = training_from_args(args)
     except CostError as error:
         return _bad(str(error))
-    model, _, _ = training_settings(layout, training, TinyGPT(layers=args.layers), args.dropout)  # before any rank
+    experts = max(4, 2 * layout.expert_parallel) if args.num_experts is None else args.num_experts
+    base = TinyGPT(layers=args.layers, num_experts=experts if layout.has_experts else 0)
+    model, _, _ = training_settings(layout, training, base, args.dropout)  # before any rank
     options = dict(training=training, model=model, dropout=args.dropout, seed=args.model_seed)
     options.update(timeout=args.timeout, tolerance=args.tolerance)
     try:
