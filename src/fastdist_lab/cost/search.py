@@ -464,7 +464,9 @@ class _Pending:
                 chosen = {k: v[row_of[picked][np.argsort(index[picked])]] for k, v in self.rows.items()}
                 found = _timed(setups, mask, chosen, self.hw, self.eff)
                 self.parts.append(found)
-                self.best = np.sort(np.concatenate([self.best, found["seconds"] / found["global_batch_size"]]))
+                if self.top is not None:  # only the top-th best is ever read (``threshold``)
+                    steps = np.concatenate([self.best, found["seconds"] / found["global_batch_size"]])
+                    self.best = np.sort(steps)[: self.top]
             if progress is not None:
                 progress(min(start + size, len(order)), len(order))
 
