@@ -224,6 +224,21 @@ def rank_peaks(schedule: str, pipeline_parallel: int, microbatches: int) -> np.n
     return peaks
 
 
+@functools.lru_cache(maxsize=4096)
+def peak_candidates(schedule: str, pipeline_parallel: int, microbatches: int, virtual: int) -> tuple[np.ndarray, ...]:
+    """Per rank, the rows of ``stage_counts`` that can hold its peak: distinct, and none with every local stage's
+    count at most another row's (the bytes per micro-batch of a stage are never negative, so such a row is never
+    above that one). Cached and read-only: the search prices thousands of set-ups per schedule table."""
+    kept = []
+    for counts in stage_counts(schedule, pipeline_parallel, microbatches, virtual):
+        rows = np.unique(np.asarray(counts), axis=0)
+        below = (rows[:, None, :] <= rows[None, :, :]).all(axis=2) & ~np.eye(len(rows), dtype=bool)
+        rows = rows[~below.any(axis=1)].astype(np.float64)
+        rows.setflags(write=False)
+        kept.append(rows)
+    return tuple(kept)
+
+
 def activation_bytes(setups: Setups) -> tuple[np.ndarray, np.ndarray]:
     """Activation bytes per GPU of each pipeline rank at its peak under the set-ups' schedule, and the temporaries
     Megatron-LM's estimator allows on top of them (5% of the activations without sequence parallel, else none).
@@ -245,8 +260,8 @@ def activation_bytes(setups: Setups) -> tuple[np.ndarray, np.ndarray]:
         peak = rank_peaks(setups.schedule, pp, setups.microbatches) * chunk
     else:
         peak = np.zeros(chunk.shape[:-1] + (pp,))
-        for rank, counts in enumerate(stage_counts(setups.schedule, pp, setups.microbatches, v)):
-            peak[..., rank] = (counts @ chunk[..., rank::pp].T).max(axis=0)  # (actions, set-ups) -> set-ups
+        for rank, counts in enumerate(peak_candidates(setups.schedule, pp, setups.microbatches, v)):
+            peak[..., rank] = (counts @ chunk[..., rank::pp].T).max(axis=0)  # (rows, set-ups) -> set-ups
     peak += column(terms["working"])
     activations = np.ceil(peak).astype(np.int64)
     return activations, np.ceil(peak * column(terms["overhead"])).astype(np.int64) - activations

@@ -250,11 +250,12 @@ def search(
     keys = list(groups)
     if top is not None and keys:
         floors = TableFloors(model, rows, local, fixed, hw, eff)
-        floor = {key: float(floors.floor(key, members).min()) for key, members in groups.items()}
+        row_floors = {key: floors.floor(key, members) for key, members in groups.items()}
+        floor = {key: float(values.min()) for key, values in row_floors.items()}
         keys.sort(key=floor.__getitem__)
     pending = _Pending(rows, hw, eff, top)
     total = len(groups) + (1 if top is None else 0)
-    pruned = 0
+    pruned = pruned_fitting = 0
     for done, key in enumerate(keys):
         if top is not None and floor[key] >= pending.threshold:
             pruned = sum(len(groups[k]) for k in keys[done:])
@@ -265,9 +266,16 @@ def search(
         setups = table_setups(model, key, {k: v[members] for k, v in rows.items()}, local, fixed)
         peak = stage_memory(setups)["total_bytes"].max(axis=1)
         fits = np.asarray(hw.fits(peak))
+        if top is not None:  # rows that fit but whose floor is above the top-th best cannot rank either
+            hopeless = fits & (row_floors[key] >= pending.threshold)
+            pruned_fitting += int(hopeless.sum())
+            fits &= ~hopeless
         if fits.any():
             kept = subset_setups(setups, fits)
             pending.add(kept, lower_bound(kept, hw, eff) / rows["global_batch_size"][members][fits], members[fits])
+        if top is not None and pending.threshold == np.inf and pending.fitting >= top:
+            # the first ``top`` steps as soon as there are that many: the threshold prunes from the next table on
+            pending.simulate(np.nextafter(pending.kth_bound(top), np.inf))
         if top is not None:
             below = floor[keys[done + 1]] if done + 1 < len(keys) else np.inf
             if pending.waiting(below) >= top or done % SIMULATE_EVERY == SIMULATE_EVERY - 1:
@@ -285,6 +293,7 @@ def search(
     ranked = ranked if top is None else ranked[:top]
     result = pd.DataFrame({name: merged[name][ranked] for name in columns})
     result.attrs.update(hardware=hw, model=model, gpus=gpus)
+    pruned += pruned_fitting
     return LayoutSearch(result, model, gpus, local, hw, fixed, searched, searched - pruned - pending.fitting, pruned)
 
 
@@ -430,6 +439,11 @@ class _Pending:
         table = np.full(len(bound), len(self.tables) - 1)
         self.blocks.append((table, np.arange(len(bound)), bound, rows))
         self.fitting += len(bound)
+
+    def kth_bound(self, k: int) -> float:
+        """The ``k``-th smallest lower bound of the pending set-ups (infinite when fewer wait)."""
+        bounds = np.concatenate([block[2] for block in self.blocks]) if self.blocks else np.zeros(0)
+        return float(np.partition(bounds, k - 1)[k - 1]) if len(bounds) >= k else np.inf
 
     def waiting(self, below: float) -> int:
         """How many pending set-ups have a bound below ``below`` and the ``top``-th best (would be simulated)."""

@@ -5,15 +5,19 @@ size, virtual stages and micro-batch count, as one ``Setups``). Before it prices
 step in it (``TableFloors``), so that with ``top`` it can stop at the first table whose floor is above the
 ``top``-th best step already simulated: no row there can rank (branch and bound over tables, exact).
 
-The floor of a row is the larger of two things no schedule can beat, from the compute and exposed tensor and
-expert communication of its actions (``compute.stage_components``' parts that sit on an action's own time):
+The floor of a row is the largest of things no schedule can beat (a rank runs one action at a time; a micro-batch
+goes forward through the chunks in order and back in reverse), from the compute and exposed tensor and expert
+communication of its actions (``compute.stage_components``' parts that sit on an action's own time):
 
 - the mean pipeline rank's work: ``m`` micro-batches of the whole model's actions over ``pp`` ranks;
-- the last pipeline rank's: it cannot start before micro-batch 0's forward has passed the ``pp - 1`` chunks before
-  its first one, and then runs its own ``m`` forwards and backwards one after the other.
+- each rank's: it cannot start before micro-batch 0's forward has passed the chunks before its first one, then runs
+  its own ``m`` forwards and backwards, and after the last backward of its first chunk the gradient still goes back
+  through every chunk below (their backwards, or the input halves ``I`` of a split backward);
+- rank 0's: none of chunk 0's ``m`` backwards starts before micro-batch 0 has gone forward through every chunk and
+  back through every chunk above chunk 0.
 
-Both leave out what depends on the rank order or the schedule (sequence-data and data-parallel exposure, pipeline
-sends, the gradient tail, the bubble beyond the first fill), so they stay below the simulated step; the expert
+All leave out what depends on the rank order or the schedule (sequence-data and data-parallel exposure, pipeline
+sends, the gradient tail, the bubble beyond what these bounds see), so they stay below the simulated step; the expert
 all-to-all is priced on the tightest placement any order gives (data-first: an expert group on the fewest nodes).
 ``tests/cost/test_search_bounds.py`` checks the floor against every simulated row of whole searches and that the
 pruned search returns the rows of the unpruned one.
@@ -31,6 +35,7 @@ from .efficiency import Efficiency
 from .hardware import Hardware
 from .model import Transformer
 from .moe import chunk_moe_layers
+from .schedule_kinds import SCHEDULE_KINDS
 from .setups import PlacementOnDemand, Setups, chunk_layers, expert_spreads, masked_spreads, packed_keys
 
 TableKey = tuple[str, int, int, int]
@@ -125,30 +130,51 @@ class TableFloors:
         tensor_back = np.minimum(layer["tensor_backward"], layer["tensor_input"])  # B, or I of a split backward
         self.layer_forward = layer["forward"] + layer["tensor_forward"]
         self.layer_all = self.layer_forward + layer["backward"] + layer["recompute"] + tensor_back
-        self.moe_forward = self.moe_all = np.zeros(n)
+        # what a backward passes on to the chunk before it no later than: I of a split backward (B less W)
+        self.layer_input = layer["backward"] - layer["weight"] + layer["recompute"] + tensor_back
+        self.moe_forward = self.moe_all = self.moe_input = np.zeros(n)
         if model.is_moe:
             times, full = moe_times(one, hardware, efficiency), one.recompute == 2
             self.moe_forward = times["forward"] + times["expert_forward"]
-            self.moe_all = self.moe_forward + times["backward"] + times["expert_backward"]
-            self.moe_all = self.moe_all + np.where(full, self.moe_forward, 0.0)
+            recompute = np.where(full, self.moe_forward, 0.0)
+            self.moe_all = self.moe_forward + times["backward"] + times["expert_backward"] + recompute
+            self.moe_input = times["backward"] - times["weight"] + times["expert_backward"] + recompute
         self.embedding_forward = ends["embedding_forward"] + ends["embedding_tensor_forward"]
-        self.embedding_all = self.embedding_forward + ends["embedding_backward"] + ends["embedding_tensor_backward"]
-        self.output_all = ends["output_forward"] + ends["output_backward"] + ends["output_tensor_forward"]
-        self.output_all = self.output_all + ends["output_tensor_backward"]
+        self.embedding_input = ends["embedding_backward"] + ends["embedding_tensor_backward"]
+        self.embedding_all = self.embedding_forward + self.embedding_input
+        self.output_forward = ends["output_forward"] + ends["output_tensor_forward"]
+        self.output_input = ends["output_backward"] + ends["output_tensor_backward"]
+        self.output_all = self.output_forward + self.output_input
 
     def floor(self, key: TableKey, members: np.ndarray) -> np.ndarray:
         """The floor of each row ``members`` of table ``key``, in seconds per sequence of its global batch."""
-        _, pp, v, m = key
-        chunks = chunk_layers(self.model.num_layers, pp, v, None)
-        moe = chunk_moe_layers(self.model, chunks)
-        c = self.config[members]
-        per_layer, per_moe = self.layer_all[c], self.moe_all[c]
-        ends = self.embedding_all[c] + self.output_all[c]
-        mean = m * (int(chunks.sum()) * per_layer + int(moe.sum()) * per_moe + ends) / pp
-        last = int(chunks[pp - 1 :: pp].sum()) * per_layer + int(moe[pp - 1 :: pp].sum()) * per_moe
-        last = last + self.output_all[c] + (self.embedding_all[c] if pp == 1 else 0.0)
-        fill = 0.0
-        if pp > 1:  # micro-batch 0 through the chunks before the last rank's first
-            fill = int(chunks[: pp - 1].sum()) * self.layer_forward[c] + int(moe[: pp - 1].sum()) * self.moe_forward[c]
-            fill = fill + self.embedding_forward[c]
-        return np.maximum(mean, fill + m * last) / self.rows["global_batch_size"][members]
+        kind, pp, v, m = key
+        chunks = chunk_layers(self.model.num_layers, pp, v, None).astype(np.float64)
+        moe = chunk_moe_layers(self.model, chunks.astype(np.int64)).astype(np.float64)
+        configs, inverse = np.unique(self.config[members], return_inverse=True)  # priced once per distinct config
+
+        def per_chunk(layer: np.ndarray, expert: np.ndarray, embedding: np.ndarray, output: np.ndarray) -> np.ndarray:
+            values = chunks * layer[configs, None] + moe * expert[configs, None]  # (configs, chunks)
+            values[:, 0] += embedding[configs]
+            values[:, -1] += output[configs]
+            return values
+
+        forward = per_chunk(self.layer_forward, self.moe_forward, self.embedding_forward, self.output_forward)
+        every = per_chunk(self.layer_all, self.moe_all, self.embedding_all, self.output_all)
+        # what each backward must finish before the chunk below can start its own: I of a split backward, else B
+        passed = every - forward
+        if SCHEDULE_KINDS[kind].split_backward:
+            passed = per_chunk(self.layer_input, self.moe_input, self.embedding_input, self.output_input)
+        n = len(configs)
+        mean = m * every.sum(axis=1) / pp
+        # rank 0 runs chunk 0's backwards one after the other, none before micro-batch 0's chain is back
+        chain = forward.sum(axis=1) + passed[:, 1:].sum(axis=1) + m * passed[:, 0]
+        # each rank starts no earlier than micro-batch 0's forward reaches its first chunk (chunk ``rank``), runs
+        # all its actions, and the last backward of its first chunk still has the way back to chunk 0 to go
+        fill = (np.cumsum(forward, axis=1) - forward)[:, :pp]
+        drain = (np.cumsum(passed, axis=1) - passed)[:, :pp]
+        work = m * every.reshape(n, v, pp).sum(axis=1)
+        before_w = m * (forward + passed).reshape(n, v, pp).sum(axis=1)
+        ranks = (fill + np.maximum(work, before_w + drain)).max(axis=1)
+        bound = np.maximum(np.maximum(mean, chain), ranks)[inverse.reshape(-1)]
+        return bound / self.rows["global_batch_size"][members]
