@@ -2,13 +2,15 @@
 
 Prints one row per run (source, layout, settings the source leaves out and the model chose, measured and
 predicted seconds, error), then the mean and worst absolute error of the calibration runs and of the held-out
-runs. ``--markdown`` prints the table of ``docs/validation.md``; ``--collectives`` the table of published
-collective bus bandwidths against the collective model (``docs/step_time.md``, issue 27); ``--calibrate`` fits
-the calibrated constants again on the calibration runs (a minute) and prints them. The performance figure: the
-time to validate every run, with a ratio against a baseline measured in the same run (one run, all its candidate
-settings, one by one).
+runs. ``--markdown`` prints the tables of ``docs/validation.md`` (the dense runs', then the mixture of experts');
+``--moe`` takes the mixture-of-experts runs alone (``PUBLISHED_MOE_RUNS``, all held out; with ``--markdown``, the
+tables of docs/validation.md's "Mixture of experts"); ``--collectives`` the table of published collective bus
+bandwidths against the collective model (``docs/step_time.md``, issue 27); ``--calibrate`` fits the calibrated
+constants again on the calibration runs (a minute) and prints them. The performance figure: the time to validate
+every run, with a ratio against a baseline measured in the same run (one run, all its candidate settings, one by
+one).
 
-Run: python benchmarks/bench_validation.py [--markdown] [--collectives] [--calibrate]
+Run: python benchmarks/bench_validation.py [--markdown] [--moe] [--collectives] [--calibrate]
 """
 
 from __future__ import annotations
@@ -16,12 +18,12 @@ from __future__ import annotations
 import argparse
 import time
 
-from fastdist_lab.cost import PUBLISHED_RUNS, calibrate, error_summary, predict, validate
+from fastdist_lab.cost import PUBLISHED_MOE_RUNS, PUBLISHED_RUNS, calibrate, error_summary, predict, validate
 from fastdist_lab.cost.published_collectives import collective_table
 
 
-def markdown(table) -> str:
-    """The runs and the error summary as the Markdown tables of docs/validation.md."""
+def _run_lines(table) -> list[str]:
+    """The runs of ``table`` as the rows of a Markdown table, its header first."""
     lines = [
         "| run | source | hardware | layout | settings chosen | measured s | predicted s | error | set |",
         "| --- | --- | --- | --- | --- | ---: | ---: | ---: | --- |",
@@ -32,16 +34,31 @@ def markdown(table) -> str:
             f"| {row.measured_seconds:.3f} | {row.predicted_seconds:.3f} | {row.error:+.1%} "
             f"| {'calibration' if row.calibration else 'held out'} |"
         )
+    return lines
+
+
+def _summary_lines(table, sets: tuple[str, ...]) -> list[str]:
+    """The ``sets`` rows of ``error_summary(table)`` as a Markdown table."""
     summary = error_summary(table)
-    lines += [
-        "",
+    lines = [
         "| set | runs | sources | mean absolute error | worst absolute error |",
         "| --- | ---: | ---: | ---: | ---: |",
     ]
-    for name, row in summary.iterrows():
+    for name in sets:
+        row = summary.loc[name]
         lines.append(f"| {name} | {int(row['runs'])} | {int(row['sources'])} | {row['mean_abs_error']:.1%} "
                      f"| {row['worst_abs_error']:.1%} |")  # fmt: skip
-    return "\n".join(lines)
+    return lines
+
+
+def markdown(table) -> str:
+    """The runs and the error summary as the Markdown tables of docs/validation.md."""
+    return "\n".join([*_run_lines(table), "", *_summary_lines(table, ("calibration", "held out", "all"))])
+
+
+def moe_markdown(table) -> str:
+    """The mixture-of-experts runs (all held out) and their error summary, as docs/validation.md shows them."""
+    return "\n".join([*_run_lines(table), "", *_summary_lines(table, ("held out",))])
 
 
 def collectives_markdown(table) -> str:
@@ -68,6 +85,7 @@ def main() -> None:
     parser.add_argument("--markdown", action="store_true", help="print the tables of docs/validation.md")
     parser.add_argument("--calibrate", action="store_true", help="fit the calibrated constants again")
     parser.add_argument("--collectives", action="store_true", help="print the collective table of docs/step_time.md")
+    parser.add_argument("--moe", action="store_true", help="the mixture-of-experts runs (held out) instead")
     args = parser.parse_args()
     if args.collectives:
         print(collectives_markdown(collective_table()))
@@ -75,11 +93,15 @@ def main() -> None:
     if args.calibrate:
         print(calibrate(progress=print))
         return
+    runs = PUBLISHED_MOE_RUNS if args.moe else PUBLISHED_RUNS
     start = time.perf_counter()
-    table = validate()
+    table = validate(runs)
     elapsed = time.perf_counter() - start
     if args.markdown:
-        print(markdown(table))
+        if args.moe:
+            print(moe_markdown(table))
+        else:
+            print(markdown(table) + "\n\n" + moe_markdown(validate(PUBLISHED_MOE_RUNS)))
         return
     import pandas as pd
 
@@ -87,6 +109,8 @@ def main() -> None:
         print(table[["run", "layout", "settings", "measured_seconds", "predicted_seconds", "error", "calibration"]])
         print()
         print(error_summary(table))
+    if args.moe:
+        return
     run = next(r for r in PUBLISHED_RUNS if r.choices)
     base = time.perf_counter()
     predict(run)

@@ -24,6 +24,7 @@ from .memory import MEMORY_COLUMNS, stage_memory
 from .model import PRESETS, VOCAB_PADDING, Transformer
 from .published import PUBLISHED_RUNS, PublishedRun, narayanan_flops
 from .published_collectives import COLLECTIVE_MEASUREMENTS, CollectiveMeasurement, collective_table
+from .published_moe import PUBLISHED_MOE_RUNS
 from .ranking import (
     EXPERT_COLUMNS,
     EXPERT_LEGEND,
@@ -71,6 +72,7 @@ __all__ = [
     "LIMITS",
     "MEMORY_COLUMNS",
     "PRESETS",
+    "PUBLISHED_MOE_RUNS",
     "PUBLISHED_RUNS",
     "RANKED_COLUMNS",
     "RANKED_LEGEND",

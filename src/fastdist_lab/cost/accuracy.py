@@ -3,7 +3,8 @@
 ``validate()`` predicts every ``PUBLISHED_RUNS`` entry and returns one row per run with the measured and
 predicted seconds and the error; ``error_summary`` gives the mean and worst absolute error of the calibration
 runs and of the others (held out); ``calibrate`` fits the constants ``Efficiency`` marks as calibrated on the
-calibration runs only (``benchmarks/bench_validation.py --calibrate``).
+calibration runs only (``benchmarks/bench_validation.py --calibrate``). ``validate(PUBLISHED_MOE_RUNS)`` does the
+same for the mixture-of-experts runs, all held out (``published_moe``).
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ def predict(run: PublishedRun, efficiency: Efficiency | None = None,
         tensor_parallel=run.tensor_parallel,
         pipeline_parallel=run.pipeline_parallel,
         sequence_data_parallel=run.sequence_data_parallel,
+        expert_parallel=run.expert_parallel,
+        expert_tensor_parallel=run.expert_tensor_parallel,
     )
     model = run.transformer()
     names = list(run.choices)
@@ -100,7 +103,9 @@ def validate(runs: Sequence[PublishedRun] = PUBLISHED_RUNS, efficiency: Efficien
         rows.append({
             "run": run.name, "hardware": run.hardware, "gpus": run.gpus,
             "layout": f"tp{run.tensor_parallel} pp{run.pipeline_parallel} dp{dp}"
-                      + (f" (sdp{run.sequence_data_parallel})" if run.sequence_data_parallel > 1 else ""),
+                      + (f" (sdp{run.sequence_data_parallel})" if run.sequence_data_parallel > 1 else "")
+                      + (f" ep{run.expert_parallel}" if run.expert_parallel > 1 else "")
+                      + (f" etp{run.expert_tensor_parallel}" if run.expert_tensor_parallel is not None else ""),
             "settings": ", ".join(f"{k}={v}" for k, v in found["settings"].items() if k != "num_microbatches"),
             "measured_seconds": run.seconds, "predicted_seconds": found["seconds"],
             "error": found["seconds"] / run.seconds - 1, "fits": found["fits"], "calibration": run.calibration,

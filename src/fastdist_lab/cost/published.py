@@ -28,7 +28,9 @@ def narayanan_flops(batch: int, seq: int, layers: int, hidden: int, vocab: int =
 class PublishedRun:
     """One measured run: ``model`` (``Transformer`` fields), ``hardware`` (a preset), the layout sizes, the
     ``training`` (``Training`` fields), the sequences per step, the measured ``seconds`` per step, its
-    ``source``. ``lighter_ends``: the first and the last stage hold one layer fewer (Llama 3's split)."""
+    ``source``. ``lighter_ends``: the first and the last stage hold one layer fewer (Llama 3's split).
+    ``expert_parallel`` and ``expert_tensor_parallel`` place a mixture of experts' experts (the ``Layout`` fields of
+    the same names; ``PUBLISHED_MOE_RUNS``)."""
 
     name: str
     source: str
@@ -45,6 +47,8 @@ class PublishedRun:
     choices: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     calibration: bool = False
     lighter_ends: bool = False
+    expert_parallel: int = 1
+    expert_tensor_parallel: int | None = None
 
     def transformer(self) -> Transformer:
         """The model as a ``Transformer``."""
@@ -185,4 +189,4 @@ def _runs() -> tuple[PublishedRun, ...]:
 
 
 PUBLISHED_RUNS: tuple[PublishedRun, ...] = _runs()
-"""The measured runs ``validate`` compares with (28 runs from 4 sources)."""
+"""The measured runs ``validate`` compares with (29 runs from 4 sources, dense models)."""
