@@ -40,11 +40,19 @@ every stage fits its memory)."""
 
 
 def layout_name(layout: Any) -> str:
-    """A short name of a layout's sizes and order, e.g. ``'tp2 pp4 dp8 data-first'`` (``sdp`` when > 1)."""
+    """A short name of a layout's sizes and order, e.g. ``'tp2 pp4 dp8 data-first'`` (``sdp`` when > 1; a layout
+    with experts adds its expert and expert-tensor sizes, ``'tp2 pp1 dp4 ep4 etp1 data-first'``).
+
+        >>> from fastdist_lab import Layout
+        >>> layout_name(Layout(world_size=8, tensor_parallel=2, expert_parallel=4, expert_tensor_parallel=1))
+        'tp2 pp1 dp4 ep4 etp1 data-first'
+    """
     s = layout.summary()
     name = f"tp{s['tensor_parallel']} pp{s['pipeline_parallel']} dp{s['data_parallel']}"
     if s["sequence_data_parallel"] > 1:
         name += f" (sdp{s['sequence_data_parallel']})"
+    if "expert_parallel" in s:  # only a layout with experts has them (Layout.summary)
+        name += f" ep{s['expert_parallel']} etp{s['expert_tensor_parallel']}"
     return f"{name} {s['order']}"
 
 
