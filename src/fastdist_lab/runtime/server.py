@@ -104,19 +104,31 @@ def _spawn(request: int, spec: WorkerSpec, channel: Channel, statuses: dict[int,
 
 
 def serve(channel: Channel, parent: int, statuses: dict[int, int]) -> None:
-    """Answer the controller's requests until it says ``Exit``, the channel closes or the guard is gone."""
+    """Answer the controller's requests until it says ``Exit``, the channel closes or the guard is gone.
+
+    The controller asks one thing at a time, so a ``Spawn`` with a later one already waiting behind it was given up
+    (an interrupt cut that call short and the next call asked again): only the last is served. Serving each in turn
+    would fork and end a generation of workers per interrupt, and the call that finally waits would wait for all of
+    them (a barrage of interrupts on a busy machine queued more than a minute of them, issue 30).
+    """
+    waiting: list[Any] = []
     while True:
         reap(statuses)
         if os.getppid() != parent:
             return
         try:
-            if not channel.poll(0.05):
-                continue
-            message = channel.receive(Spawn, KillWorkers, ExitStatuses, Exit)
+            if not waiting:
+                if not channel.poll(0.05):
+                    continue
+                waiting.append(channel.receive(Spawn, KillWorkers, ExitStatuses, Exit))
+            while channel.poll(0):  # what is already sent, so that a given-up Spawn is seen as such
+                waiting.append(channel.receive(Spawn, KillWorkers, ExitStatuses, Exit))
         except (EOFError, OSError):
             return
+        message = waiting.pop(0)
         if isinstance(message, Spawn):
-            _spawn(message.request, message.spec, channel, statuses)
+            if not any(isinstance(later, Spawn) for later in waiting):
+                _spawn(message.request, message.spec, channel, statuses)
         elif isinstance(message, KillWorkers):
             end_subtree(statuses)
             channel.send(WorkersKilled(message.request))
