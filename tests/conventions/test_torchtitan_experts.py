@@ -12,7 +12,7 @@ import re
 
 import pytest
 import torch
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from fastdist_lab import Layout
@@ -67,8 +67,8 @@ def rows(groups) -> set[tuple[int, ...]]:
 def accepted(draw):
     """A vintage and degrees with ep > 1 that torchtitan's ParallelDims accepts."""
     version = draw(st.sampled_from(VERSIONS))
-    pp, dpr, cp = draw(st.sampled_from([1, 2])), draw(st.sampled_from([1, 2])), draw(st.sampled_from([1, 2]))
-    dps, tp = draw(st.sampled_from([1, 2, 3, 4])), draw(st.sampled_from([1, 2, 4]))
+    pp, dpr, cp = draw(st.sampled_from([1, 2])), draw(st.sampled_from([1, 2])), draw(st.sampled_from([1, 2, 3]))
+    dps, tp = draw(st.sampled_from([1, 2, 3, 4])), draw(st.sampled_from([1, 2, 3, 4]))
     etp = None if version == "2026-08" else draw(st.sampled_from(sorted({1, tp})))
     kinds = dict(pp=pp, dp_replicate=dpr, dp_shard=dps, cp=cp, tp=tp, etp=etp, version=version)
     eps = []
@@ -84,6 +84,8 @@ def accepted(draw):
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
 @given(accepted())
+@example(dict(pp=1, dp_replicate=1, dp_shard=1, cp=2, tp=3, ep=2, etp=1, version="2026-01"))  # batch of size 1,
+@example(dict(pp=2, dp_replicate=1, dp_shard=1, cp=3, tp=2, ep=3, etp=None, version="2026-08"))  # ep across cp
 def test_expert_groups_are_torchtitans_expert_meshes_in_every_vintage(kinds):
     mesh = torchtitan(**kinds)
     layout, why = mesh.layout_equivalent()
@@ -92,8 +94,9 @@ def test_expert_groups_are_torchtitans_expert_meshes_in_every_vintage(kinds):
                             pipeline_parallel=kinds["pp"], sequence_data_parallel=kinds["cp"],
                             expert_parallel=kinds["ep"], expert_tensor_parallel=etp)  # fmt: skip
     assert "so are the expert groups" in why and mesh.expert_mismatch(layout) == ""
-    batch = "dp" if mesh.version == "2025-12" else "batch"
+    batch = "dp" if mesh.version == "2025-12" else ("dp_replicate", "dp_shard")
     assert equivalent(layout, mesh, {"tensor": "tp", "sequence_data": "cp", "batch_data": batch, "pipeline": "pp"})
+    assert rows(layout.groups("batch_data")) == rows(mesh.groups("dp" if mesh.version == "2025-12" else "batch"))
     theirs = torchtitan_expert_groups(mesh.version, mesh.degrees)
     for dim, groups in theirs.items():  # group by group, members in order
         assert rows(layout.groups(dim)) == groups, dim

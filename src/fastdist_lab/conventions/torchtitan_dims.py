@@ -332,7 +332,10 @@ class TorchtitanMesh(DeviceMesh):
         except ValueError as error:
             return None, f"no Layout: {error}"
         batch = "dp" if self.version == "2025-12" else "batch"
-        mapping = {"tensor": "tp", "sequence_data": "cp", "batch_data": batch, "pipeline": "pp"}
+        # batch is (dp_replicate, dp_shard) flattened, named by those axes: it has no axes of its own when it has
+        # size 1 and ep straddles unequal cp or tp groups (then it comes from its own mesh, which equivalent can't read)
+        data = "dp" if self.version == "2025-12" else ("dp_replicate", "dp_shard")
+        mapping = {"tensor": "tp", "sequence_data": "cp", "batch_data": data, "pipeline": "pp"}
         result = equivalent(layout, self, mapping)
         if not result:
             return None, f"no Layout: {result.reason}"
