@@ -98,7 +98,11 @@ def test_torchtitan_toml_configs():
     assert llama4.convention.degrees["etp"] == 8 and llama4.layout.pipeline_parallel == 4
     deepseek = load_config(CONFIGS / "torchtitan_deepseek_ep.toml", world_size=16, local_world_size=8)
     assert deepseek.convention.groups("ep").tolist() == [list(range(8)), list(range(8, 16))]
-    assert "expert meshes" in deepseek.description
+    assert "so are the expert groups, torchtitan's expert meshes" in deepseek.description
+    assert deepseek.layout.groups("expert").tolist() == deepseek.convention.groups("ep").tolist()
+    assert llama4.layout.expert_sizes["expert_tensor"] == 8 and llama4.layout.has_experts == (
+        llama4.convention.degrees["ep"] > 1
+    )
     with pytest.raises(ConventionError, match="pass the world size"):
         load_config(CONFIGS / "torchtitan_deepseek_ep.toml")
 

@@ -21,6 +21,12 @@ world, with torchtitan's messages. A ``TorchtitanMesh`` is one ``DeviceMesh`` ov
 vintage's meshes share (e.g. ``dp_shard`` cut into ``dp_shard_in_efsdp`` and ``dp_shard_in_ep``), each torchtitan
 mesh name an alias of its axes; when no such axes exist (ep straddling cp or tp groups of unequal sizes), the
 names that do not fit come from their own mesh (``views``) in ``groups`` and ``named_groups``.
+
+With ep > 1 the expert meshes are a data-first Layout's expert groups (``Layout(expert_parallel=ep,
+expert_tensor_parallel=etp)``, ETP 1 in 2026-08; ``docs/formulas.md``, "Experts"): every mesh is row-major with the
+expert-tensor dim (etp, or tp in 2025-12 with etp = tp) fastest inside a stage, then ep, then the expert-FSDP dim and
+dp_replicate, which is the Layout's rule (stage rank ``i``: ETP rank ``i % ETP``, EP rank ``(i // ETP) % EP``).
+``layout_equivalent`` returns that Layout after checking it group by group (``expert_meshes``, ``expert_mismatch``).
 """
 
 from __future__ import annotations
@@ -303,32 +309,89 @@ class TorchtitanMesh(DeviceMesh):
 
     def layout_equivalent(self, local_world_size: int | None = None) -> tuple[Any, str]:
         """``(layout, why)``: the data-first ``Layout`` (tensor = tp, sequence-data = cp, batch-data =
-        dp_replicate x dp_shard, pipeline = pp) with the same dense groups, or ``(None, reason)``."""
+        dp_replicate x dp_shard, pipeline = pp) with the same dense groups, or ``(None, reason)``.
+
+        With ep > 1 the Layout has experts too (``expert_parallel`` = ep, ``expert_tensor_parallel`` = etp, 1 where
+        the vintage has none) when its expert groups are torchtitan's expert meshes (``expert_meshes``); where one
+        differs, the dense Layout comes back and ``why`` names that mesh. With ep = 1 torchtitan shards the experts
+        as the dense layers (its ``models/*/parallelize.py`` use the expert meshes only when ``ep_enabled``)."""
         from ..layout import Layout
         from .equivalence import equivalent
 
         d = self.degrees
         local = local_world_size or self.local_world_size or d["world_size"]
+        dense = dict(
+            world_size=d["world_size"],
+            local_world_size=local,
+            tensor_parallel=d["tp"],
+            pipeline_parallel=d["pp"],
+            sequence_data_parallel=d["cp"],
+        )
         try:
-            layout = Layout(
-                world_size=d["world_size"],
-                local_world_size=local,
-                tensor_parallel=d["tp"],
-                pipeline_parallel=d["pp"],
-                sequence_data_parallel=d["cp"],
-            )
+            layout = Layout(**dense)
         except ValueError as error:
             return None, f"no Layout: {error}"
         batch = "dp" if self.version == "2025-12" else "batch"
-        mapping = {"tensor": "tp", "sequence_data": "cp", "batch_data": batch, "pipeline": "pp"}
+        # batch is (dp_replicate, dp_shard) flattened, named by those axes: it has no axes of its own when it has
+        # size 1 and ep straddles unequal cp or tp groups (then it comes from its own mesh, which equivalent can't read)
+        data = "dp" if self.version == "2025-12" else ("dp_replicate", "dp_shard")
+        mapping = {"tensor": "tp", "sequence_data": "cp", "batch_data": data, "pipeline": "pp"}
         result = equivalent(layout, self, mapping)
         if not result:
             return None, f"no Layout: {result.reason}"
         notes = [f"the dense groups are this Layout's (cp = sequence-data, {batch} = batch-data)"]
         if d["ep"] > 1:
-            expert = [n for n in self.mesh_names if n in ("ep", "efsdp", "etp", "dp_shard_mod_ep", "dp_shard_in_ep")]
-            notes.append(f"the expert meshes ({', '.join(expert)}) have no counterpart in a Layout")
+            etp = d.get("etp", 1)
+            try:
+                moe = Layout(**dense, expert_parallel=d["ep"], expert_tensor_parallel=etp)
+            except ValueError as error:
+                return layout, "; ".join([*notes, f"no Layout holds torchtitan's expert meshes: {error}"])
+            mismatch = self.expert_mismatch(moe)
+            if mismatch:
+                return layout, "; ".join([*notes, mismatch])
+            pairs = ", ".join(f"{dim} = {mesh}" for dim, (mesh, _) in self.expert_meshes().items())
+            notes.append(f"so are the expert groups, torchtitan's expert meshes (EP {d['ep']}, ETP {etp}: {pairs})")
+            layout = moe
         return layout, "; ".join(notes)
+
+    def expert_meshes(self) -> dict[str, tuple[str, np.ndarray]]:
+        """torchtitan's expert groups by the Layout's expert dim: ``{"expert": (mesh, groups), "expert_tensor":
+        ..., "expert_data": ...}`` (members in mesh order), or ``{}`` when ep = 1.
+
+        ``expert`` is the ``ep`` mesh; ``expert_tensor`` the ``etp`` mesh (2026-01), the ``tp`` mesh (2025-12 with
+        etp = tp) or single ranks (etp = 1, and 2026-08, which has no etp); ``expert_data`` the expert-FSDP mesh with
+        ``dp_replicate`` before it, as torchtitan's ``parallelize`` slices it: ``(dp_replicate, efsdp)``
+        (2026-01, 2026-08) or ``(dp_replicate, dp_shard_mod_ep)`` (2025-12, its ``dp_mod_ep`` mesh).
+        """
+        d = self.degrees
+        if d["ep"] == 1:
+            return {}
+        singles = np.arange(d["world_size"]).reshape(-1, 1)
+        if self.version == "2025-12":
+            shard, world = "dp_shard_mod_ep", self.views["world"]
+            tensor = ("tp", self.groups("tp")) if d["etp"] == d["tp"] else ("single-rank (etp = 1)", singles)
+        else:
+            shard, world = "efsdp", self.views["sparse"]
+            tensor = ("etp", self.groups("etp")) if "etp" in d else ("single-rank (no etp)", singles)
+        data = (f"(dp_replicate, {shard})", world.groups(("dp_replicate", shard)))
+        return {"expert": ("ep", self.groups("ep")), "expert_tensor": tensor, "expert_data": data}
+
+    def expert_mismatch(self, layout: Any) -> str:
+        """``""`` when ``layout``'s expert groups are torchtitan's expert meshes (``expert_meshes``; members in
+        order, groups in any order), else one line naming the first mesh that differs and how."""
+        for dim, (mesh, theirs) in self.expert_meshes().items():
+            ours = layout.groups(dim)
+            rows = {tuple(row) for row in ours.tolist()}
+            if {tuple(row) for row in theirs.tolist()} == rows:
+                continue
+            if theirs.shape != ours.shape:
+                how = f"its groups have {theirs.shape[1]} ranks, the Layout's {ours.shape[1]}"
+            else:
+                row = next(r for r in theirs.tolist() if tuple(r) not in rows)
+                other = ours[layout.group_index(dim)[row[0]]].tolist()
+                how = f"rank {row[0]}'s group is {row} in torchtitan, {other} in the Layout"
+            return f"torchtitan's {mesh} mesh is not the Layout's {dim} groups: {how}"
+        return ""
 
     def describe_degrees(self) -> str:
         """One line: the degrees in torchtitan's words."""
