@@ -30,6 +30,8 @@ SLOW_PATHS = (
     "tests/cost/test_schedules.py",  # every table against torch.distributed.pipelining's own schedule classes
     "tests/cost/test_search.py",  # whole searches, every row estimated again
     "tests/cost/test_search_cli.py",
+    "tests/cost/test_search_bounds.py",  # whole searches that simulate every set-up
+    "tests/exercises/test_cluster_checkers.py",  # the exercises' checks on running clusters
     "tests/cost/test_validation.py",  # the step time against every published run
     "tests/conventions/test_seeds_and_pictures.py",  # pictures
 )
