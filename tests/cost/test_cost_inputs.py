@@ -67,6 +67,7 @@ def test_bad_model_fields_are_named(kwargs, message):
         (dict(zero_stage=0, distributed_optimizer=True), "zero_stage=0 contradicts distributed_optimizer=True"),
         (dict(recompute="some"), "recompute='some'"),
         (dict(sequence_tensor_parallel=1), "sequence_tensor_parallel=1"),
+        (dict(engine="jax"), "engine='jax'"),
         (dict(bytes_per_weight=0), "bytes_per_weight=0"),
     ],
 )

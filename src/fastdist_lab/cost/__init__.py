@@ -18,6 +18,7 @@ from .comparison import COMPARE_COLUMNS, compare, compare_reports, heaviest_inte
 from .compute import COMPONENTS, chunk_parameters, layer_times, stage_components
 from .cost_report import TIME_COLUMNS, CostReport, estimate
 from .efficiency import DEFAULT_EFFICIENCY, Efficiency
+from .engines import DEFAULT_ENGINE, ENGINES
 from .hardware import HARDWARE_PRESETS, SUSTAINED, Hardware
 from .links import collective_seconds, message_seconds, nccl_choice
 from .memory import MEMORY_COLUMNS, stage_memory
@@ -66,6 +67,8 @@ __all__ = [
     "COMPARE_COLUMNS",
     "COMPONENTS",
     "DEFAULT_EFFICIENCY",
+    "DEFAULT_ENGINE",
+    "ENGINES",
     "EXPERT_COLUMNS",
     "EXPERT_LEGEND",
     "HARDWARE_PRESETS",

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..errors import CostError
 from ..validation import check_choice, check_flag, check_int
+from .engines import DEFAULT_ENGINE, ENGINES
 from .schedule_kinds import check_schedule
 
 RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
@@ -63,6 +64,8 @@ class Training:
       mean (1.0, the default: a perfectly balanced router, what an auxiliary load-balancing loss aims at; Lepikhin
       et al. 2021's capacity factor bounds it, e.g. 1.25). The slowest rank's expert GEMMs, permutation and
       all-to-all scale by it, and so do its stored expert activations.
+    - ``engine``: the training engine that runs the step (``engines.ENGINES``: ``"megatron"``, the default,
+      ``"deepspeed"`` or ``"fsdp2"``); a run is predicted for the engine it used.
 
     Bad values raise ``CostError`` naming the field.
     """
@@ -84,6 +87,7 @@ class Training:
     overlap_tensor_parallel: bool = False
     overlap_pipeline_parallel: bool = True
     expert_load_imbalance: float = 1.0
+    engine: str = DEFAULT_ENGINE
 
     def __post_init__(self) -> None:
         check_int("micro_batch_size", self.micro_batch_size, minimum=1, error=CostError)
@@ -92,6 +96,7 @@ class Training:
         check_flag("distributed_optimizer", self.distributed_optimizer, error=CostError)
         check_flag("sequence_tensor_parallel", self.sequence_tensor_parallel, error=CostError)
         check_choice("recompute", self.recompute, RECOMPUTE, error=CostError)
+        check_choice("engine", self.engine, ENGINES, error=CostError)
         for name in ("bytes_per_weight", "bytes_per_gradient", "bytes_per_optimizer_state"):
             check_int(name, getattr(self, name), minimum=1, error=CostError)
         for name in (
