@@ -5,12 +5,14 @@ predicted seconds, error), then the mean and worst absolute error of the calibra
 runs. ``--markdown`` prints the tables of ``docs/validation.md`` (the dense runs', then the mixture of experts');
 ``--moe`` takes the mixture-of-experts runs alone (``PUBLISHED_MOE_RUNS``, all held out; with ``--markdown``, the
 tables of docs/validation.md's "Mixture of experts"); ``--collectives`` the table of published collective bus
-bandwidths against the collective model (``docs/step_time.md``, issue 27); ``--calibrate`` fits the calibrated
+bandwidths against the collective model (``docs/step_time.md``, issue 27); ``--rankings`` the published comparisons
+of layouts as ranking rows (``validate_rankings``: measured-fastest, predicted-fastest, hit, regret; with
+``--markdown``, the table of docs/validation.md's "Rankings"); ``--calibrate`` fits the calibrated
 constants again on the calibration runs (a minute) and prints them. The performance figure: the time to validate
 every run, with a ratio against a baseline measured in the same run (one run, all its candidate settings, one by
 one).
 
-Run: python benchmarks/bench_validation.py [--markdown] [--moe] [--collectives] [--calibrate]
+Run: python benchmarks/bench_validation.py [--markdown] [--moe] [--rankings] [--collectives] [--calibrate]
 """
 
 from __future__ import annotations
@@ -18,7 +20,16 @@ from __future__ import annotations
 import argparse
 import time
 
-from fastdist_lab.cost import PUBLISHED_MOE_RUNS, PUBLISHED_RUNS, calibrate, error_summary, predict, validate
+from fastdist_lab.cost import (
+    PUBLISHED_MOE_RUNS,
+    PUBLISHED_RUNS,
+    calibrate,
+    error_breakdown,
+    error_summary,
+    predict,
+    validate,
+    validate_rankings,
+)
 from fastdist_lab.cost.published_collectives import collective_table
 
 
@@ -51,9 +62,45 @@ def _summary_lines(table, sets: tuple[str, ...]) -> list[str]:
     return lines
 
 
+SETS = ("calibration", "held out", "held out, issue 21 runs", "held out, issue 27 runs", "all")
+"""The rows of ``error_summary`` docs/validation.md shows."""
+
+
+def _breakdown_lines(table) -> list[str]:
+    """``error_breakdown(table)`` (held-out runs per engine, GPU family, parallelism kind) as a Markdown table."""
+    lines = [
+        "| by | group | runs | mean absolute error | worst absolute error | mean signed error |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for (by, group), row in error_breakdown(table).iterrows():
+        lines.append(f"| {by} | {group} | {int(row['runs'])} | {row['mean_abs_error']:.1%} "
+                     f"| {row['worst_abs_error']:.1%} | {row['mean_error']:+.1%} |")  # fmt: skip
+    return lines
+
+
 def markdown(table) -> str:
-    """The runs and the error summary as the Markdown tables of docs/validation.md."""
-    return "\n".join([*_run_lines(table), "", *_summary_lines(table, ("calibration", "held out", "all"))])
+    """The runs, the error summary per set and the errors per kind, as the Markdown tables of docs/validation.md."""
+    return "\n".join([*_run_lines(table), "", *_summary_lines(table, SETS), "", *_breakdown_lines(table)])
+
+
+def rankings_markdown(frame) -> str:
+    """``validate_rankings()``'s rows as the Markdown table of docs/validation.md's "Rankings", then the tally."""
+    lines = [
+        "| comparison | kind | layouts | measured s | predicted s | measured fastest | predicted fastest | hit "
+        "| regret |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | ---: |",
+    ]
+    for row in frame.itertuples(index=False):
+        measured = ", ".join(f"{s:.2f}" for s in row.measured_seconds)
+        predicted = ", ".join(f"{s:.2f}" for s in row.predicted_seconds)
+        lines.append(f"| {row.comparison} | {row.kind} | {row.layouts} | {measured} | {predicted} "
+                     f"| {row.measured_fastest} | {row.predicted_fastest} | {'yes' if row.hit else 'no'} "
+                     f"| {row.regret:.1%} |")  # fmt: skip
+    lines.append("")
+    for kind, part in [("all", frame), *frame.groupby("kind", sort=True)]:
+        hits, worst, mean = int(part["hit"].sum()), part["regret"].max(), part["regret"].mean()
+        lines.append(f"- {kind}: {hits} of {len(part)} hits, worst regret {worst:.1%}, mean regret {mean:.1%}")
+    return "\n".join(lines)
 
 
 def moe_markdown(table) -> str:
@@ -86,7 +133,20 @@ def main() -> None:
     parser.add_argument("--calibrate", action="store_true", help="fit the calibrated constants again")
     parser.add_argument("--collectives", action="store_true", help="print the collective table of docs/step_time.md")
     parser.add_argument("--moe", action="store_true", help="the mixture-of-experts runs (held out) instead")
+    parser.add_argument("--rankings", action="store_true", help="the published comparisons of layouts (rankings)")
     args = parser.parse_args()
+    if args.rankings:
+        frame = validate_rankings()
+        if args.markdown:
+            print(rankings_markdown(frame))
+            return
+        import pandas as pd
+
+        columns = ["comparison", "measured_fastest", "predicted_fastest", "hit", "regret"]
+        with pd.option_context("display.width", 250, "display.max_colwidth", 60, "display.max_columns", 10):
+            print(frame[columns])
+        print("\n" + rankings_markdown(frame).split("\n\n")[-1])
+        return
     if args.collectives:
         print(collectives_markdown(collective_table()))
         return
@@ -109,6 +169,9 @@ def main() -> None:
         print(table[["run", "layout", "settings", "measured_seconds", "predicted_seconds", "error", "calibration"]])
         print()
         print(error_summary(table))
+        if not args.moe:
+            print()
+            print(error_breakdown(table))
     if args.moe:
         return
     run = next(r for r in PUBLISHED_RUNS if r.choices)

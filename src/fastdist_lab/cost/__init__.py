@@ -12,7 +12,17 @@ from __future__ import annotations
 
 from ..formatting import format_bytes
 from ..lazy import lazy_attributes
-from .accuracy import CALIBRATED, VALIDATION_COLUMNS, calibrate, error_summary, predict, validate
+from .accuracy import (
+    BREAKDOWN_BY,
+    CALIBRATED,
+    VALIDATION_COLUMNS,
+    calibrate,
+    error_breakdown,
+    error_summary,
+    parallelism_kind,
+    predict,
+    validate,
+)
 from .communication import COLLECTIVES, COMMUNICATION_COLUMNS, CollectiveRow, bus_factor, nodes_spanned
 from .comparison import COMPARE_COLUMNS, compare, compare_reports, heaviest_inter_node_dim, layout_name
 from .compute import COMPONENTS, chunk_parameters, layer_times, stage_components
@@ -25,6 +35,13 @@ from .memory import MEMORY_COLUMNS, stage_memory
 from .model import PRESETS, VOCAB_PADDING, Transformer
 from .published import PUBLISHED_RUNS, PublishedRun, narayanan_flops
 from .published_collectives import COLLECTIVE_MEASUREMENTS, CollectiveMeasurement, collective_table
+from .published_comparisons import (
+    PUBLISHED_COMPARISONS,
+    RANKING_COLUMNS,
+    PublishedComparison,
+    validate_rankings,
+)
+from .published_held_out import HELD_OUT_RUNS
 from .published_moe import PUBLISHED_MOE_RUNS
 from .ranking import (
     EXPERT_COLUMNS,
@@ -59,6 +76,7 @@ from .training import RECOMPUTE, Training
 __all__ = [
     "ACTION_KINDS",
     "BREAKDOWN",
+    "BREAKDOWN_BY",
     "BREAKDOWN_COLUMNS",
     "CALIBRATED",
     "COLLECTIVES",
@@ -72,14 +90,17 @@ __all__ = [
     "EXPERT_COLUMNS",
     "EXPERT_LEGEND",
     "HARDWARE_PRESETS",
+    "HELD_OUT_RUNS",
     "LIMITS",
     "MEMORY_COLUMNS",
     "PRESETS",
+    "PUBLISHED_COMPARISONS",
     "PUBLISHED_MOE_RUNS",
     "PUBLISHED_RUNS",
     "RANKED_COLUMNS",
     "RANKED_LEGEND",
     "RANKED_ROWS",
+    "RANKING_COLUMNS",
     "RECOMPUTE",
     "SCHEDULES",
     "SCHEDULE_KINDS",
@@ -97,6 +118,7 @@ __all__ = [
     "Hardware",
     "LayoutSearch",
     "PipelineSchedule",
+    "PublishedComparison",
     "PublishedRun",
     "ScheduleKind",
     "Setups",
@@ -116,6 +138,7 @@ __all__ = [
     "compare",
     "compare_reports",
     "divisors",
+    "error_breakdown",
     "error_summary",
     "estimate",
     "format_bytes",
@@ -129,6 +152,7 @@ __all__ = [
     "narayanan_flops",
     "nccl_choice",
     "nodes_spanned",
+    "parallelism_kind",
     "placement",
     "predict",
     "rank_tails",
@@ -146,6 +170,7 @@ __all__ = [
     "step_columns",
     "table_graph",
     "validate",
+    "validate_rankings",
 ]
 
 __getattr__, __dir__ = lazy_attributes(__name__, {}, __all__)

@@ -20,6 +20,7 @@ from .cost_report import estimate
 from .efficiency import DEFAULT_EFFICIENCY, Efficiency
 from .hardware import SUSTAINED, Hardware
 from .published import PUBLISHED_RUNS, PublishedRun
+from .published_held_out import HELD_OUT_RUNS
 from .training import Training
 
 if TYPE_CHECKING:
@@ -31,13 +32,13 @@ the ``Efficiency`` fields marked calibrated."""
 
 VALIDATION_COLUMNS: tuple[str, ...] = (
     "run", "hardware", "gpus", "layout", "settings", "measured_seconds", "predicted_seconds", "error", "fits",
-    "calibration", "source", "measured_from",
+    "calibration", "source", "measured_from", "engine", "family", "kind",
 )  # fmt: skip
 """Columns of ``validate``."""
 
 
 def _training(run: PublishedRun, combo: dict[str, Any]) -> Training:
-    fields = {**run.training, **combo}
+    fields = {**run.training, **combo, "engine": run.engine}
     v = fields.get("virtual_pipeline_stages", 1)
     fields.setdefault("schedule", "interleaved-1f1b" if v > 1 else "1f1b")
     if run.lighter_ends:
@@ -90,6 +91,23 @@ def predict(run: PublishedRun, efficiency: Efficiency | None = None,
     return best
 
 
+def parallelism_kind(run: PublishedRun) -> str:
+    """The kind of parallelism of ``run``: ``"zero3/fsdp"`` (weights sharded over the data-parallel ranks) with
+    ``+tp`` / ``+pp`` when tensor or pipeline parallel are used too, else the dimensions over 1 joined by ``+``
+    (``"tp+pp+dp"``, ``"tp+dp"``, ``"tp+pp"``, ...), one alone as ``"dp-only"`` (``"tp-only"``, ...), or ``"single"``.
+
+    >>> from fastdist_lab.cost import PUBLISHED_RUNS
+    >>> sorted({parallelism_kind(run) for run in PUBLISHED_RUNS})
+    ['dp-only', 'tp+dp', 'tp+pp', 'tp+pp+dp', 'tp-only', 'zero3/fsdp', 'zero3/fsdp+tp']
+    """
+    dp = run.gpus // (run.tensor_parallel * run.pipeline_parallel)
+    model = [name for name, size in (("tp", run.tensor_parallel), ("pp", run.pipeline_parallel)) if size > 1]
+    if run.training.get("zero_stage") == 3 and dp > 1:
+        return "+".join(["zero3/fsdp", *model])
+    parts = model + (["dp"] if dp > 1 else [])
+    return f"{parts[0]}-only" if len(parts) == 1 else "+".join(parts) or "single"
+
+
 def validate(runs: Sequence[PublishedRun] = PUBLISHED_RUNS, efficiency: Efficiency | None = None,
              sustained: dict[str, float] | None = None) -> pd.DataFrame:  # fmt: skip
     """One row per run (``VALIDATION_COLUMNS``): measured and predicted seconds, ``error`` = predicted /
@@ -109,16 +127,23 @@ def validate(runs: Sequence[PublishedRun] = PUBLISHED_RUNS, efficiency: Efficien
             "settings": ", ".join(f"{k}={v}" for k, v in found["settings"].items() if k != "num_microbatches"),
             "measured_seconds": run.seconds, "predicted_seconds": found["seconds"],
             "error": found["seconds"] / run.seconds - 1, "fits": found["fits"], "calibration": run.calibration,
-            "source": run.source, "measured_from": run.measured_from,
+            "source": run.source, "measured_from": run.measured_from, "engine": run.engine,
+            "family": Hardware.preset(run.hardware).family, "kind": parallelism_kind(run),
         })  # fmt: skip
     return pd.DataFrame(rows, columns=list(VALIDATION_COLUMNS))
 
 
 def error_summary(frame: pd.DataFrame) -> pd.DataFrame:
-    """Runs, sources, mean and worst absolute error of the calibration runs, the held-out runs and all."""
+    """Runs, sources, mean and worst absolute error of the calibration runs, the held-out runs and all; then the
+    held-out runs split into the 19 of issue 21 and those added for issue 27 (``HELD_OUT_RUNS``)."""
     import pandas as pd
 
-    parts = {"calibration": frame[frame["calibration"]], "held out": frame[~frame["calibration"]], "all": frame}
+    added = frame["run"].isin({run.name for run in HELD_OUT_RUNS})
+    held_out = ~frame["calibration"]
+    parts = {
+        "calibration": frame[frame["calibration"]], "held out": frame[held_out], "all": frame,
+        "held out, issue 21 runs": frame[held_out & ~added], "held out, issue 27 runs": frame[held_out & added],
+    }  # fmt: skip
     rows = {
         name: {
             "runs": len(part),
@@ -129,6 +154,30 @@ def error_summary(frame: pd.DataFrame) -> pd.DataFrame:
         for name, part in parts.items()
     }
     return pd.DataFrame.from_dict(rows, orient="index")
+
+
+BREAKDOWN_BY: tuple[str, ...] = ("set", "engine", "family", "kind")
+"""The groupings of ``error_breakdown``: calibration or held out, training engine, GPU family, parallelism kind."""
+
+
+def error_breakdown(frame: pd.DataFrame, by: Sequence[str] = BREAKDOWN_BY, held_out_only: bool = True) -> pd.DataFrame:
+    """Errors per group of ``validate``'s rows: for each grouping in ``by`` (``BREAKDOWN_BY``) and each of its
+    values, the runs, the mean and worst absolute error and the mean signed error (under 0: predicted too fast).
+    ``held_out_only`` leaves the calibration runs out of every grouping but ``"set"``. Rows are indexed by
+    ``(by, group)``."""
+    import pandas as pd
+
+    sets = frame.assign(set=frame["calibration"].map({True: "calibration", False: "held out"}))
+    rows = []
+    for grouping in by:
+        part = sets if grouping == "set" or not held_out_only else sets[~sets["calibration"]]
+        for group, runs in part.groupby(grouping, sort=True):
+            errors = runs["error"]
+            rows.append({
+                "by": grouping, "group": group, "runs": len(runs), "mean_abs_error": float(errors.abs().mean()),
+                "worst_abs_error": float(errors.abs().max()), "mean_error": float(errors.mean()),
+            })  # fmt: skip
+    return pd.DataFrame(rows).set_index(["by", "group"])
 
 
 def calibrate(

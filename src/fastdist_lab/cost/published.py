@@ -11,53 +11,12 @@ some runs, spanning its sizes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
 from .model import Transformer
+from .published_held_out import HELD_OUT_RUNS
+from .published_run import PublishedRun, equal_chunks, gpt_model, narayanan_flops
 from .step import model_flops
 
-
-def narayanan_flops(batch: int, seq: int, layers: int, hidden: int, vocab: int = 51200) -> float:
-    """FLOPs of one step with full activation recompute as Narayanan et al. 2021 count them (Section 5.1,
-    equation 3): ``96 B s l h^2 (1 + s / 6h + V / 16 l h)``."""
-    return 96.0 * batch * seq * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))
-
-
-@dataclass(frozen=True)
-class PublishedRun:
-    """One measured run: ``model`` (``Transformer`` fields), ``hardware`` (a preset), the layout sizes, the
-    ``training`` (``Training`` fields), the sequences per step, the measured ``seconds`` per step, its
-    ``source``. ``lighter_ends``: the first and the last stage hold one layer fewer (Llama 3's split).
-    ``expert_parallel`` and ``expert_tensor_parallel`` place a mixture of experts' experts (the ``Layout`` fields of
-    the same names; ``PUBLISHED_MOE_RUNS``)."""
-
-    name: str
-    source: str
-    model: dict[str, Any]
-    hardware: str
-    gpus: int
-    tensor_parallel: int
-    pipeline_parallel: int
-    training: dict[str, Any]
-    global_batch_size: int
-    seconds: float
-    measured_from: str
-    sequence_data_parallel: int = 1
-    choices: dict[str, tuple[Any, ...]] = field(default_factory=dict)
-    calibration: bool = False
-    lighter_ends: bool = False
-    expert_parallel: int = 1
-    expert_tensor_parallel: int | None = None
-
-    def transformer(self) -> Transformer:
-        """The model as a ``Transformer``."""
-        return Transformer(**self.model)
-
-
-def _gpt(hidden: int, layers: int, heads: int, vocab: int = 51200, seq: int = 2048) -> dict[str, Any]:
-    """A GPT-3-style model (Brown et al. 2020): LayerNorm, GeLU MLP of 4 h, tied embeddings."""
-    return dict(hidden_size=hidden, num_layers=layers, num_attention_heads=heads, vocab_size=vocab, seq_length=seq)
+__all__ = ["PUBLISHED_RUNS", "PublishedRun", "narayanan_flops"]
 
 
 # Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models": Table 3 (model and
@@ -67,10 +26,10 @@ def _gpt(hidden: int, layers: int, heads: int, vocab: int = 51200, seq: int = 20
 # stages (3 for 175B and 530B) as Calculon's validation inputs read them (Isaev et al. 2023,
 # validation/seqsel/tab5).
 _KORTHIKANTI = (
-    ("22B", _gpt(6144, 48, 64), 1, 4, 4, 1, 1.42, 1.10),
-    ("175B", _gpt(12288, 96, 96), 8, 1, 64, 3, 18.13, 13.75),
-    ("530B", _gpt(20480, 105, 128), 35, 1, 280, 3, 49.05, 37.83),
-    ("1T", _gpt(25600, 128, 160), 64, 1, 512, 1, 94.42, 71.49),
+    ("22B", gpt_model(6144, 48, 64), 1, 4, 4, 1, 1.42, 1.10),
+    ("175B", gpt_model(12288, 96, 96), 8, 1, 64, 3, 18.13, 13.75),
+    ("530B", gpt_model(20480, 105, 128), 35, 1, 280, 3, 49.05, 37.83),
+    ("1T", gpt_model(25600, 128, 160), 64, 1, 512, 1, 94.42, 71.49),
 )
 
 # Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM",
@@ -124,12 +83,6 @@ _LLAMA3_405B = dict(
 )  # fmt: skip
 
 
-def _equal_chunks(layers: int, pipeline: int) -> tuple[int, ...]:
-    """Virtual stages that split ``layers`` into equal chunks over ``pipeline`` stages (Megatron-LM's rule for
-    the interleaved schedule)."""
-    return (1,) if pipeline == 1 else tuple(v for v in range(1, layers // pipeline + 1) if layers % (pipeline * v) == 0)
-
-
 def _runs() -> tuple[PublishedRun, ...]:
     runs: list[PublishedRun] = []
     for name, model, pp, mbs, batch, v, full, selective in _KORTHIKANTI:
@@ -151,7 +104,7 @@ def _runs() -> tuple[PublishedRun, ...]:
         dp = gpus // (tp * pp)
         runs.append(PublishedRun(
             name=f"GPT {name}", source=f"Narayanan et al. 2021, Table 1, {name} row (settings: run_table_1.sh)",
-            model=_gpt(hidden, layers, heads), hardware="a100-sxm-80gb", gpus=gpus, tensor_parallel=tp,
+            model=gpt_model(hidden, layers, heads), hardware="a100-sxm-80gb", gpus=gpus, tensor_parallel=tp,
             pipeline_parallel=pp,
             training=dict(micro_batch_size=mbs, num_microbatches=batch // (dp * mbs), recompute="full",
                           flash_attention=False, overlap_data_parallel=torch_ddp, bytes_per_gradient=2,
@@ -162,7 +115,7 @@ def _runs() -> tuple[PublishedRun, ...]:
             calibration=name in _NARAYANAN_CALIBRATION,
         ))  # fmt: skip
     for name, heads, hidden, layers, tp, pp, gpus, batch, tflops in _MEGATRON_CORE:
-        model = _gpt(hidden, layers, heads, vocab=131072, seq=4096)
+        model = gpt_model(hidden, layers, heads, vocab=131072, seq=4096)
         flops = float(model_flops(Transformer(**model), batch, tp))
         runs.append(PublishedRun(
             name=f"GPT {name} (H100)", source=f"Megatron-LM README, Megatron-Core r0.8.0 weak scaling, {name} row",
@@ -171,7 +124,7 @@ def _runs() -> tuple[PublishedRun, ...]:
             global_batch_size=batch, seconds=flops / (tflops * 1e12 * gpus),
             measured_from=f"{tflops} TFLOP/s per GPU, Megatron-LM's num_floating_point_operations (r0.8.0)",
             choices=dict(micro_batch_size=(1, 2, 4), recompute=("none", "full"),
-                         virtual_pipeline_stages=_equal_chunks(layers, pp)),
+                         virtual_pipeline_stages=equal_chunks(layers, pp)),
             calibration=name in _MEGATRON_CORE_CALIBRATION,
         ))  # fmt: skip
     for gpus, dp, per_rank, tflops in _LLAMA3:
@@ -188,5 +141,6 @@ def _runs() -> tuple[PublishedRun, ...]:
     return tuple(runs)
 
 
-PUBLISHED_RUNS: tuple[PublishedRun, ...] = _runs()
-"""The measured runs ``validate`` compares with (29 runs from 4 sources, dense models)."""
+PUBLISHED_RUNS: tuple[PublishedRun, ...] = _runs() + HELD_OUT_RUNS
+"""The measured runs ``validate`` compares with (dense models): the 29 runs of issue 21 from 4 sources, 10 of them
+the calibration runs, then ``HELD_OUT_RUNS`` (issue 27, all held out)."""

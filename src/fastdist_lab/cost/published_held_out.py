@@ -1,0 +1,177 @@
+"""Measured dense runs added for issue 27 (item 4), every one held out: none is a calibration run, and the calibration
+set (``published``'s, 10 runs) was fixed before these were looked at (``docs/validation.md``, "Held-out runs of
+issue 27").
+
+They add what the first 29 runs lack: ZeRO-3 / FSDP runs (up to 2,240 GPUs), H100 FSDP runs, and runs of other
+engines (``engine``: DeepSpeed for ZeRO-3 and MT-NLG, ``fsdp2`` for torchtitan and for llm-foundry, whose FSDP is
+torch's first ``FullyShardedDataParallel``, the closest the engines have). Every number is the source's; a source
+that reports TFLOP/s is turned into seconds with its own FLOP count, one that reports tokens per second with the
+step's tokens. Settings a source does not give are in ``choices`` (the fastest the model predicts is taken).
+
+Sources (each row's ``source`` names its table and row):
+
+- Narayanan et al. 2021, Table 2: PTD-P (tensor 8 x pipeline 12 or 35) against ZeRO-3 without model parallelism
+  (DeepSpeed), 174.6B and 529.6B GPT, 384 to 2,240 A100 80GB, equation 3's FLOPs (recompute counted). The settings
+  Table 2 leaves out are those of Table 1's script (``examples/sc21``): fp16, local DDP, full recompute.
+- Smith et al. 2022 (MT-NLG 530B), Section 2.4: 60.1, 50.2 and 44.4 s per iteration at batch 1920 on 280, 350 and
+  420 DGX A100 (80GB) nodes, tensor 8 x pipeline 35 (DeepSpeed's pipeline engine and ZeRO-1, Megatron's tensor
+  parallel); the paper's 126 / 121 / 113 TFLOP/s per GPU are equation 3's FLOPs over these times (126 and 113 to the
+  rounding, 121 is 120.4). Quoted with the section by cli99/llm-analysis, ``examples/megatron-turing-nlg/README.md``
+  at eb2d5c035c.
+- torchtitan (Liang et al. 2024, arXiv 2410.06511), pytorch/torchtitan ``docs/performance.md`` at d4c86e3758 (Tables
+  1 and 3, eager FSDP rows, bf16), ``benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md`` at 2887250bbd (vanilla TP,
+  bf16 rows; taken per GPU, as Table 4's 829 TPS/GPU for the float8 set-up of the same run shows) and, on A100,
+  ``docs/performance.md`` at 157a12c562 (Llama 3 on 64 A100 80GB, FSDP2). H100 rows ran on Grand Teton: H100 96GB
+  HBM2e at 500 W, not the 700 W SXM of the ``h100-sxm-80gb`` preset (the only H100 preset); expect them predicted
+  fast. The float8 rows are left out (the model has no FP8 setting); the torch.compile of the asyncTP rows is not
+  modelled.
+- MosaicML llm-foundry, ``scripts/train/benchmarking/README.md`` at 061f2c7ce6 (MPT on H100 80GB and A100 80GB,
+  FSDP ``FULL_SHARD``); seconds = GlobalBatchSize (T) / Throughput (T/s); model sizes from
+  ``scripts/train/yamls/pretrain/mpt-*.yaml`` (vocabulary 50,368, GeLU MLP of 4 h, LayerNorm, tied embeddings).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .published_run import PublishedRun, equal_chunks, gpt_model, narayanan_flops
+
+_GPT_175B = gpt_model(12288, 96, 96)
+_GPT_530B = gpt_model(20480, 105, 128)
+
+# Narayanan et al. 2021, Table 2: (model, name, layers, hidden, batch, GPUs, micro-batch, TFLOP/s per GPU).
+_ZERO3 = (
+    (_GPT_175B, "174.6B", 96, 12288, 1536, 384, 4, 144),
+    (_GPT_175B, "174.6B", 96, 12288, 1536, 768, 2, 88),
+    (_GPT_175B, "174.6B", 96, 12288, 1536, 1536, 1, 44),
+    (_GPT_530B, "529.6B", 105, 20480, 2560, 640, 4, 138),
+    (_GPT_530B, "529.6B", 105, 20480, 2240, 1120, 2, 98),
+    (_GPT_530B, "529.6B", 105, 20480, 2240, 2240, 1, 48),
+)
+# PTD-P rows: model-parallel size 96 (tensor 8 x pipeline 12) and 280 (8 x 35), micro-batch 1.
+_PTDP = (
+    (_GPT_175B, "174.6B", 96, 12288, 12, 1536, 384, 153),
+    (_GPT_175B, "174.6B", 96, 12288, 12, 1536, 768, 149),
+    (_GPT_175B, "174.6B", 96, 12288, 12, 1536, 1536, 141),
+    (_GPT_530B, "529.6B", 105, 20480, 35, 2240, 560, 171),
+    (_GPT_530B, "529.6B", 105, 20480, 35, 2240, 1120, 167),
+    (_GPT_530B, "529.6B", 105, 20480, 35, 2240, 2240, 159),
+)
+
+# Smith et al. 2022, Section 2.4: (DGX A100 nodes, seconds per iteration), batch 1920, sequence 2048.
+_MTNLG = ((280, 60.1), (350, 50.2), (420, 44.4))
+
+_LLAMA31_8B = dict(
+    hidden_size=4096, num_layers=32, num_attention_heads=32, num_query_groups=8, ffn_hidden_size=14336,
+    vocab_size=128256, seq_length=8192, swiglu=True, tied_embeddings=False, normalization="RMSNorm",
+)  # fmt: skip
+"""Llama 3 / 3.1 8B as torchtitan builds it (``models/llama``: dim 4096, 32 layers, 32 heads, 8 key/value heads,
+ffn 14336 from multiplier 1.3 and multiple_of 1024, vocabulary 128,256), sequence 8192 (its train configs)."""
+_LLAMA31_70B = {**_LLAMA31_8B, "hidden_size": 8192, "num_layers": 80, "num_attention_heads": 64,
+                "ffn_hidden_size": 28672}  # fmt: skip
+
+# torchtitan: (name, model, hardware, GPUs, tensor, local batch, recompute, tokens/s per GPU, where).
+_TORCHTITAN = (
+    ("Llama 3.1 8B FSDP on 8 H100", _LLAMA31_8B, "h100-sxm-80gb", 8, 1, 2, "selective", 5762,
+     "docs/performance.md (d4c86e3758), Table 1, FSDP row"),
+    ("Llama 3.1 8B FSDP on 128 H100", _LLAMA31_8B, "h100-sxm-80gb", 128, 1, 2, "selective", 5605,
+     "docs/performance.md (d4c86e3758), Table 3, FSDP row"),
+    ("Llama 3.1 8B FSDP 8 x TP 8 on 64 H100", _LLAMA31_8B, "h100-sxm-80gb", 64, 8, 12, "selective", 4378,
+     "benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md (2887250bbd), 8B, bfloat16 row, vanilla TP"),
+    ("Llama 3.1 70B FSDP 32 x TP 8 on 256 H100", _LLAMA31_70B, "h100-sxm-80gb", 256, 8, 16, "full", 597.3,
+     "benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md (2887250bbd), 70B, bfloat16 row, vanilla TP"),
+    ("Llama 3 8B FSDP on 64 A100", _LLAMA31_8B, "a100-sxm-80gb", 64, 1, 1, "selective", 2973,
+     "docs/performance.md (157a12c562), Llama 3 8B, selective op row"),
+    ("Llama 3 70B FSDP on 64 A100", _LLAMA31_70B, "a100-sxm-80gb", 64, 1, 1, "full", 331,
+     "docs/performance.md (157a12c562), Llama 3 70B, full row"),
+)  # fmt: skip
+
+# llm-foundry benchmarking README: (name, hidden, heads, layers, hardware, GPUs, micro-batch, grad accum, global
+# batch, activation checkpointing, bytes per gradient (PURE bf16: 2, DEFAULT: fp32 reduce, 4), tokens per step,
+# tokens/s, table).
+_LLM_FOUNDRY = (
+    ("70b", 8192, 64, 80, "h100-sxm-80gb", 64, 8, 4, 2048, True, 4, 4194304, 66523, "H100 80GB BF16"),
+    ("70b", 8192, 64, 80, "h100-sxm-80gb", 32, 2, 16, 1024, True, 4, 2097152, 28242, "H100 80GB BF16"),
+    ("30b", 7168, 56, 48, "h100-sxm-80gb", 32, 14, 3, 1344, True, 4, 2752512, 73860, "H100 80GB BF16"),
+    ("13b", 5120, 40, 40, "h100-sxm-80gb", 64, 2, 1, 128, False, 4, 262144, 307209, "H100 80GB BF16"),
+    ("7b", 4096, 32, 32, "h100-sxm-80gb", 8, 6, 1, 48, False, 4, 98304, 85144, "H100 80GB BF16"),
+    ("70b", 8192, 64, 80, "a100-sxm-80gb", 64, 8, 4, 2048, True, 2, 4194304, 26274, "A100 80GB"),
+)
+
+
+def _narayanan_table_2() -> list[PublishedRun]:
+    runs = []
+    common: dict[str, Any] = dict(flash_attention=False, recompute="full", bytes_per_gradient=2)
+    for model, name, layers, hidden, batch, gpus, mbs, tflops in _ZERO3:
+        runs.append(PublishedRun(
+            name=f"GPT {name} ZeRO-3 on {gpus:,}", engine="deepspeed",
+            source=f"Narayanan et al. 2021, Table 2, ZeRO-3 without model parallelism, {name}, {gpus} GPUs row",
+            model=model, hardware="a100-sxm-80gb", gpus=gpus, tensor_parallel=1, pipeline_parallel=1,
+            training=dict(common, zero_stage=3, micro_batch_size=mbs, num_microbatches=batch // (gpus * mbs)),
+            global_batch_size=batch, seconds=narayanan_flops(batch, 2048, layers, hidden) / (tflops * 1e12 * gpus),
+            measured_from=f"{tflops} TFLOP/s per GPU, FLOPs of equation 3 (with recompute)",
+        ))  # fmt: skip
+    for model, name, layers, hidden, pp, batch, gpus, tflops in _PTDP:
+        dp = gpus // (8 * pp)
+        runs.append(PublishedRun(
+            name=f"GPT {name} PTD-P on {gpus:,}",
+            source=f"Narayanan et al. 2021, Table 2, PTD parallelism, {name}, {gpus} GPUs row",
+            model=model, hardware="a100-sxm-80gb", gpus=gpus, tensor_parallel=8, pipeline_parallel=pp,
+            training=dict(common, micro_batch_size=1, num_microbatches=batch // dp, overlap_data_parallel=False,
+                          overlap_pipeline_parallel=False),
+            global_batch_size=batch, seconds=narayanan_flops(batch, 2048, layers, hidden) / (tflops * 1e12 * gpus),
+            measured_from=f"{tflops} TFLOP/s per GPU, FLOPs of equation 3 (with recompute)",
+            choices=dict(virtual_pipeline_stages=equal_chunks(layers, pp)),
+        ))  # fmt: skip
+    return runs
+
+
+def _mt_nlg() -> list[PublishedRun]:
+    runs = []
+    for nodes, seconds in _MTNLG:
+        runs.append(PublishedRun(
+            name=f"MT-NLG 530B on {nodes * 8:,}", engine="deepspeed",
+            source=f"Smith et al. 2022, Section 2.4, {nodes} DGX A100 nodes, batch 1920",
+            model=_GPT_530B, hardware="a100-sxm-80gb", gpus=nodes * 8, tensor_parallel=8, pipeline_parallel=35,
+            training=dict(zero_stage=1, recompute="full", flash_attention=False, bytes_per_gradient=2,
+                          overlap_data_parallel=False, overlap_pipeline_parallel=False),
+            global_batch_size=1920, seconds=seconds, measured_from=f"{seconds} s per iteration (measured)",
+            choices=dict(micro_batch_size=(1, 2, 4)),
+        ))  # fmt: skip
+    return runs
+
+
+def _torchtitan() -> list[PublishedRun]:
+    runs = []
+    for name, model, hardware, gpus, tp, local, recompute, tps, where in _TORCHTITAN:
+        batch = gpus // tp * local
+        runs.append(PublishedRun(
+            name=name, engine="fsdp2", source=f"torchtitan (Liang et al. 2024), {where}", model=model,
+            hardware=hardware, gpus=gpus, tensor_parallel=tp, pipeline_parallel=1,
+            training=dict(zero_stage=3, micro_batch_size=local, num_microbatches=1, recompute=recompute,
+                          sequence_tensor_parallel=tp > 1),
+            global_batch_size=batch, seconds=batch * model["seq_length"] / (tps * gpus),
+            measured_from=f"{tps:,} tokens/s per GPU, {batch} x {model['seq_length']} tokens per step",
+        ))  # fmt: skip
+    return runs
+
+
+def _llm_foundry() -> list[PublishedRun]:
+    runs = []
+    for size, hidden, heads, layers, hardware, gpus, mbs, accum, batch, ac, grad, tokens, tps, table in _LLM_FOUNDRY:
+        runs.append(PublishedRun(
+            name=f"MPT-{size} FSDP on {gpus} {hardware.split('-')[0].upper()}", engine="fsdp2",
+            source=f"llm-foundry benchmarking README (061f2c7ce6), {table}, {size} seq 2048 {gpus} GPUs row",
+            model=gpt_model(hidden, layers, heads, vocab=50368), hardware=hardware, gpus=gpus, tensor_parallel=1,
+            pipeline_parallel=1,
+            training=dict(zero_stage=3, micro_batch_size=mbs, num_microbatches=accum,
+                          recompute="full" if ac else "none", bytes_per_gradient=grad),
+            global_batch_size=batch, seconds=tokens / tps,
+            measured_from=f"{tokens:,} tokens per step over {tps:,} tokens/s (measured)",
+        ))  # fmt: skip
+    return runs
+
+
+HELD_OUT_RUNS: tuple[PublishedRun, ...] = tuple(_narayanan_table_2() + _mt_nlg() + _torchtitan() + _llm_foundry())
+"""The runs added for issue 27 (27 runs, all held out): ZeRO-3 / FSDP up to 2,240 GPUs, H100 FSDP, DeepSpeed and
+FSDP engines; part of ``PUBLISHED_RUNS``."""
