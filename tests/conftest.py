@@ -33,6 +33,7 @@ SLOW_PATHS = (
     "tests/cost/test_search_bounds.py",  # whole searches that simulate every set-up
     "tests/exercises/test_cluster_checkers.py",  # the exercises' checks on running clusters
     "tests/cost/test_validation.py",  # the step time against every published run
+    "tests/cost/test_validation_rankings.py",  # the same, and the published comparisons of layouts
     "tests/conventions/test_seeds_and_pictures.py",  # pictures
 )
 """Files (or folders) whose tests start processes, clusters, browsers or notebooks, draw pictures or drive torch's

@@ -37,7 +37,9 @@ VALIDATION_COLUMNS: tuple[str, ...] = (
 """Columns of ``validate``."""
 
 
-def _training(run: PublishedRun, combo: dict[str, Any]) -> Training:
+def training_of(run: PublishedRun, combo: dict[str, Any]) -> Training:
+    """The ``Training`` of ``run`` with the unknown settings ``combo`` (one of its ``choices``): its engine, the
+    schedule its virtual stages imply, and Llama 3's lighter first and last stages when ``lighter_ends``."""
     fields = {**run.training, **combo, "engine": run.engine}
     v = fields.get("virtual_pipeline_stages", 1)
     fields.setdefault("schedule", "interleaved-1f1b" if v > 1 else "1f1b")
@@ -79,7 +81,7 @@ def predict(run: PublishedRun, efficiency: Efficiency | None = None,
                 continue
             combo["num_microbatches"] = per_rank // combo["micro_batch_size"]
         try:
-            report = estimate(layout, model, _training(run, combo))
+            report = estimate(layout, model, training_of(run, combo))
         except ValueError:
             continue
         step = report.step(hardware, efficiency)

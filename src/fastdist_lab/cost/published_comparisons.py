@@ -161,7 +161,7 @@ def validate_rankings(comparisons: Sequence[PublishedComparison] = PUBLISHED_COM
         rows.append({
             "comparison": comparison.name, "kind": comparison.kind, "model": comparison.name.split(" on ")[0],
             "hardware": runs[0].hardware, "gpus": runs[0].gpus, "global_batch_size": runs[0].global_batch_size,
-            "layouts": " | ".join(labels), "measured_seconds": tuple(measured), "predicted_seconds": tuple(predicted),
+            "layouts": "; ".join(labels), "measured_seconds": tuple(measured), "predicted_seconds": tuple(predicted),
             "measured_fastest": labels[best], "predicted_fastest": labels[pick], "hit": pick == best,
             "regret": measured[pick] / measured[best] - 1, "source": comparison.source,
         })  # fmt: skip

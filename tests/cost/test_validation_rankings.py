@@ -1,0 +1,153 @@
+"""The runs and rankings of issue 27 (item 4): every run and comparison is well-formed, the held-out errors per set and
+per kind are what docs/validation.md says (asserted with a margin; the issue's targets are not met yet and the
+document says which), ``validate_rankings`` reports hits and misses and the regret, and a broken comparison is
+reported as a miss."""
+
+from __future__ import annotations
+
+import dataclasses
+from importlib import util
+from pathlib import Path
+
+import pytest
+
+from fastdist_lab.cost import (
+    ENGINES,
+    HARDWARE_PRESETS,
+    HELD_OUT_RUNS,
+    PUBLISHED_COMPARISONS,
+    PUBLISHED_RUNS,
+    PublishedComparison,
+    Training,
+    error_breakdown,
+    error_summary,
+    validate,
+    validate_rankings,
+)
+from fastdist_lab.cost.accuracy import training_of
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "validation.md"
+
+
+def bench():
+    """benchmarks/bench_validation.py as a module (its Markdown is what the document shows)."""
+    spec = util.spec_from_file_location("bench_validation", ROOT / "benchmarks" / "bench_validation.py")
+    module = util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def table():
+    return validate()
+
+
+@pytest.fixture(scope="module")
+def rankings():
+    return validate_rankings()
+
+
+@pytest.mark.parametrize("run", PUBLISHED_RUNS, ids=lambda run: run.name)
+def test_every_run_is_well_formed(run):
+    model = run.tensor_parallel * run.pipeline_parallel
+    assert run.gpus % model == 0, run.name
+    dp = run.gpus // model
+    assert run.global_batch_size % dp == 0, run.name
+    assert run.engine in ENGINES and run.hardware in HARDWARE_PRESETS
+    assert run.seconds > 0 and len(run.source) > 20 and len(run.measured_from) > 10
+    training = run.training
+    if "micro_batch_size" in training and "num_microbatches" in training:  # the batch adds up
+        assert training["micro_batch_size"] * training["num_microbatches"] * dp == run.global_batch_size, run.name
+    assert training_of(run, {}).engine == run.engine  # the prediction uses the run's engine
+
+
+def test_the_new_runs_are_held_out_from_enough_sources_and_kinds(table):
+    assert not any(run.calibration for run in HELD_OUT_RUNS) and len(HELD_OUT_RUNS) >= 11
+    assert all(any(run is known for known in PUBLISHED_RUNS) for run in HELD_OUT_RUNS)
+    summary = error_summary(table)
+    assert summary.loc["all", "runs"] >= 40 and summary.loc["all", "sources"] >= 6
+    assert summary.loc["calibration", "runs"] == 10  # the calibration set is unchanged
+    zero3 = [run for run in HELD_OUT_RUNS if run.training.get("zero_stage") == 3]
+    assert max(run.gpus for run in zero3) >= 512  # ZeRO-3 / FSDP at 512+ GPUs
+    assert any(run.hardware.startswith("h100") and run.engine == "fsdp2" for run in zero3)  # H100 FSDP
+    assert len({run.engine for run in HELD_OUT_RUNS}) >= 2
+
+
+def test_training_takes_the_engine():
+    run = next(run for run in HELD_OUT_RUNS if run.engine == "deepspeed")
+    assert training_of(run, {}) == Training(**run.training, engine="deepspeed")
+
+
+ISSUE_27_FIGURES = {"held out, issue 27 runs": (0.231, 0.787), "held out, issue 21 runs": (0.039, 0.089)}
+"""(mean, worst) absolute error as produced today (docs/validation.md); the issue's target is 5% and 12%."""
+
+
+def test_held_out_errors_are_the_documented_figures(table):
+    summary = error_summary(table)
+    for name, (mean, worst) in ISSUE_27_FIGURES.items():
+        assert summary.loc[name, "mean_abs_error"] == pytest.approx(mean, abs=0.02), name
+        assert summary.loc[name, "worst_abs_error"] == pytest.approx(worst, abs=0.03), name
+    breakdown = error_breakdown(table)
+    assert set(breakdown.index.get_level_values("by")) == {"set", "engine", "family", "kind"}
+    assert breakdown.loc[("engine", "deepspeed"), "mean_error"] < -0.2  # DeepSpeed runs predicted too fast
+    assert breakdown.loc[("kind", "zero3/fsdp"), "worst_abs_error"] > 0.5  # ZeRO-3 at 1,000+ GPUs: far too fast
+    assert breakdown.loc[("engine", "megatron"), "mean_abs_error"] < 0.06
+    assert breakdown.loc[("set", "held out"), "runs"] == summary.loc["held out", "runs"]
+
+
+@pytest.mark.parametrize("comparison", PUBLISHED_COMPARISONS, ids=lambda comparison: comparison.name)
+def test_every_comparison_is_well_formed(comparison):
+    assert comparison.problems() == []
+    assert comparison.kind in ("layout", "set-up") and len(comparison.source) > 20
+
+
+def test_a_malformed_comparison_is_reported():
+    good = PUBLISHED_COMPARISONS[0]
+    other = dataclasses.replace(good.runs[1], global_batch_size=good.runs[1].global_batch_size * 2)
+    assert "the runs differ in global_batch_size" in " ".join(
+        dataclasses.replace(good, runs=(good.runs[0], other)).problems()
+    )
+    assert dataclasses.replace(good, runs=good.runs[:1]).problems() != []
+
+
+def test_rankings_are_the_documented_figures(rankings):
+    assert len(rankings) >= 8
+    layouts = rankings[rankings["kind"] == "layout"]
+    assert len(layouts) >= 6
+    # as produced today (docs/validation.md): 5 of 10 hits, 1 of 6 on layouts, worst regret 231%; the issue's target
+    # is 6 of 8 hits and regret <= 10% in every comparison
+    assert int(rankings["hit"].sum()) == 5 and int(layouts["hit"].sum()) == 1
+    assert rankings["regret"].max() == pytest.approx(2.3125, abs=0.05)
+    assert (rankings.loc[rankings["hit"], "regret"] == 0).all()
+    assert (rankings.loc[~rankings["hit"], "regret"] > 0).all()
+
+
+def test_a_hit_and_a_miss_are_reported(rankings):
+    hit = rankings[rankings["comparison"].str.startswith("GPT 162.2B")].iloc[0]
+    assert hit["hit"] and hit["measured_fastest"] == hit["predicted_fastest"] == "tp8 pp8 dp1" and hit["regret"] == 0
+    miss = rankings[rankings["comparison"] == "GPT 174.6B on 1,536 A100: PTD-P vs ZeRO-3"].iloc[0]
+    assert not miss["hit"] and miss["predicted_fastest"] == "tp1 pp1 dp1536 zero3"
+    measured = dict(zip(miss["layouts"].split("; "), miss["measured_seconds"]))
+    assert miss["regret"] == pytest.approx(measured["tp1 pp1 dp1536 zero3"] / measured["tp8 pp12 dp16"] - 1)
+
+
+def test_a_comparison_with_swapped_measurements_is_a_miss_with_its_regret(rankings):
+    comparison = next(c for c in PUBLISHED_COMPARISONS if c.name.startswith("GPT 162.2B"))
+    runs = comparison.runs
+    seconds = [run.seconds for run in runs]
+    best, worst = seconds.index(min(seconds)), seconds.index(max(seconds))
+    swapped = list(runs)
+    swapped[best] = dataclasses.replace(runs[best], seconds=seconds[worst])
+    swapped[worst] = dataclasses.replace(runs[worst], seconds=seconds[best])
+    row = validate_rankings([PublishedComparison(comparison.name, comparison.source, tuple(swapped))]).iloc[0]
+    assert not row["hit"]
+    assert row["predicted_fastest"] == "tp8 pp8 dp1"  # the model's pick is unchanged, now measured the slowest
+    assert row["regret"] == pytest.approx(max(seconds) / min(seconds) - 1)
+
+
+def test_the_document_shows_the_rankings(rankings):
+    module, text = bench(), DOC.read_text()  # (the runs' tables: tests/cost/test_validation.py)
+    assert module.rankings_markdown(rankings) in text, (
+        "docs/validation.md is stale: python benchmarks/bench_validation.py --rankings --markdown"
+    )
