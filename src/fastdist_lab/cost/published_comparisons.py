@@ -18,6 +18,10 @@ Sources (``docs/validation.md``, "Rankings"):
   per GPU, each +-10 (the readings of two independent summaries of the paper agree; the image could not be viewed
   here). Its (2, 32) and (4, 16) points put tensor parallel across nodes, which ``Layout`` does not express (tensor
   parallel must divide the GPUs of a node); they are left out, and at about 75 and 125 TFLOP/s they were not the best.
+- BigScience's BLOOM topology search (``train/tr11-176B-ml/chronicles-prequel.md`` at 053adafee8; 5 comparisons):
+  each table of one model (hidden x layers, 64 heads) and one global batch on 384 A100, its layouts (data, tensor,
+  pipeline) and micro-batch sizes; the runs are ``PUBLISHED_RUNS``' (``published_held_out``). Times of one iteration
+  (the second), which "can fluctuate a bit": rows a few percent apart are near-ties.
 - Korthikanti et al. 2022, Table 5 (``kind="set-up"``): full recompute against selective recompute with sequence
   parallelism, for each of its four models on the layout of Table 3 (the runs are ``PUBLISHED_RUNS``').
 """
@@ -73,9 +77,12 @@ class PublishedComparison:
 
 
 def layout_label(run: PublishedRun) -> str:
-    """A run's layout and the set-up its comparison varies, e.g. ``"tp8 pp12 dp4"`` or ``"tp1 pp1 dp384 zero3"``."""
+    """A run's layout and the set-up its comparison varies, e.g. ``"tp8 pp12 dp4"``, ``"tp1 pp1 dp384 zero3"`` or
+    ``"tp4 pp12 dp8 mbs2"`` (the micro-batch size when the run fixes it and it is not 1)."""
     dp = run.gpus // (run.tensor_parallel * run.pipeline_parallel)
     label = f"tp{run.tensor_parallel} pp{run.pipeline_parallel} dp{dp}"
+    if run.training.get("micro_batch_size", 1) > 1 and run.training.get("zero_stage") != 3:
+        label += f" mbs{run.training['micro_batch_size']}"
     if run.training.get("zero_stage") == 3:
         label += " zero3"
     if "recompute" in run.training and run.training["recompute"] != "full":
@@ -126,6 +133,22 @@ def _figure_13() -> PublishedComparison:
     )  # fmt: skip
 
 
+def _bloom() -> list[PublishedComparison]:
+    groups: dict[str, list[PublishedRun]] = {}
+    for run in _by_source("BigScience tr11 chronicles-prequel"):
+        groups.setdefault(run.source.split(", DP ")[0], []).append(run)
+    found = []
+    for source, runs in groups.items():
+        first = runs[0]
+        model = f"BLOOM search {first.model['hidden_size']}x{first.model['num_layers']}"
+        found.append(PublishedComparison(
+            name=f"{model} on 384 A100, batch {first.global_batch_size}: {len(runs)} layouts",
+            source=f"{source} table", runs=tuple(runs),
+            note="seconds of iteration 2, which can fluctuate a bit (the author)",
+        ))  # fmt: skip
+    return found
+
+
 def _korthikanti() -> list[PublishedComparison]:
     runs = _by_source("Korthikanti et al. 2022")
     found = []
@@ -138,8 +161,8 @@ def _korthikanti() -> list[PublishedComparison]:
     return found
 
 
-PUBLISHED_COMPARISONS: tuple[PublishedComparison, ...] = (*_table_2(), _figure_13(), *_korthikanti())
-"""The published comparisons ``validate_rankings`` checks: 6 of layouts, 4 of set-ups (module docstring)."""
+PUBLISHED_COMPARISONS: tuple[PublishedComparison, ...] = (*_table_2(), _figure_13(), *_bloom(), *_korthikanti())
+"""The published comparisons ``validate_rankings`` checks: 11 of layouts, 4 of set-ups (module docstring)."""
 
 
 def validate_rankings(comparisons: Sequence[PublishedComparison] = PUBLISHED_COMPARISONS,

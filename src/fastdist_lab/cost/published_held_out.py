@@ -2,11 +2,12 @@
 set (``published``'s, 10 runs) was fixed before these were looked at (``docs/validation.md``, "Held-out runs of
 issue 27").
 
-They add what the first 29 runs lack: ZeRO-3 / FSDP runs (up to 2,240 GPUs), H100 FSDP runs, and runs of other
-engines (``engine``: DeepSpeed for ZeRO-3 and MT-NLG, ``fsdp2`` for torchtitan and for llm-foundry, whose FSDP is
-torch's first ``FullyShardedDataParallel``, the closest the engines have). Every number is the source's; a source
-that reports TFLOP/s is turned into seconds with its own FLOP count, one that reports tokens per second with the
-step's tokens. Settings a source does not give are in ``choices`` (the fastest the model predicts is taken).
+They add what the first 29 runs lack: ZeRO-3 / FSDP runs (up to 2,240 GPUs), H100 FSDP runs, runs of other
+engines (``engine``: DeepSpeed for ZeRO-3, MT-NLG and BLOOM, ``fsdp2`` for torchtitan and for llm-foundry, whose FSDP
+is torch's first ``FullyShardedDataParallel``, the closest the engines have), and many layouts of one model on the
+same GPUs and batch (BLOOM's search; the ranking rows of ``published_comparisons``). Every number is the source's; a
+source that reports TFLOP/s is turned into seconds with its own FLOP count, one that reports tokens per second with
+the step's tokens. Settings a source does not give are in ``choices`` (the fastest the model predicts is taken).
 
 Sources (each row's ``source`` names its table and row):
 
@@ -25,6 +26,15 @@ Sources (each row's ``source`` names its table and row):
   HBM2e at 500 W, not the 700 W SXM of the ``h100-sxm-80gb`` preset (the only H100 preset); expect them predicted
   fast. The float8 rows are left out (the model has no FP8 setting); the torch.compile of the asyncTP rows is not
   modelled.
+- BigScience's BLOOM topology search, bigscience-workshop/bigscience ``train/tr11-176B-ml/chronicles-prequel.md`` at
+  053adafee8: seconds per iteration (measured at iteration 2; "the data isn't exact and can fluctuate a bit", says the
+  author) of 176B-182B GPT models (64 heads, sequence 2048) on 48 nodes of 8 A100 80GB (384 GPUs), Megatron-DeepSpeed
+  (DeepSpeed's pipeline engine, ZeRO-1, ``--checkpoint-activations``), in many layouts at one global batch: sections
+  "GBS Variations" and "Tweaking TP" (02-25, fp16), "Another round of NHEADS" (02-26, fp16) and "Rebalancing layers"
+  (02-28, bf16 with fp32 gradient accumulation, the embeddings given a pipeline slot each, as ``lighter_ends``). The
+  vocabulary is 250,880 (the "250k" of the page, padded as ``tr11-176B-ml.slurm``'s ``--pad-vocab-size-to 250880``).
+  The layout "DP 8, TP 4, PP 12, MBS 2" of "Tweaking TP" has two rows with different times (110.48 and 113.54 s) and
+  is left out.
 - MosaicML llm-foundry, ``scripts/train/benchmarking/README.md`` at 061f2c7ce6 (MPT on H100 80GB and A100 80GB,
   FSDP ``FULL_SHARD``); seconds = GlobalBatchSize (T) / Throughput (T/s); model sizes from
   ``scripts/train/yamls/pretrain/mpt-*.yaml`` (vocabulary 50,368, GeLU MLP of 4 h, LayerNorm, tied embeddings).
@@ -97,6 +107,43 @@ _LLM_FOUNDRY = (
     ("7b", 4096, 32, 32, "h100-sxm-80gb", 8, 6, 1, 48, False, 4, 98304, 85144, "H100 80GB BF16"),
     ("70b", 8192, 64, 80, "a100-sxm-80gb", 64, 8, 4, 2048, True, 2, 4194304, 26274, "A100 80GB"),
 )
+
+
+# BigScience chronicles-prequel: (section, hidden, layers, fp16, global batch, ((DP, TP, PP, MBS, seconds), ...)).
+_BLOOM = (
+    ("GBS Variations and Tweaking TP (02-25)", 14336, 72, True, 2048, (
+        (8, 8, 6, 4, 114.11), (4, 8, 12, 4, 117.07), (4, 8, 12, 2, 128.82), (8, 4, 12, 4, 111.89),
+        (16, 4, 6, 4, 117.11), (16, 4, 6, 2, 111.71), (16, 2, 12, 2, 112.50), (8, 2, 24, 1, 119.53),
+        (8, 2, 24, 2, 122.75), (4, 4, 24, 1, 130.60))),
+    ("GBS Variations, GBS 2016 (02-25)", 14336, 72, True, 2016, (
+        (8, 8, 6, 6, 123.57), (6, 8, 8, 4, 113.16), (12, 8, 4, 2, 125.52), (12, 8, 4, 4, 114.81),
+        (24, 8, 2, 1, 145.45), (24, 8, 2, 2, 136.13))),
+    ("Another round of NHEADS, NHIDDEN=13312 / NLAYERS=84 (02-26)", 13312, 84, True, 2048, (
+        (8, 4, 12, 2, 103.82), (8, 4, 12, 4, 113.21), (8, 8, 6, 2, 129.61))),
+    ("Rebalancing layers, NHIDDEN=14336; NLAYERS=70 (02-28)", 14336, 70, False, 2048, (
+        (4, 8, 12, 2, 121.63), (8, 4, 12, 2, 102.03), (8, 4, 12, 4, 102.27))),
+    ("Rebalancing layers, NHIDDEN=13312; NLAYERS=82 (02-28)", 13312, 82, False, 2048, (
+        (4, 8, 12, 4, 111.79), (8, 4, 12, 2, 104.45), (8, 4, 12, 4, 104.82))),
+)  # fmt: skip
+
+
+def _bloom() -> list[PublishedRun]:
+    runs = []
+    for section, hidden, layers, fp16, batch, rows in _BLOOM:
+        for dp, tp, pp, mbs, seconds in rows:
+            runs.append(PublishedRun(
+                name=f"BLOOM search {hidden}x{layers}, batch {batch}: dp{dp} tp{tp} pp{pp} mbs{mbs}",
+                engine="deepspeed", source=f"BigScience tr11 chronicles-prequel (053adafee8), {section}, "
+                                           f"DP {dp} TP {tp} PP {pp} MBS {mbs} row",
+                model=gpt_model(hidden, layers, 64, vocab=250880), hardware="a100-sxm-80gb", gpus=384,
+                tensor_parallel=tp, pipeline_parallel=pp,
+                training=dict(zero_stage=1, micro_batch_size=mbs, num_microbatches=batch // (dp * mbs),
+                              recompute="full", flash_attention=False, bytes_per_gradient=2 if fp16 else 4,
+                              overlap_data_parallel=False, overlap_pipeline_parallel=False),
+                global_batch_size=batch, seconds=seconds, measured_from=f"{seconds} s per iteration (measured)",
+                lighter_ends=not fp16,
+            ))  # fmt: skip
+    return runs
 
 
 def _narayanan_table_2() -> list[PublishedRun]:
@@ -172,6 +219,8 @@ def _llm_foundry() -> list[PublishedRun]:
     return runs
 
 
-HELD_OUT_RUNS: tuple[PublishedRun, ...] = tuple(_narayanan_table_2() + _mt_nlg() + _torchtitan() + _llm_foundry())
-"""The runs added for issue 27 (27 runs, all held out): ZeRO-3 / FSDP up to 2,240 GPUs, H100 FSDP, DeepSpeed and
-FSDP engines; part of ``PUBLISHED_RUNS``."""
+HELD_OUT_RUNS: tuple[PublishedRun, ...] = tuple(
+    _narayanan_table_2() + _mt_nlg() + _bloom() + _torchtitan() + _llm_foundry()
+)
+"""The runs added for issue 27 (52 runs, all held out): ZeRO-3 / FSDP up to 2,240 GPUs, H100 FSDP, DeepSpeed and
+FSDP engines, BLOOM's layout search; part of ``PUBLISHED_RUNS``."""
