@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..formatting import format_bytes
 from ..lazy import lazy_attributes
-from .accuracy import CALIBRATED, VALIDATION_COLUMNS, calibrate, error_summary, predict, validate
+from .accuracy import CALIBRATED, VALIDATION_COLUMNS, calibrate, error_summary, predict, trust_rows, validate
 from .communication import COLLECTIVES, COMMUNICATION_COLUMNS, CollectiveRow, bus_factor, nodes_spanned
 from .comparison import COMPARE_COLUMNS, compare, compare_reports, heaviest_inter_node_dim, layout_name
 from .compute import COMPONENTS, chunk_parameters, layer_times, stage_components
@@ -55,9 +55,26 @@ from .step import (
 )
 from .timeline import TableGraph, Timeline, run, table_graph
 from .training import RECOMPUTE, Training
+from .trust import (
+    BAND_FLOOR,
+    KIND_DIMS,
+    NEAREST,
+    SCALE_REACH,
+    TRUST_COLUMNS,
+    TRUST_RUNS,
+    ErrorBand,
+    TrustRun,
+    band_for,
+    frame_bands,
+    kind_codes,
+    mfu_ceiling,
+    mfu_flagged,
+    setup_kind,
+)
 
 __all__ = [
     "ACTION_KINDS",
+    "BAND_FLOOR",
     "BREAKDOWN",
     "BREAKDOWN_COLUMNS",
     "CALIBRATED",
@@ -72,8 +89,10 @@ __all__ = [
     "EXPERT_COLUMNS",
     "EXPERT_LEGEND",
     "HARDWARE_PRESETS",
+    "KIND_DIMS",
     "LIMITS",
     "MEMORY_COLUMNS",
+    "NEAREST",
     "PRESETS",
     "PUBLISHED_MOE_RUNS",
     "PUBLISHED_RUNS",
@@ -81,12 +100,15 @@ __all__ = [
     "RANKED_LEGEND",
     "RANKED_ROWS",
     "RECOMPUTE",
+    "SCALE_REACH",
     "SCHEDULES",
     "SCHEDULE_KINDS",
     "SETUP_COLUMNS",
     "STEP_COLUMNS",
     "SUSTAINED",
     "TIME_COLUMNS",
+    "TRUST_COLUMNS",
+    "TRUST_RUNS",
     "VALIDATION_COLUMNS",
     "VOCAB_PADDING",
     "Action",
@@ -94,6 +116,7 @@ __all__ = [
     "CollectiveRow",
     "CostReport",
     "Efficiency",
+    "ErrorBand",
     "Hardware",
     "LayoutSearch",
     "PipelineSchedule",
@@ -105,7 +128,9 @@ __all__ = [
     "Timeline",
     "Training",
     "Transformer",
+    "TrustRun",
     "action_components",
+    "band_for",
     "bus_factor",
     "calibrate",
     "check_schedule",
@@ -119,12 +144,16 @@ __all__ = [
     "error_summary",
     "estimate",
     "format_bytes",
+    "frame_bands",
     "heaviest_inter_node_dim",
+    "kind_codes",
     "layer_times",
     "layout_name",
     "link_seconds",
     "lower_bound",
     "message_seconds",
+    "mfu_ceiling",
+    "mfu_flagged",
     "model_flops",
     "narayanan_flops",
     "nccl_choice",
@@ -140,11 +169,13 @@ __all__ = [
     "schedule_kind",
     "search",
     "search_summary",
+    "setup_kind",
     "stage_components",
     "stage_counts",
     "stage_memory",
     "step_columns",
     "table_graph",
+    "trust_rows",
     "validate",
 ]
 

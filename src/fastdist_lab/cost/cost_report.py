@@ -321,6 +321,8 @@ def _step_document(report: CostReport, hw: Hardware) -> dict[str, Any] | None:
         "tflops_per_gpu": step.tflops_per_gpu,
         "mfu": step.mfu,
         "fits": step.fits,
+        "band": None if step.band is None else dataclasses.asdict(step.band),
+        "mfu_flag": step.mfu_flag,
         "breakdown": {name: float(row["seconds"]) for name, row in step.breakdown.iterrows()},
     }
 
