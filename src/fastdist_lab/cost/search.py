@@ -114,8 +114,8 @@ class LayoutSearch:
     Columns: ``SETUP_COLUMNS``, then ``STEP_COLUMNS`` (seconds, tokens per second, TFLOP/s per GPU, MFU and the
     breakdown in seconds), ``peak_memory_bytes`` (the most loaded pipeline rank) and ``trust.TRUST_COLUMNS`` (the
     row's error band, whether it is validated, ties the best row, has an MFU above every measured run). ``searched``
-    counts the set-ups looked at, ``dropped`` those that do not fit the memory, ``pruned`` those never priced because a floor
-    of their step (``search_bounds``) is above the ``top``-th best one (whether they fit is not known).
+    counts the set-ups looked at, ``dropped`` those that do not fit the memory, ``pruned`` those never priced because
+    a floor of their step (``search_bounds``) is above the ``top``-th best one (whether they fit is not known).
     """
 
     def __init__(self, frame: pd.DataFrame, model: Transformer, gpus: int, gpus_per_node: int,
