@@ -4,6 +4,7 @@ above every measured run is flagged; ``StepTime``, ``search``, ``ranked_lines`` 
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -204,6 +205,10 @@ def test_the_cli_shows_the_band(capsys):
                  "--hardware", "a100-sxm-80gb"]) == 0  # fmt: skip
     out = capsys.readouterr().out
     assert "trust: " in out and "validated runs nearby" in out
+    assert main(["cost", *layout, "--model", "gpt3-175b", "--hardware", "a100-sxm-80gb", "--format", "json"]) == 0
+    step = json.loads(capsys.readouterr().out)["step"]
+    band = band_for("megatron", "ampere", "tp+pp+dp", 1024)
+    assert step["band"] == {**vars(band), "runs": list(band.runs)} and step["mfu_flag"] is False
     search_args = ["--model", "llama2-7b", "--gpus", "16", "--global-batch-size", "64", "--hardware", "h100-sxm-80gb"]
     assert main(["search", *search_args, "--top", "5"]) == 0
     out = capsys.readouterr().out
