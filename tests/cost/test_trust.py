@@ -4,8 +4,11 @@ above every measured run is flagged; ``StepTime``, ``search``, ``ranked_lines`` 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+from importlib import util
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -19,6 +22,7 @@ from fastdist_lab.cost import (
     BAND_FLOOR,
     KIND_DIMS,
     NEAREST,
+    PUBLISHED_RUNS,
     SCALE_REACH,
     TRUST_RUNS,
     ErrorBand,
@@ -49,9 +53,22 @@ def _gap(gpus: int, run: TrustRun) -> float:
 
 @pytest.mark.slow
 def test_the_committed_table_is_what_validate_gives_now():
-    now = [tuple(row) for row in trust_rows()]
+    rows = trust_rows()
     committed = [tuple(vars(run).values()) for run in TRUST_RUNS]
-    assert now == committed, f"the validation runs or the model changed: regenerate the table with `{REGENERATE}`"
+    assert rows == committed, f"the validation runs or the model changed: regenerate the table with `{REGENERATE}`"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_validation.py"
+    spec = util.spec_from_file_location("bench_validation", path)
+    bench = util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.trust_source(rows) == bench.TRUST_TABLE.read_text(), f"edited by hand? regenerate with `{REGENERATE}`"
+
+
+def test_a_changed_measurement_changes_the_table_row_the_slow_test_compares():
+    run = PUBLISHED_RUNS[0]
+    (row,) = trust_rows([run])
+    assert row == tuple(vars(TRUST_RUNS[0]).values())
+    (broken,) = trust_rows([dataclasses.replace(run, seconds=run.seconds * 2)])  # measured twice as slow
+    assert broken[5] == pytest.approx((1 + row[5]) / 2 - 1, abs=1e-5) and broken[6] == pytest.approx(row[6] / 2, 1e-4)
 
 
 def test_every_validated_run_is_in_the_table_with_its_own_kind():
