@@ -14,6 +14,7 @@ from fastdist_lab.cost import (
     SCHEDULES,
     SETUP_COLUMNS,
     STEP_COLUMNS,
+    TRUST_COLUMNS,
     Hardware,
     LayoutSearch,
     Training,
@@ -35,7 +36,7 @@ def found() -> LayoutSearch:
 
 def test_every_row_is_the_step_of_its_layout_and_training(found):
     frame = found.frame
-    assert list(frame.columns) == list(SETUP_COLUMNS) + list(STEP_COLUMNS) + ["peak_memory_bytes"]
+    assert list(frame.columns) == [*SETUP_COLUMNS, *STEP_COLUMNS, "peak_memory_bytes", *TRUST_COLUMNS]
     assert len(found) == len(frame) > 100 and found.searched >= len(found) + found.dropped
     for i in np.linspace(0, len(frame) - 1, 12).astype(int):
         report = found.estimate(int(i))

@@ -41,8 +41,9 @@ def search_and_choose_a_row(
     wait_table_shows: Callable[[Any, Layout], None],
 ) -> dict[str, Any]:
     """Unfold the Advisor, type the GPUs and the batch (each change searches again once the inputs rest), wait for the
-    ranked rows, choose row ``ROW`` as a click does; then the layout controls, the pipeline-first box and the ranks
-    table show its layout, and the cost panel its schedule and step time. Returns the row's sizes."""
+    ranked rows (with a band column and the ties said), choose row ``ROW`` as a click does; then the layout controls,
+    the pipeline-first box and the ranks table show its layout, and the cost panel its schedule and step time with its
+    error band. Returns the row's sizes."""
     gpus = page.locator(".fdl-advisor-gpus input").first
     reveal(page, gpus)  # opens the folded Advisor
     batch = page.locator(".fdl-advisor-batch input").first
@@ -58,6 +59,9 @@ def search_and_choose_a_row(
     )
     said = status.inner_text()
     assert "Traceback" not in said, said
+    assert "tie the best" in said or "no row ties the best" in said, said  # issue 27, item 5: ties are said
+    header = page.locator(".fdl-advisor-header").first.inner_text()
+    assert "band" in header.split(), header  # each row's error band is a column
     line = options.nth(ROW).inner_text()
     row = row_fields(line)
     rows = page.locator(".fdl-advisor-rows select").first
@@ -72,7 +76,7 @@ def search_and_choose_a_row(
     wait_table_shows(page, layout)
     schedule = page.locator(".fdl-cost-schedule select").first
     headline = page.locator(".fdl-step-headline").first
-    stepped = re.compile(r"Step time on dgx-h100: [\d.]+ s")
+    stepped = re.compile(r"Step time on dgx-h100: [\d.]+ s.*(validated runs nearby|outside validated runs)", re.S)
     wait_until(
         page,
         lambda: schedule.input_value() == row["schedule"] and stepped.search(headline.inner_text()),

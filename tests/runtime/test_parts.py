@@ -19,7 +19,7 @@ from fastdist_lab.errors import ProtocolError
 from fastdist_lab.runtime import Distributed, ProcessGroupPool, RankError, RankResult, RankResults, Verification
 from fastdist_lab.runtime.capture import OutputCapture, quiet_harmless_c10d
 from fastdist_lab.runtime.channel import Channel, Outcome, outcome_to_result
-from fastdist_lab.runtime.progress import ProgressBar, resolve_progress
+from fastdist_lab.runtime.progress import BAR_DELAY, ProgressBar, bar_delay, resolve_progress
 from fastdist_lab.runtime.server_messages import (
     ExitStatuses,
     ServerReady,
@@ -159,6 +159,17 @@ def test_a_bar_shows_only_for_slow_work(capsys):
     slow(4, 4, "all ready")
     err = capsys.readouterr().err
     assert "slow" in err and "4/4" in err and "all ready" in err
+
+
+@pytest.mark.parametrize(
+    ("value", "delay"), [(None, BAR_DELAY), ("0", 0.0), ("2.5", 2.5), ("-1", BAR_DELAY), ("soon", BAR_DELAY)]
+)
+def test_the_environment_sets_the_delay_before_a_bar_and_a_bad_value_keeps_the_default(monkeypatch, value, delay):
+    if value is None:
+        monkeypatch.delenv("FASTDIST_LAB_BAR_DELAY", raising=False)
+    else:
+        monkeypatch.setenv("FASTDIST_LAB_BAR_DELAY", value)
+    assert bar_delay() == delay and ProgressBar("x").delay == delay and ProgressBar("x", delay=3).delay == 3
 
 
 def test_a_rank_reports_a_call_it_cannot_unpickle_as_its_own_error():

@@ -35,6 +35,9 @@ def test_panel_shows_the_estimate_of_its_layout():
     )
     assert "Step time on dgx-h100" in panel.step_view.headline.value and "Step time" not in panel.tables.value
     assert "pipeline bubble" in panel.step_view.breakdown.value and panel.step_view.step is not None
+    band = panel.step_view.step.band  # its error band, from the nearest validated runs (issue 27, item 5)
+    assert band == expected.step("dgx-h100").band and band.text().split(";")[0] in panel.step_view.headline.value
+    assert "fdl-step-band" in panel.step_view.headline.value and "outside validated runs" in band.text()
     assert bytes(panel.step_view.picture.value).startswith(PNG_MAGIC)  # the 1F1B schedule of 4 stages
     assert "tp2 pp4 dp8 data-first: peak" in panel.status.value and panel.error == ""
     assert panel.replay_button.disabled  # no cluster

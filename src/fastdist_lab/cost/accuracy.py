@@ -18,10 +18,13 @@ import numpy as np
 from ..layout import Layout
 from .cost_report import estimate
 from .efficiency import DEFAULT_EFFICIENCY, Efficiency
+from .engines import DEFAULT_ENGINE
 from .hardware import SUSTAINED, Hardware
 from .published import PUBLISHED_RUNS, PublishedRun
 from .published_held_out import HELD_OUT_RUNS
+from .step import model_flops
 from .training import Training
+from .trust import setup_kind
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -215,3 +218,25 @@ def calibrate(
             progress(f"round {round_ + 1}: mean |log error| {score:.4f} with {values}")
         step /= 2
     return values
+
+
+def trust_rows(runs: Sequence[PublishedRun] | None = None) -> list[tuple[Any, ...]]:
+    """One row of ``trust.TRUST_RUNS`` per validated run (``PUBLISHED_RUNS`` and ``PUBLISHED_MOE_RUNS`` by default):
+    name, engine, hardware family, ``trust.setup_kind``, GPUs, the model's error (``validate``) and the MFU the run
+    measured (``step.model_flops`` over its measured seconds and its GPUs' peak), both rounded to 6 decimals."""
+    from .published_moe import PUBLISHED_MOE_RUNS
+
+    chosen = tuple(PUBLISHED_RUNS) + tuple(PUBLISHED_MOE_RUNS) if runs is None else tuple(runs)
+    errors = validate(chosen)["error"].tolist()
+    rows = []
+    for run, error in zip(chosen, errors):
+        hardware = Hardware.preset(run.hardware)
+        data = run.gpus // (run.tensor_parallel * run.pipeline_parallel * run.sequence_data_parallel)
+        zero = run.training.get("zero_stage", 0)
+        kind = setup_kind(run.tensor_parallel, run.pipeline_parallel, data, run.sequence_data_parallel,
+                          run.expert_parallel, zero)  # fmt: skip
+        flops = float(model_flops(run.transformer(), run.global_batch_size, run.tensor_parallel))
+        mfu = flops / run.seconds / run.gpus / 1e12 / hardware.peak_tflops
+        engine = getattr(run, "engine", DEFAULT_ENGINE)
+        rows.append((run.name, engine, hardware.family, kind, run.gpus, round(float(error), 6), round(mfu, 6)))
+    return rows

@@ -22,6 +22,7 @@ from .setups import Setups
 from .sizes import Sizes
 from .step import StepTime, step_columns
 from .training import Training
+from .trust import band_for, setup_kind
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -155,7 +156,17 @@ class CostReport:
             timeline=timeline,
             schedule_kind=self.training.schedule,
             sizes=(self.sizes.pipeline_parallel, self.sizes.microbatches, self.training.virtual_pipeline_stages),
+            band=band_for(self.training.engine, hw.family, self.kind, int(self.layout.world_size)),
         )
+
+    @property
+    def kind(self) -> str:
+        """The set-up's kind of parallelism (``trust.setup_kind``: ``"tp+pp+dp"``), as its error band reads it."""
+        layout = self.layout
+        data = layout.data_parallel // layout.sequence_data_parallel
+        expert = getattr(layout, "expert_parallel", 1)
+        return setup_kind(layout.tensor_parallel, layout.pipeline_parallel, data, layout.sequence_data_parallel,
+                          expert, self.training.zero_stage)  # fmt: skip
 
     def time(self, hardware: Hardware | str | None = None) -> pd.DataFrame:
         """Deprecated name of ``communication_time`` (it never was a step time; see ``step``)."""
@@ -310,6 +321,8 @@ def _step_document(report: CostReport, hw: Hardware) -> dict[str, Any] | None:
         "tflops_per_gpu": step.tflops_per_gpu,
         "mfu": step.mfu,
         "fits": step.fits,
+        "band": None if step.band is None else dataclasses.asdict(step.band),
+        "mfu_flag": step.mfu_flag,
         "breakdown": {name: float(row["seconds"]) for name, row in step.breakdown.iterrows()},
     }
 

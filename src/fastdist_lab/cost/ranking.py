@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..formatting import format_bytes, plural
+from .trust import mfu_ceiling
 
 if TYPE_CHECKING:
     from .search import LayoutSearch
@@ -65,7 +66,7 @@ EXPERT_LEGEND = "; ep expert parallel, etp expert tensor parallel (the experts' 
 _TEXT_COLUMNS = ("first", "schedule", "recompute", "stp")
 """Columns aligned to the left; numbers are aligned to the right."""
 
-_CLOSE = ("pp", "v", "sdp", "dp", "ep", "etp", "m")
+_CLOSE = ("pp", "v", "sdp", "dp", "ep", "etp", "m", "band")
 """Columns set one separator (not two) after the one before: the layout's sizes and the batch read as groups."""
 
 RANKED_LEGEND = (
@@ -75,6 +76,25 @@ RANKED_LEGEND = (
     "GPUs' peak; memory/GPU: the most loaded pipeline rank"
 )
 """What the short column titles of ``ranked_lines`` mean."""
+
+TRUST_LEGEND = (
+    "; band: where the measured step fell around the prediction on the nearest validation runs (? outside every "
+    "validated run: same engine, GPU family, kind of parallelism, scale within 2x); =: a tie with the best row (their "
+    "bands overlap); ! after the MFU: above every run measured on these GPUs, to doubt before trusting it first"
+)
+"""What ``ranked_legend`` adds for a frame with ``trust.TRUST_COLUMNS``: the band, the tie and the MFU marks."""
+
+
+TOKENS_LEGEND = "; tokens/s (with one batch for every row, the inverse of the step) is in the JSON and CSV"
+"""What ``ranked_legend`` adds where ``ranked_lines`` leaves tokens/s out to show the band in 120 columns."""
+
+
+def _without_tokens(frame: Any) -> bool:
+    return "band_low" in frame and frame["global_batch_size"].nunique() <= 1
+
+
+def _band(low: float, high: float, validated: bool) -> str:
+    return f"{low * 100:+.0f}/{high * 100:+.0f}%{'' if validated else '?'}"
 
 
 def ranked_columns(result: LayoutSearch) -> tuple[tuple[str, str, Callable[[Any], str]], ...]:
@@ -88,7 +108,9 @@ def ranked_columns(result: LayoutSearch) -> tuple[tuple[str, str, Callable[[Any]
 def ranked_legend(result: LayoutSearch) -> str:
     """What the column titles of ``ranked_lines(result)`` mean (``RANKED_LEGEND``, and ``EXPERT_LEGEND`` for a
     mixture of experts)."""
-    return RANKED_LEGEND + (EXPERT_LEGEND if result.model.is_moe else "")
+    trust = TRUST_LEGEND if "band_low" in result.frame else ""
+    trust += TOKENS_LEGEND if _without_tokens(result.frame) else ""
+    return RANKED_LEGEND + (EXPERT_LEGEND if result.model.is_moe else "") + trust
 
 
 def ranked_lines(result: LayoutSearch, rows: int | None = None, separator: str = " ") -> list[str]:
@@ -98,11 +120,21 @@ def ranked_lines(result: LayoutSearch, rows: int | None = None, separator: str =
     spaces."""
     frame = result.frame if rows is None else result.frame.head(rows)
     columns = ranked_columns(result)
+    if _without_tokens(frame):  # room for the band
+        columns = tuple(column for column in columns if column[0] != "tokens/s")
     titles = ["#", *(title for title, _, _ in columns)]
     values = [frame[name].tolist() for _, name, _ in columns]
     cells = [titles]
     for index in range(len(frame)):
         cells.append([str(index), *(shown(column[index]) for (_, _, shown), column in zip(columns, values))])
+    if "band_low" in frame:  # trust.TRUST_COLUMNS: the band after the step, the tie and MFU marks
+        at, mfu = titles.index("step") + 1, titles.index("MFU")
+        titles.insert(at, "band")
+        bands = zip(frame["band_low"], frame["band_high"], frame["validated"], frame["tie"], frame["mfu_flag"])
+        for row, (low, high, validated, tie, flag) in zip(cells[1:], bands):
+            row[0] = ("=" if tie else "") + row[0]
+            row[mfu] += "!" if flag else ""
+            row.insert(at, _band(low, high, validated))
     widths = [max(len(row[i]) for row in cells) for i in range(len(titles))]
     lines = []
     for row in cells:
@@ -116,7 +148,27 @@ def ranked_lines(result: LayoutSearch, rows: int | None = None, separator: str =
 
 
 def search_summary(result: LayoutSearch) -> str:
-    """One line: the GPUs and hardware searched, the rows shown of the set-ups that fit, and how many did not fit."""
+    """One line: the GPUs and hardware searched, the rows shown of the set-ups that fit, and how many did not fit;
+    then (``trust.TRUST_COLUMNS``) how many tie the best and whose MFU is above every measured run."""
+    return _found(result) + _trusted(result)
+
+
+def _trusted(result: LayoutSearch) -> str:
+    frame = result.frame
+    if not len(frame) or "tie" not in frame:
+        return ""
+    ties, flagged, outside = int(frame["tie"].sum()), int(frame["mfu_flag"].sum()), int((~frame["validated"]).sum())
+    text = f"; {plural(ties - 1, 'row')} tie the best (=)" if ties else "; no row ties the best"
+    if flagged:
+        ceiling = mfu_ceiling(result.hardware.family)
+        text += (f"; {plural(flagged, 'row')} with an MFU above every run measured on {result.hardware.family} "
+                 f"({ceiling:.1%}), marked ! and kept in step order")  # fmt: skip
+    if outside:
+        text += f"; {plural(outside, 'row')} outside every validated run (?)"
+    return text
+
+
+def _found(result: LayoutSearch) -> str:
     pruned = result.pruned
     fit = result.searched - result.dropped - pruned
     nodes = -(-result.gpus // result.gpus_per_node)

@@ -19,6 +19,7 @@ import numpy as np
 from ..errors import CostError
 from ..validation import check_int
 from .efficiency import DEFAULT_EFFICIENCY, Efficiency
+from .engines import DEFAULT_ENGINE
 from .hardware import Hardware
 from .memory import stage_memory
 from .model import Transformer
@@ -27,6 +28,7 @@ from .search_bounds import TableFloors, subset_setups, table_setups
 from .setups import Setups, packed_keys
 from .step import STEP_COLUMNS, lower_bound, step_columns
 from .training import RECOMPUTE, Training
+from .trust import frame_bands
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -110,9 +112,10 @@ class LayoutSearch:
     ``training(i)`` (row ``i`` as a ``Layout`` and a ``Training``), ``estimate(i)`` (its ``CostReport``).
 
     Columns: ``SETUP_COLUMNS``, then ``STEP_COLUMNS`` (seconds, tokens per second, TFLOP/s per GPU, MFU and the
-    breakdown in seconds) and ``peak_memory_bytes`` (the most loaded pipeline rank). ``searched`` counts the
-    set-ups looked at, ``dropped`` those that do not fit the memory, ``pruned`` those never priced because a floor
-    of their step (``search_bounds``) is above the ``top``-th best one (whether they fit is not known).
+    breakdown in seconds), ``peak_memory_bytes`` (the most loaded pipeline rank) and ``trust.TRUST_COLUMNS`` (the
+    row's error band, whether it is validated, ties the best row, has an MFU above every measured run). ``searched``
+    counts the set-ups looked at, ``dropped`` those that do not fit the memory, ``pruned`` those never priced because
+    a floor of their step (``search_bounds``) is above the ``top``-th best one (whether they fit is not known).
     """
 
     def __init__(self, frame: pd.DataFrame, model: Transformer, gpus: int, gpus_per_node: int,
@@ -292,6 +295,7 @@ def search(
     ranked = np.lexsort((merged["peak_memory_bytes"], merged["seconds"] / np.maximum(merged["global_batch_size"], 1)))
     ranked = ranked if top is None else ranked[:top]
     result = pd.DataFrame({name: merged[name][ranked] for name in columns})
+    result = result.assign(**frame_bands(result, DEFAULT_ENGINE, hw.family, gpus))
     result.attrs.update(hardware=hw, model=model, gpus=gpus)
     pruned += pruned_fitting
     return LayoutSearch(result, model, gpus, local, hw, fixed, searched, searched - pruned - pending.fitting, pruned)

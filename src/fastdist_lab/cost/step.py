@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..formatting import wrap_lines
 from .compute import COMPONENTS, chunk_parameters, stage_components
 from .efficiency import DEFAULT_EFFICIENCY, Efficiency
 from .hardware import Hardware
@@ -28,6 +29,7 @@ from .schedules import schedule
 from .setups import Setups
 from .sizes import ACTIVATION_BYTES
 from .timeline import Timeline, run, table_graph
+from .trust import ErrorBand, mfu_ceiling, mfu_flagged
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -248,6 +250,24 @@ class StepTime:
     timeline: Timeline
     schedule_kind: str
     sizes: tuple[int, int, int]
+    band: ErrorBand | None = None
+
+    @property
+    def mfu_flag(self) -> bool:
+        """Whether ``mfu`` is above every MFU measured on the hardware's family (``trust.mfu_ceiling``): a set-up
+        the validation runs never reached, to doubt before trusting it first."""
+        return bool(mfu_flagged(self.hardware.family, self.mfu))
+
+    def trust_text(self) -> str:
+        """The error band of ``seconds`` and the MFU flag in words (empty without a band)."""
+        if self.band is None:
+            return ""
+        low, high = self.band.range(self.seconds)
+        text = f"{self.seconds:.3f} s ({self.band.text()}), so {low:.3f} to {high:.3f} s"
+        if self.mfu_flag:
+            text += (f"; MFU {self.mfu:.1%} is above every run measured on {self.hardware.family} "
+                     f"({mfu_ceiling(self.hardware.family):.1%})")  # fmt: skip
+        return text
 
     @property
     def breakdown(self) -> pd.DataFrame:
@@ -277,6 +297,8 @@ class StepTime:
             f"{self.tflops_per_gpu:.1f} TFLOP/s per GPU (model FLOPs), MFU {self.mfu:.1%}"
             f"{'' if self.fits else '; does NOT fit in memory'}",
         ]
+        if self.band is not None:
+            lines += wrap_lines(f"  trust: {self.trust_text()}", indent="    ")
         for name, row in parts.iterrows():
             if row["seconds"] > 0:
                 lines.append(f"  {name:<30} {row['seconds'] * 1e3:12.2f} ms  {row['share']:6.1%}")

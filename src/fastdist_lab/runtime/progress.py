@@ -1,12 +1,14 @@
 """Progress of slow cluster work (start-up, calls on big worlds): a ``tqdm.auto`` bar, a callback, or nothing.
 
 ``tqdm.auto`` shows the notebook bar in a Jupyter kernel and a one-line bar on a terminal. A bar appears only once
-the work has taken ``BAR_DELAY`` seconds, so quick work stays quiet.
+the work has taken ``BAR_DELAY`` seconds (``FASTDIST_LAB_BAR_DELAY`` in the environment overrides it, e.g. ``0`` to
+see a bar at once), so quick work stays quiet.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -17,6 +19,15 @@ ProgressCallback = Callable[[int, int, str], None]
 
 BAR_DELAY = 1.0
 """Seconds before a bar appears: anything that takes longer shows progress."""
+
+
+def bar_delay() -> float:
+    """``BAR_DELAY``, or the seconds ``FASTDIST_LAB_BAR_DELAY`` gives (a number >= 0; anything else is ignored)."""
+    try:
+        delay = float(os.environ.get("FASTDIST_LAB_BAR_DELAY", BAR_DELAY))
+    except ValueError:
+        return BAR_DELAY
+    return delay if delay >= 0 else BAR_DELAY
 
 
 def in_notebook() -> bool:
@@ -47,14 +58,15 @@ def _bar_class() -> type:
 
 
 class ProgressBar:
-    """A ``tqdm.auto`` bar fed with ``(done, total, message)``; it appears after ``delay`` seconds, closes at the end.
+    """A ``tqdm.auto`` bar fed with ``(done, total, message)``; it appears after ``delay`` seconds (``bar_delay()``
+    when not given), closes at the end.
 
     ``leave`` keeps the finished bar on screen (start-up); calls leave nothing behind.
     """
 
-    def __init__(self, description: str, delay: float = BAR_DELAY, leave: bool = True):
+    def __init__(self, description: str, delay: float | None = None, leave: bool = True):
         self.description = description
-        self.delay = delay
+        self.delay = bar_delay() if delay is None else delay
         self.leave = leave
         self._begin = time.monotonic()
         self._bar: Any = None

@@ -6,7 +6,7 @@ cost panels and the cluster panel's *Train step*; *Train this row* runs one real
 
 A search can take seconds. In a kernel it runs on a thread of its own, after the inputs settle (debounced), so the
 other panels keep answering; one search at a time: a newer request abandons the running one at its next progress
-report. A bar shows once a search has taken ``BAR_DELAY`` seconds. Outside a kernel (scripts, tests) it runs at once.
+report. A bar shows once a search has taken ``bar_delay()`` seconds. Outside a kernel (scripts, tests) it runs at once.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from ..cost import search as search_layouts
 from ..cost.hardware import DEFAULT_HARDWARE
 from ..errors import CostError
 from ..layout import Layout
-from ..runtime.progress import BAR_DELAY
+from ..runtime.progress import bar_delay
 from ..validation import check_int
 from ..viz import SearchPicture
 from .panel_parts import Debouncer, Panel, error_html, short_error
@@ -149,7 +149,7 @@ class AdvisorPanel(Panel):
         """Seconds the last shown search took."""
         self.render_seconds = 0.0
         """Seconds the last picture took to draw."""
-        self.bar_delay = BAR_DELAY
+        self.bar_delay = bar_delay()
         """Seconds a search runs before its progress shows."""
         self._searched: dict[str, Any] = {}
         self._pixels = np.zeros((0, 2))

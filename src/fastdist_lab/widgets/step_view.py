@@ -15,11 +15,13 @@ from .panel_parts import TABLE_STYLE, html_table
 
 
 def step_html(step: Any) -> str:
-    """One line: the step time (a ``StepTime``), its TFLOP/s per GPU and MFU, and whether it fits the memory."""
+    """The step time (a ``StepTime``), its TFLOP/s per GPU and MFU, whether it fits the memory; then its error band
+    and MFU flag (``StepTime.trust_text``)."""
     fits = "" if step.fits else " &mdash; <b>does not fit in memory</b>"
+    trust = "" if step.band is None else f"<span class='fdl-step-band'>{html.escape(step.trust_text())}</span><br>"
     return (
         f"<b>Step time on {html.escape(step.hardware.name)}</b>: {step.seconds:.3f} s, "
-        f"{step.tflops_per_gpu:.0f} TFLOP/s per GPU, MFU {step.mfu:.1%}{fits}<br>"
+        f"{step.tflops_per_gpu:.0f} TFLOP/s per GPU, MFU {step.mfu:.1%}{fits}<br>{trust}"
     )
 
 

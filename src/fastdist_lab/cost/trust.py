@@ -1,0 +1,220 @@
+"""How far to trust a prediction: an error band from the validation runs nearest to it (issue 27, item 5).
+
+``TRUST_RUNS`` (``cost/trust_table.py``, written by ``python benchmarks/bench_validation.py --write-trust``) holds one
+``TrustRun`` per validated run: its engine, hardware family, kind of parallelism (``setup_kind``), GPUs, the model's
+error on it (``accuracy.validate``) and the MFU it measured. ``band_for(engine, family, kind, gpus)`` gives the
+``ErrorBand`` of a set-up from them, fast (no model is run):
+
+- the runs it rests on: those of the same engine, hardware family and kind, the nearest in scale (log2 GPUs) first,
+  ``NEAREST`` of them (and any as near as the last); with no run of that kind, the nearest kind's (fewest sizes that
+  differ), and the set-up is *outside* what was validated;
+- the band: where the measured step fell around the prediction on those runs, ``measured / predicted - 1``, from
+  the lowest to the highest, widened to at least ``BAND_FLOOR`` either side;
+- ``validated`` is false, with a one-line ``reason``, for an engine or hardware family without validated runs, a
+  kind none was run with, or a scale more than ``SCALE_REACH`` times beyond the largest (or below the smallest).
+
+``mfu_ceiling(family)`` is the highest MFU measured on a family: a predicted MFU above it is flagged
+(``mfu_flagged``), as the search and ``StepTime`` show it. The rule and its reasons: docs/validation.md, "Trust".
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .engines import DEFAULT_ENGINE
+from .trust_table import TRUST_RUNS as _TABLE
+
+NEAREST = 5
+"""Validation runs a band rests on: the nearest in scale of the same engine, family and kind (more when tied)."""
+
+BAND_FLOOR = 0.03
+"""The narrowest half-width of a band: published step times are rounded, and repeated runs differ by a few percent."""
+
+SCALE_REACH = 2.0
+"""How far beyond the validated GPU counts (a factor, either way) a set-up still counts as validated."""
+
+KIND_DIMS: tuple[str, ...] = ("tp", "pp", "dp", "sdp", "ep", "zero3")
+"""The sizes whose being above 1 makes a set-up's kind of parallelism (``zero3``: ZeRO stage 3), in this order."""
+
+TRUST_COLUMNS: tuple[str, ...] = ("band_low", "band_high", "validated", "tie", "mfu_flag")
+"""Columns ``search`` adds to its frame: the ``ErrorBand`` of each row, whether its step ties the best one's (their
+bands overlap), and whether its MFU is above every run measured on the hardware's family."""
+
+
+@dataclass(frozen=True)
+class TrustRun:
+    """One validated run as the bands read it: ``run`` (its name), ``engine``, hardware ``family``, ``kind``
+    (``setup_kind``), ``gpus``, the model's ``error`` (predicted / measured - 1) and the ``mfu`` it measured."""
+
+    run: str
+    engine: str
+    family: str
+    kind: str
+    gpus: int
+    error: float
+    mfu: float
+
+
+TRUST_RUNS: tuple[TrustRun, ...] = tuple(TrustRun(*row) for row in _TABLE)
+"""The validated runs (``trust_table.py``; regenerate with ``python benchmarks/bench_validation.py --write-trust``)."""
+
+
+def setup_kind(tensor: int = 1, pipeline: int = 1, data: int = 1, sequence_data: int = 1, expert: int = 1,
+               zero_stage: int = 0) -> str:  # fmt: skip
+    """The kind of parallelism of a set-up: the ``KIND_DIMS`` above 1 joined by ``+`` (``data`` counts the data
+    ranks without ``sequence_data``), ``"single"`` for none.
+
+    >>> setup_kind(tensor=8, pipeline=4, data=32), setup_kind(data=64, zero_stage=3), setup_kind()
+    ('tp+pp+dp', 'dp+zero3', 'single')
+    """
+    flags = (tensor > 1, pipeline > 1, data > 1, sequence_data > 1, expert > 1, zero_stage == 3)
+    return "+".join(name for name, on in zip(KIND_DIMS, flags) if on) or "single"
+
+
+def kind_codes(frame: Any) -> np.ndarray:
+    """``setup_kind`` of every row of a search frame as a bit mask over ``KIND_DIMS`` (vectorised)."""
+    sdp = np.asarray(frame["sequence_data_parallel"])
+    flags = (
+        np.asarray(frame["tensor_parallel"]) > 1,
+        np.asarray(frame["pipeline_parallel"]) > 1,
+        np.asarray(frame["data_parallel"]) // sdp > 1,
+        sdp > 1,
+        np.asarray(frame["expert_parallel"]) > 1,
+        np.asarray(frame["zero_stage"]) == 3,
+    )
+    return sum((flag.astype(np.int64) << bit for bit, flag in enumerate(flags)), np.zeros(len(sdp), np.int64))
+
+
+def _kind_of_code(code: int) -> str:
+    return "+".join(name for bit, name in enumerate(KIND_DIMS) if code >> bit & 1) or "single"
+
+
+def _parts(kind: str) -> set[str]:
+    return set() if kind == "single" else set(kind.split("+"))
+
+
+@dataclass(frozen=True)
+class ErrorBand:
+    """Where the measured step may fall around a prediction: from ``seconds * (1 + low)`` to ``seconds * (1 +
+    high)`` (``low`` <= -``BAND_FLOOR`` < ``BAND_FLOOR`` <= ``high``), as it did on ``runs``, the validation runs
+    it rests on, at most ``distance`` log2 GPUs away. ``validated``: whether the set-up is inside what was
+    validated; ``reason`` says why not (empty when it is)."""
+
+    low: float
+    high: float
+    runs: tuple[str, ...]
+    distance: float
+    validated: bool
+    reason: str = ""
+
+    def range(self, seconds: float) -> tuple[float, float]:
+        """The lowest and highest step ``seconds`` may measure."""
+        return seconds * (1 + self.low), seconds * (1 + self.high)
+
+    def short(self) -> str:
+        """The band in a table cell: ``-4/+6%``."""
+        return f"{self.low * 100:+.0f}/{self.high * 100:+.0f}%"
+
+    def text(self) -> str:
+        """``-4% / +6%, 7 validated runs nearby``, or ``outside validated runs: <reason>`` and the nearest band."""
+        band = f"{self.low:+.0%} / {self.high:+.0%}"
+        if self.validated:
+            return f"{band}, {len(self.runs)} validated run{'s' if len(self.runs) != 1 else ''} nearby"
+        return f"outside validated runs: {self.reason}; {band} on the nearest"
+
+
+def _scale(gpus: int, pool: list[TrustRun], where: str) -> str:
+    largest, smallest = max(run.gpus for run in pool), min(run.gpus for run in pool)
+    if gpus > SCALE_REACH * largest:
+        return f"{gpus:,} GPUs is {gpus / largest:.0f}x beyond the largest validated run {where} ({largest:,})"
+    if gpus * SCALE_REACH < smallest:
+        return f"{gpus:,} GPUs is {smallest / gpus:.0f}x below the smallest validated run {where} ({smallest:,})"
+    return ""
+
+
+@functools.lru_cache(maxsize=1024)
+def band_for(engine: str = DEFAULT_ENGINE, family: str = "hopper", kind: str = "tp+pp+dp", gpus: int = 8,
+             runs: tuple[TrustRun, ...] | None = None) -> ErrorBand:  # fmt: skip
+    """The ``ErrorBand`` of a set-up of ``kind`` (``setup_kind``) on ``gpus`` GPUs of ``family`` run by
+    ``engine``, from ``runs`` (``TRUST_RUNS`` by default; the module docstring gives the rule).
+
+    >>> band = band_for("megatron", "ampere", "tp+pp+dp", 1024)
+    >>> band.validated, band.low < 0 < band.high, len(band.runs)
+    (True, True, 5)
+    >>> band_for("megatron", "blackwell", "tp+pp+dp", 1024).reason
+    'no validated run on blackwell'
+    """
+    table = TRUST_RUNS if runs is None else runs
+    pool = [run for run in table if run.engine == engine and run.family == family]
+    reasons = []
+    if not pool:
+        if any(run.family == family for run in table):
+            reasons.append(f"no validated run with {engine} on {family}")
+        elif any(run.engine == engine for run in table):
+            reasons.append(f"no validated run on {family}")
+        else:
+            reasons.append(f"no validated run with {engine}, none on {family}")
+        pool = [run for run in table if run.family == family] or [run for run in table if run.engine == engine]
+        pool = pool or list(table)
+    if not pool:
+        return ErrorBand(-1.0, math.inf, (), math.inf, False, "no validated run at all")
+    same = [run for run in pool if run.kind == kind]
+    if not same:
+        mine = _parts(kind)
+        nearest = min(len(mine ^ _parts(run.kind)) for run in pool)
+        same = [run for run in pool if len(mine ^ _parts(run.kind)) == nearest]
+        if not reasons:
+            kinds = ", ".join(sorted({run.kind for run in same}))
+            reasons.append(f"no validated run of {kind} on {family} (nearest: {kinds})")
+    if not reasons:
+        scale = _scale(gpus, same, f"of {kind} on {family}")
+        reasons += [scale] if scale else []
+    far = sorted(same, key=lambda run: abs(math.log2(gpus) - math.log2(run.gpus)))
+    cut = abs(math.log2(gpus) - math.log2(far[min(NEAREST, len(far)) - 1].gpus))
+    chosen = [run for run in far if abs(math.log2(gpus) - math.log2(run.gpus)) <= cut]
+    ratios = [1 / (1 + run.error) - 1 for run in chosen]
+    return ErrorBand(
+        low=min(min(ratios), -BAND_FLOOR), high=max(max(ratios), BAND_FLOOR), runs=tuple(run.run for run in chosen),
+        distance=cut, validated=not reasons, reason="; ".join(reasons),
+    )  # fmt: skip
+
+
+def mfu_ceiling(family: str) -> float | None:
+    """The highest MFU measured on ``family`` among ``TRUST_RUNS`` (``None`` without runs there).
+
+    >>> 0.3 < mfu_ceiling("hopper") < 0.6, mfu_ceiling("blackwell")
+    (True, None)
+    """
+    measured = [run.mfu for run in TRUST_RUNS if run.family == family]
+    return max(measured) if measured else None
+
+
+def mfu_flagged(family: str, mfu: Any) -> Any:
+    """Whether ``mfu`` (a number or an array) is above every MFU measured on ``family`` (never without runs)."""
+    ceiling = mfu_ceiling(family)
+    return np.asarray(mfu) > (np.inf if ceiling is None else ceiling)
+
+
+def frame_bands(frame: Any, engine: str, family: str, gpus: int) -> dict[str, np.ndarray]:
+    """``TRUST_COLUMNS`` for the rows of a search frame (best first; one ``band_for`` per kind of row):
+    ``tie`` where a row's band overlaps the best row's (per sequence, as the search ranks), the best row included
+    when anything ties it."""
+    codes = kind_codes(frame)
+    n = len(codes)
+    low, high, validated = np.empty(n), np.empty(n), np.empty(n, dtype=bool)
+    for code in np.unique(codes):
+        band = band_for(engine, family, _kind_of_code(int(code)), gpus)
+        rows = codes == code
+        low[rows], high[rows], validated[rows] = band.low, band.high, band.validated
+    per = np.asarray(frame["seconds"], dtype=float) / np.maximum(np.asarray(frame["global_batch_size"]), 1)
+    tie = np.zeros(n, dtype=bool)
+    if n:
+        tie = per * (1 + low) <= per[0] * (1 + high[0])
+        tie[0] = bool(tie[1:].any())
+    flag = mfu_flagged(family, np.asarray(frame["mfu"], dtype=float))
+    return {"band_low": low, "band_high": high, "validated": validated, "tie": tie, "mfu_flag": flag}
