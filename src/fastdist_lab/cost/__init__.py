@@ -18,11 +18,12 @@ from .comparison import COMPARE_COLUMNS, compare, compare_reports, heaviest_inte
 from .compute import COMPONENTS, chunk_parameters, layer_times, stage_components
 from .cost_report import TIME_COLUMNS, CostReport, estimate
 from .efficiency import DEFAULT_EFFICIENCY, Efficiency
-from .engines import DEFAULT_ENGINE, ENGINES
+from .engines import DEFAULT_ENGINE, ENGINE_TRAITS, ENGINES, EngineTraits, check_engine
 from .hardware import HARDWARE_PRESETS, SUSTAINED, Hardware
 from .links import collective_seconds, message_seconds, nccl_choice
 from .memory import MEMORY_COLUMNS, stage_memory
 from .model import PRESETS, VOCAB_PADDING, Transformer
+from .overlap import block_exposure
 from .published import PUBLISHED_RUNS, PublishedRun, narayanan_flops
 from .published_collectives import COLLECTIVE_MEASUREMENTS, CollectiveMeasurement, collective_table
 from .published_moe import PUBLISHED_MOE_RUNS
@@ -69,6 +70,7 @@ __all__ = [
     "DEFAULT_EFFICIENCY",
     "DEFAULT_ENGINE",
     "ENGINES",
+    "ENGINE_TRAITS",
     "EXPERT_COLUMNS",
     "EXPERT_LEGEND",
     "HARDWARE_PRESETS",
@@ -94,6 +96,7 @@ __all__ = [
     "CollectiveRow",
     "CostReport",
     "Efficiency",
+    "EngineTraits",
     "Hardware",
     "LayoutSearch",
     "PipelineSchedule",
@@ -106,8 +109,10 @@ __all__ = [
     "Training",
     "Transformer",
     "action_components",
+    "block_exposure",
     "bus_factor",
     "calibrate",
+    "check_engine",
     "check_schedule",
     "chunk_layers",
     "chunk_parameters",

@@ -28,6 +28,7 @@ from .efficiency import Efficiency
 from .hardware import Hardware
 from .links import collective_seconds
 from .moe import all_to_all_seconds, expert_parameters_per_gpu, moe_dense_parameters
+from .overlap import traits_of, zero_action_exposure
 from .setups import Setups
 from .sizes import ACTIVATION_BYTES
 
@@ -274,6 +275,8 @@ def _zero_exposure(
     scatter = units * collective_seconds(
         "reduce_scatter", params / units * setups.bytes_per_gradient, per_node, nodes, hw, eff
     )
+    if traits_of(setups).per_block:  # the engine's block-by-block bound (cost.overlap, issue 27)
+        return zero_action_exposure(setups, params, gather, scatter, forward, backward)
     forward_exposed = np.where(zero == 3, np.maximum(gather - forward, 0.0), 0.0)
     backward_exposed = np.where(
         zero == 3,

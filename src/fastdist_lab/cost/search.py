@@ -19,6 +19,7 @@ import numpy as np
 from ..errors import CostError
 from ..validation import check_int
 from .efficiency import DEFAULT_EFFICIENCY, Efficiency
+from .engines import DEFAULT_ENGINE, engine_allows
 from .hardware import Hardware
 from .memory import stage_memory
 from .model import Transformer
@@ -68,6 +69,7 @@ LIMITS: dict[str, Any] = {
     "overlap_tensor_parallel": False,
     "overlap_pipeline_parallel": True,
     "expert_load_imbalance": 1.0,
+    "engine": DEFAULT_ENGINE,
     "allow_smaller_batch": False,
     "top": 100,
 }
@@ -75,10 +77,10 @@ LIMITS: dict[str, Any] = {
 the model and the GPUs allow), a single value fixes it. ``expert_parallel`` (``None``: every divisor of the
 model's experts that divides a pipeline stage) and ``expert_tensor_parallel`` (``None``: 1, and the tensor size
 too for experts at least as wide as the model's hidden size) apply to a mixture of experts only (1 and the tensor
-size for a dense model); ``expert_load_imbalance`` is ``Training``'s, fixed for every row. ``allow_smaller_batch``:
-where ``global_batch_size`` does not divide over the data-parallel ranks, run the largest batch that does
-(Calculon's ``get_batch_size`` rule, Isaev et al. 2023) instead of dropping the layout; ``top``: the number of best
-rows to return (``None``: every set-up that fits, which simulates them all and is much slower)."""
+size for a dense model); ``expert_load_imbalance`` and ``engine`` are ``Training``'s, fixed for every row.
+``allow_smaller_batch``: where ``global_batch_size`` does not divide over the data-parallel ranks, run the largest
+batch that does (Calculon's ``get_batch_size`` rule, Isaev et al. 2023) instead of dropping the layout; ``top``: the
+number of best rows to return (``None``: every set-up that fits, which simulates them all and is much slower)."""
 
 CHUNK = 512
 """Set-ups simulated at a time, in the order of their lower bound."""
@@ -169,6 +171,7 @@ class LayoutSearch:
             overlap_tensor_parallel=self.fixed["overlap_tensor_parallel"],
             overlap_pipeline_parallel=self.fixed["overlap_pipeline_parallel"],
             expert_load_imbalance=self.fixed["expert_load_imbalance"],
+            engine=self.fixed["engine"],
         )
 
     def estimate(self, i: int = 0) -> Any:
@@ -236,8 +239,8 @@ def search(
         name: bool(chosen[name])
         for name in ("flash_attention", "overlap_data_parallel", "overlap_tensor_parallel", "overlap_pipeline_parallel")
     }
-    imbalance = Training(expert_load_imbalance=chosen["expert_load_imbalance"]).expert_load_imbalance  # checked
-    fixed["expert_load_imbalance"] = imbalance
+    checked = Training(expert_load_imbalance=chosen["expert_load_imbalance"], engine=chosen["engine"])
+    fixed.update(expert_load_imbalance=checked.expert_load_imbalance, engine=checked.engine)
     rows = _candidates(model, gpus, local, batch, chosen, fixed["flash_attention"])
     top = None if chosen["top"] is None else check_int("top", chosen["top"], minimum=1, error=CostError)
     import pandas as pd
@@ -351,6 +354,7 @@ def _candidates(model: Transformer, gpus: int, local: int, batch: int, chosen: d
     keep &= (tp > 1) | (sp == options[1][0])
     keep &= (dp > 1) | (z == options[2][0])
     keep &= ((pp > 1) & (dp > 1)) | (first == options[3][0])
+    keep &= engine_allows(chosen["engine"], np.array(SCHEDULES, dtype=object)[b[:, 8]], pp, np.where(dp > 1, z, 0))
     b, r, sp, z, first = b[keep], r[keep], sp[keep] & (b[keep, 0] > 1), z[keep], first[keep]
     z = np.where(b[:, 4] > 1, z, 0)
     first = np.where((b[:, 1] > 1) & (b[:, 4] > 1), first, False)
