@@ -82,6 +82,17 @@ def test_fsdp2_under_a_pipeline_gathers_once_and_holds_the_stage_whole():
     assert fsdp.step(H100).parts["data_comm_seconds"] < megatron.step(H100).parts["data_comm_seconds"] + 0.05
 
 
+def test_fsdp2_under_a_pipeline_lists_one_gather_and_one_reduce_scatter_per_step():
+    def data_calls(report):
+        rows = report.communication
+        rows = rows[rows["dim"] == "data"]
+        return dict(zip(rows["collective"], rows["calls_per_step"]))
+
+    assert data_calls(_report(1, 4, 3, 8, engine="fsdp2")) == {"reduce_scatter": 1, "all_gather": 1}
+    assert data_calls(_report(1, 4, 3, 8)) == {"reduce_scatter": 8, "all_gather": 16}
+    assert data_calls(_report(1, 1, 3, 4, engine="fsdp2")) == {"reduce_scatter": 4, "all_gather": 8}
+
+
 def test_deepspeed_buffers_are_counted_in_memory():
     deepspeed = _report(1, 1, 1, 4, engine="deepspeed").memory["temporaries_bytes"].iloc[0]
     megatron = _report(1, 1, 1, 4).memory["temporaries_bytes"].iloc[0]
@@ -104,6 +115,7 @@ def test_exposed_time_is_never_negative_nor_more_than_the_collectives(gather, sc
                                                                       bucket):  # fmt: skip
     exposed = float(block_exposure(gather, scatter, compute, blocks, depth=depth, lead=lead, bucket=bucket))
     assert -1e-12 <= exposed <= gather + scatter + 1e-9
+    assert exposed >= gather + scatter - compute - 1e-9  # never below Megatron's whole-stage bound
     # more compute never exposes more; a deeper prefetch never exposes more
     assert float(block_exposure(gather, scatter, compute + 1, blocks, depth=depth, lead=lead, bucket=bucket)) <= (
         exposed + 1e-9

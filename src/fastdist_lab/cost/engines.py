@@ -128,6 +128,17 @@ def check_engine(engine: str, schedule: str, pipeline_parallel: int = 1, zero_st
         )
 
 
+def gathers_once(engine: str, pipeline_parallel: int) -> bool:
+    """Whether ``engine`` gathers ZeRO 2/3 weights once per step beside a pipeline of ``pipeline_parallel`` stages,
+    keeps them whole and reduce-scatters on the last micro-batch only (torchtitan's FSDP2 with PP).
+
+    >>> gathers_once("fsdp2", 4), gathers_once("fsdp2", 1), gathers_once("deepspeed", 4)
+    (True, False, False)
+    """
+    traits = ENGINE_TRAITS[engine]
+    return pipeline_parallel > 1 and not traits.reshard_with_pipeline and traits.sync_last_microbatch_with_pipeline
+
+
 def engine_allows(engine: str, schedules: Any, pipeline_parallel: Any, zero_stage: Any) -> Any:
     """Per set-up (arrays broadcast), whether ``engine`` runs it (``check_engine`` without raising): what
     ``search`` keeps of its candidates."""

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .engines import ENGINE_TRAITS, EngineTraits
+from .engines import ENGINE_TRAITS, EngineTraits, gathers_once
 
 
 def block_exposure(
@@ -78,8 +78,7 @@ def bucket_share(traits: EngineTraits, parameters: Any) -> Any:
 def gathered_once(setups: Any) -> Any:
     """Per set-up, whether ZeRO 2/3 weights are gathered once per step and kept whole (and gradients reduced on the
     last micro-batch only): an engine that does not reshard under a pipeline (torchtitan's FSDP2 with PP)."""
-    traits = traits_of(setups)
-    if traits.reshard_with_pipeline or not traits.sync_last_microbatch_with_pipeline or setups.pipeline_parallel == 1:
+    if not gathers_once(setups.engine, setups.pipeline_parallel):
         return np.zeros(np.shape(setups.zero_stage), dtype=bool)
     return np.asarray(setups.zero_stage) >= 2
 
