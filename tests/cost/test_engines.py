@@ -164,3 +164,13 @@ def test_cli_engine_flag_and_its_refusal():
     assert bad.stderr.strip().count("\n") == 0 and "engine='jax'" in bad.stderr
     good = subprocess.run(base + ["--engine", "fsdp2"], capture_output=True, text=True)
     assert good.returncode == 0, good.stderr
+
+
+@pytest.mark.parametrize("engine", ["deepspeed", "fsdp2"])
+def test_the_pruned_search_finds_the_rows_of_the_whole_one_for_every_engine(engine):
+    # the floors (search_bounds) and step.lower_bound stay below every engine's simulated step
+    limits = dict(hardware=H100, global_batch_size=32, tensor_parallel=(1, 2), micro_batch_size=(1, 2), engine=engine,
+                  schedule=("1f1b", "interleaved-1f1b"), recompute="none")  # fmt: skip
+    whole = search("llama2-7b", 16, top=None, **limits).frame
+    pruned = search("llama2-7b", 16, top=5, **limits).frame
+    assert np.allclose(pruned["seconds"].to_numpy(), whole["seconds"].to_numpy()[:5])
