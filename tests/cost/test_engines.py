@@ -174,3 +174,14 @@ def test_the_pruned_search_finds_the_rows_of_the_whole_one_for_every_engine(engi
     whole = search("llama2-7b", 16, top=None, **limits).frame
     pruned = search("llama2-7b", 16, top=5, **limits).frame
     assert np.allclose(pruned["seconds"].to_numpy(), whole["seconds"].to_numpy()[:5])
+
+
+def test_cost_command_takes_the_engine_and_refuses_what_it_cannot_run():
+    base = [sys.executable, "-m", "fastdist_lab.cli", "cost", "--model", "llama2-7b", "--world-size", "64", "--pp", "4"]
+    shown = subprocess.run(base + ["--engine", "deepspeed"], capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    assert "engine deepspeed" in shown.stdout
+    for flags, named in ((["--schedule", "gpipe"], "schedule='gpipe'"), (["--zero-stage", "2"], "zero_stage=2")):
+        bad = subprocess.run(base + ["--engine", "deepspeed", *flags], capture_output=True, text=True)
+        assert bad.returncode == 2 and named in bad.stderr and bad.stderr.strip().count("\n") == 0
+    assert "engine" not in subprocess.run(base, capture_output=True, text=True).stdout.split("training:")[1][:120]
