@@ -54,6 +54,14 @@ def test_deepspeed_with_a_pipeline_exposes_the_whole_gradient_reduction():
     assert deepspeed.seconds > megatron.seconds
 
 
+def test_deepspeed_zero1_beside_a_pipeline_all_reduces_its_gradients_after_the_last_backward():
+    deepspeed = _report(2, 4, 1, 16, engine="deepspeed")
+    unhidden = _report(2, 4, 1, 16, overlap_data_parallel=False, overlap_pipeline_parallel=False)
+    assert deepspeed.step(H100).parts["data_comm_seconds"] > unhidden.step(H100).parts["data_comm_seconds"]
+    rows = deepspeed.communication
+    assert set(rows[rows["dim"] == "data"]["collective"]) == {"all_reduce", "all_gather"}
+
+
 def test_deepspeed_without_a_pipeline_hides_all_but_its_last_bucket():
     overlapped = _report(1, 1, 1, 4, engine="deepspeed").step(H100)
     after = _report(1, 1, 1, 4, engine="deepspeed", overlap_data_parallel=False).step(H100)

@@ -38,6 +38,8 @@ class EngineTraits:
       ``Training.overlap_pipeline_parallel`` says.
     - ``reduce_after_pipeline``: with ``pipeline_parallel > 1`` the data-parallel gradient reduction runs after
       the last backward, none of it overlapped.
+    - ``all_reduce_with_pipeline``: with ``pipeline_parallel > 1`` ZeRO 1 all-reduces the whole gradients (then
+      gathers the updated weights) instead of reduce-scattering them.
     - ``per_block``: ZeRO 3 (and FSDP under a pipeline) gathers and reduce-scatters are priced one transformer block
       after the other with ``overlap.block_exposure``: the first gather of a pass and the last reduce-scatter are
       exposed, each one between hides only behind one block's compute, and only as much as is prefetched.
@@ -60,6 +62,7 @@ class EngineTraits:
     max_zero_stage_with_pipeline: int
     blocking_pipeline: bool
     reduce_after_pipeline: bool
+    all_reduce_with_pipeline: bool
     per_block: bool
     prefetch_blocks: float
     prefetch_elements: float
@@ -75,7 +78,8 @@ ENGINE_TRAITS: dict[str, EngineTraits] = {
     # Megatron-LM / Megatron-Core: what the model did before engines were a setting (calibrated on its runs).
     "megatron": EngineTraits(
         schedules=None, max_zero_stage_with_pipeline=3, blocking_pipeline=False, reduce_after_pipeline=False,
-        per_block=False, prefetch_blocks=1.0, prefetch_elements=0.0, reduce_bucket_elements=0.0,
+        all_reduce_with_pipeline=False, per_block=False,
+        prefetch_blocks=1.0, prefetch_elements=0.0, reduce_bucket_elements=0.0,
         keeps_last_block=False, overlaps_zero0=True, gather_after_step=False, reshard_with_pipeline=True,
         sync_last_microbatch_with_pipeline=False,
     ),
@@ -83,10 +87,13 @@ ENGINE_TRAITS: dict[str, EngineTraits] = {
     # with blocking p2p.send / p2p.recv (runtime/pipe/p2p.py); runtime/pipe/schedule.py TrainSchedule is 1F1B and
     # issues ReduceTiedGrads and ReduceGrads after the last backward; runtime/zero/config.py: reduce_bucket_size
     # 5e8, stage3_prefetch_bucket_size 5e7 elements; ZeRO 1/2 all-gather the updated weights in the optimizer step
-    # (runtime/zero/stage_1_and_2.py step).
+    # (runtime/zero/stage_1_and_2.py step); bf16 with ZeRO 1 runs BF16_Optimizer, whose ReduceGrads beside a pipeline
+    # is engine.buffered_allreduce_fallback (dist.all_reduce of the gradients in 5e8-element buffers), then
+    # update_lp_params gathers the weights (runtime/bf16_optimizer.py, runtime/pipe/engine.py _exec_reduce_grads).
     "deepspeed": EngineTraits(
         schedules=("1f1b",), max_zero_stage_with_pipeline=1, blocking_pipeline=True, reduce_after_pipeline=True,
-        per_block=True, prefetch_blocks=0.0, prefetch_elements=5e7, reduce_bucket_elements=5e8,
+        all_reduce_with_pipeline=True, per_block=True,
+        prefetch_blocks=0.0, prefetch_elements=5e7, reduce_bucket_elements=5e8,
         keeps_last_block=False, overlaps_zero0=False, gather_after_step=True, reshard_with_pipeline=True,
         sync_last_microbatch_with_pipeline=False,
     ),
@@ -97,7 +104,8 @@ ENGINE_TRAITS: dict[str, EngineTraits] = {
     # the last backward.
     "fsdp2": EngineTraits(
         schedules=None, max_zero_stage_with_pipeline=3, blocking_pipeline=False, reduce_after_pipeline=False,
-        per_block=True, prefetch_blocks=1.0, prefetch_elements=0.0, reduce_bucket_elements=0.0,
+        all_reduce_with_pipeline=False, per_block=True,
+        prefetch_blocks=1.0, prefetch_elements=0.0, reduce_bucket_elements=0.0,
         keeps_last_block=True, overlaps_zero0=True, gather_after_step=False, reshard_with_pipeline=False,
         sync_last_microbatch_with_pipeline=True,
     ),

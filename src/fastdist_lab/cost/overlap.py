@@ -133,6 +133,8 @@ def data_parallel_terms(
         return reduce, gather, overlap, np.zeros((n, pp)), np.zeros((n, pp))
     if traits.reduce_after_pipeline and pp > 1:
         overlap = overlap & False
+    if traits.all_reduce_with_pipeline and pp > 1:  # ZeRO 1's gradients all-reduced, not reduce-scattered
+        reduce = np.where(zero == 1, collective("all_reduce", grads), reduce)
     if not traits.overlaps_zero0:
         overlap = overlap & (setups.zero_stage[:, None] >= 1)
     after_step = np.zeros((n, pp))
