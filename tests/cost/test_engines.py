@@ -101,6 +101,18 @@ def test_fsdp2_under_a_pipeline_lists_one_gather_and_one_reduce_scatter_per_step
     assert data_calls(_report(1, 1, 3, 4, engine="fsdp2")) == {"reduce_scatter": 4, "all_gather": 8}
 
 
+def test_fsdp2_tensor_parallel_backward_collectives_wait_unless_asynchronous():
+    # torchtitan's DTensor plans: the collective follows the linear's whole backward; Megatron hides it behind the
+    # weight-gradient GEMMs
+    fsdp = _report(8, 1, 3, 4, engine="fsdp2").step(H100).parts["tensor_comm_seconds"]
+    megatron = _report(8, 1, 3, 4).step(H100).parts["tensor_comm_seconds"]
+    assert fsdp > megatron
+    asynchronous = _report(8, 1, 3, 4, engine="fsdp2", overlap_tensor_parallel=True).step(H100)
+    assert asynchronous.parts["tensor_comm_seconds"] == pytest.approx(
+        _report(8, 1, 3, 4, overlap_tensor_parallel=True).step(H100).parts["tensor_comm_seconds"]
+    )
+
+
 def test_deepspeed_buffers_are_counted_in_memory():
     deepspeed = _report(1, 1, 1, 4, engine="deepspeed").memory["temporaries_bytes"].iloc[0]
     megatron = _report(1, 1, 1, 4).memory["temporaries_bytes"].iloc[0]

@@ -95,7 +95,9 @@ def layer_times(setups: Setups, hw: Hardware, eff: Efficiency) -> dict[str, np.n
     regather = np.where(sp, 2 * gather, 0.0)  # the inputs gathered again before the weight gradients
     overlap = setups.overlap_tensor_parallel
     tensor_fwd = np.where(overlap, np.maximum(comm_fwd - linear, 0.0), comm_fwd)
-    tensor_bwd = np.maximum(comm_bwd - linear, 0.0) + np.where(overlap, np.maximum(regather - linear, 0.0), regather)
+    hides = overlap | traits_of(setups).tensor_backward_hidden  # the engine's (cost.engines, issue 27)
+    tensor_bwd = np.where(hides, np.maximum(comm_bwd - linear, 0.0), comm_bwd) + np.where(
+        overlap, np.maximum(regather - linear, 0.0), regather)  # fmt: skip
     tensor_input = comm_bwd + regather  # zero bubble: the weight GEMMs that would hide them run later
 
     context = setups.placement["sequence_data"]

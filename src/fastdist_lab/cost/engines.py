@@ -40,6 +40,9 @@ class EngineTraits:
       the last backward, none of it overlapped.
     - ``all_reduce_with_pipeline``: with ``pipeline_parallel > 1`` ZeRO 1 all-reduces the whole gradients (then
       gathers the updated weights) instead of reduce-scattering them.
+    - ``tensor_backward_hidden``: the backward's tensor-parallel collectives hide behind the weight-gradient GEMMs
+      (Megatron's asynchronous all-reduce); ``False``: they follow the layer's whole backward and the next
+      operation waits for them (unless ``Training.overlap_tensor_parallel``).
     - ``per_block``: ZeRO 3 (and FSDP under a pipeline) gathers and reduce-scatters are priced one transformer block
       after the other with ``overlap.block_exposure``: the first gather of a pass and the last reduce-scatter are
       exposed, each one between hides only behind one block's compute, and only as much as is prefetched.
@@ -63,6 +66,7 @@ class EngineTraits:
     blocking_pipeline: bool
     reduce_after_pipeline: bool
     all_reduce_with_pipeline: bool
+    tensor_backward_hidden: bool
     per_block: bool
     prefetch_blocks: float
     prefetch_elements: float
@@ -78,7 +82,7 @@ ENGINE_TRAITS: dict[str, EngineTraits] = {
     # Megatron-LM / Megatron-Core: what the model did before engines were a setting (calibrated on its runs).
     "megatron": EngineTraits(
         schedules=None, max_zero_stage_with_pipeline=3, blocking_pipeline=False, reduce_after_pipeline=False,
-        all_reduce_with_pipeline=False, per_block=False,
+        all_reduce_with_pipeline=False, tensor_backward_hidden=True, per_block=False,
         prefetch_blocks=1.0, prefetch_elements=0.0, reduce_bucket_elements=0.0,
         keeps_last_block=False, overlaps_zero0=True, gather_after_step=False, reshard_with_pipeline=True,
         sync_last_microbatch_with_pipeline=False,
@@ -92,7 +96,7 @@ ENGINE_TRAITS: dict[str, EngineTraits] = {
     # update_lp_params gathers the weights (runtime/bf16_optimizer.py, runtime/pipe/engine.py _exec_reduce_grads).
     "deepspeed": EngineTraits(
         schedules=("1f1b",), max_zero_stage_with_pipeline=1, blocking_pipeline=True, reduce_after_pipeline=True,
-        all_reduce_with_pipeline=True, per_block=True,
+        all_reduce_with_pipeline=True, tensor_backward_hidden=True, per_block=True,
         prefetch_blocks=0.0, prefetch_elements=5e7, reduce_bucket_elements=5e8,
         keeps_last_block=False, overlaps_zero0=False, gather_after_step=True, reshard_with_pipeline=True,
         sync_last_microbatch_with_pipeline=False,
@@ -101,10 +105,12 @@ ENGINE_TRAITS: dict[str, EngineTraits] = {
     # fully_shard per transformer block, reshard_after_forward "default" = not pp_enabled, the last block not
     # resharded; FSDP2's implicit prefetch of one block; torch/distributed/pipelining/stage.py
     # backward_maybe_with_nosync: set_requires_gradient_sync(False) and set_reshard_after_backward(False) but on
-    # the last backward.
+    # the last backward. Its tensor parallel (torchtitan parallelize: ColwiseParallel / RowwiseParallel DTensor
+    # plans) runs each backward collective as the backward of a redistribute, after the linear's input- and
+    # weight-gradient GEMMs, waited on by the next operation (asynchronous TP only under torch.compile).
     "fsdp2": EngineTraits(
         schedules=None, max_zero_stage_with_pipeline=3, blocking_pipeline=False, reduce_after_pipeline=False,
-        all_reduce_with_pipeline=False, per_block=True,
+        all_reduce_with_pipeline=False, tensor_backward_hidden=False, per_block=True,
         prefetch_blocks=1.0, prefetch_elements=0.0, reduce_bucket_elements=0.0,
         keeps_last_block=True, overlaps_zero0=True, gather_after_step=False, reshard_with_pipeline=False,
         sync_last_microbatch_with_pipeline=True,
