@@ -46,7 +46,9 @@ class EngineTraits:
     - ``per_block``: ZeRO 3 (and FSDP under a pipeline) gathers and reduce-scatters are priced one transformer block
       after the other with ``overlap.block_exposure``: the first gather of a pass and the last reduce-scatter are
       exposed, each one between hides only behind one block's compute, and only as much as is prefetched.
-    - ``prefetch_blocks``: blocks gathered ahead of the one computing (``0``: ``prefetch_elements`` decides).
+    - ``units_per_block``: what one gather fetches, as a share of a transformer block: FSDP2 the block (1),
+      DeepSpeed each sub-module with parameters (4: attention's input and output projections, the MLP's two).
+    - ``prefetch_blocks``: units gathered ahead of the one computing (``0``: ``prefetch_elements`` decides).
     - ``prefetch_elements``: parameters gathered ahead, counted unsharded (DeepSpeed's prefetch bucket).
     - ``reduce_bucket_elements``: gradients reduced per bucket (``0``: per block); the last bucket of a pass
       cannot overlap anything and its buffer is held in memory.
@@ -68,6 +70,7 @@ class EngineTraits:
     all_reduce_with_pipeline: bool
     tensor_backward_hidden: bool
     per_block: bool
+    units_per_block: int
     prefetch_blocks: float
     prefetch_elements: float
     reduce_bucket_elements: float
@@ -83,7 +86,7 @@ ENGINE_TRAITS: dict[str, EngineTraits] = {
     "megatron": EngineTraits(
         schedules=None, max_zero_stage_with_pipeline=3, blocking_pipeline=False, reduce_after_pipeline=False,
         all_reduce_with_pipeline=False, tensor_backward_hidden=True, per_block=False,
-        prefetch_blocks=1.0, prefetch_elements=0.0, reduce_bucket_elements=0.0,
+        units_per_block=1, prefetch_blocks=1.0, prefetch_elements=0.0, reduce_bucket_elements=0.0,
         keeps_last_block=False, overlaps_zero0=True, gather_after_step=False, reshard_with_pipeline=True,
         sync_last_microbatch_with_pipeline=False,
     ),
@@ -94,10 +97,12 @@ ENGINE_TRAITS: dict[str, EngineTraits] = {
     # (runtime/zero/stage_1_and_2.py step); bf16 with ZeRO 1 runs BF16_Optimizer, whose ReduceGrads beside a pipeline
     # is engine.buffered_allreduce_fallback (dist.all_reduce of the gradients in 5e8-element buffers), then
     # update_lp_params gathers the weights (runtime/bf16_optimizer.py, runtime/pipe/engine.py _exec_reduce_grads).
+    # ZeRO 3 fetches each sub-module's parameters in its pre-forward hook and prefetches along the recorded trace
+    # up to the prefetch bucket (runtime/zero/partitioned_param_coordinator.py fetch_sub_module).
     "deepspeed": EngineTraits(
         schedules=("1f1b",), max_zero_stage_with_pipeline=1, blocking_pipeline=True, reduce_after_pipeline=True,
         all_reduce_with_pipeline=True, tensor_backward_hidden=True, per_block=True,
-        prefetch_blocks=0.0, prefetch_elements=5e7, reduce_bucket_elements=5e8,
+        units_per_block=4, prefetch_blocks=0.0, prefetch_elements=5e7, reduce_bucket_elements=5e8,
         keeps_last_block=False, overlaps_zero0=False, gather_after_step=True, reshard_with_pipeline=True,
         sync_last_microbatch_with_pipeline=False,
     ),
@@ -111,7 +116,7 @@ ENGINE_TRAITS: dict[str, EngineTraits] = {
     "fsdp2": EngineTraits(
         schedules=None, max_zero_stage_with_pipeline=3, blocking_pipeline=False, reduce_after_pipeline=False,
         all_reduce_with_pipeline=False, tensor_backward_hidden=False, per_block=True,
-        prefetch_blocks=1.0, prefetch_elements=0.0, reduce_bucket_elements=0.0,
+        units_per_block=1, prefetch_blocks=1.0, prefetch_elements=0.0, reduce_bucket_elements=0.0,
         keeps_last_block=True, overlaps_zero0=True, gather_after_step=False, reshard_with_pipeline=False,
         sync_last_microbatch_with_pipeline=True,
     ),

@@ -60,7 +60,7 @@ def traits_of(setups: Any) -> EngineTraits:
 
 
 def prefetch_depth(traits: EngineTraits, block_parameters: Any) -> Any:
-    """Blocks gathered ahead: ``prefetch_blocks``, or ``prefetch_elements`` over one block's parameters on a rank
+    """Units gathered ahead: ``prefetch_blocks``, or ``prefetch_elements`` over one unit's parameters on a rank
     (DeepSpeed counts the ``ds_numel`` of the tensor-parallel shard it holds)."""
     if traits.prefetch_blocks > 0:
         return traits.prefetch_blocks
@@ -94,7 +94,7 @@ def zero_action_exposure(
     gathered once per step (``gathered_once``) show nothing here (``data_parallel_terms`` prices them per step)."""
     traits = traits_of(setups)
     zero = setups.zero_stage[:, None]
-    blocks = np.maximum(setups.chunk_layers[None, :], 1).astype(np.float64)
+    blocks = np.maximum(setups.chunk_layers[None, :], 1).astype(np.float64) * traits.units_per_block
     depth = prefetch_depth(traits, params / blocks)
     bucket = bucket_share(traits, params)
     forward_exposed = block_exposure(gather, 0.0, forward, blocks, depth=depth)
