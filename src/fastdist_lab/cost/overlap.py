@@ -15,7 +15,8 @@ So ``block_exposure``:
 - the rest runs beside the other ``L - 1`` blocks' compute, one block ahead: exposed is what exceeds that compute,
   and at least the part of each gather that was not prefetched.
 
-It is never negative and never more than ``G + R`` (hypothesis holds it, tests/cost/test_engines.py). ``Megatron``
+It is never negative, never more than ``G + R`` and never less than ``G + R - P`` (hypothesis holds it,
+tests/cost/test_engines.py). A DeepSpeed "block" is a sub-module (``EngineTraits.units_per_block``). ``Megatron``
 keeps its earlier pricing (``compute.stage_components``: the whole stage's gathers against the whole stage's
 compute); the engines whose ``EngineTraits.per_block`` is set use this.
 """
