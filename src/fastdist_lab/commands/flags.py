@@ -113,9 +113,10 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     """The training set-up's flags, spelled and defaulted alike in every command (``cost.Training``'s defaults):
     ``--schedule`` (1f1b), ``--virtual-pipeline-stages`` / ``--virtual-stages`` (1), ``--micro-batches`` /
     ``--num-microbatches`` (the pipeline size), ``--micro-batch-size`` (1), ``--zero-stage`` (0) or
-    ``--distributed-optimizer`` (ZeRO 1), ``--recompute`` (none) and ``--sequence-tensor-parallel``. Values are
+    ``--distributed-optimizer`` (ZeRO 1), ``--recompute`` (none), ``--sequence-tensor-parallel`` and ``--engine``
+    (megatron). Values are
     checked by ``Training`` (one line naming the value)."""
-    from ..cost import RECOMPUTE, SCHEDULES
+    from ..cost import DEFAULT_ENGINE, ENGINES, RECOMPUTE, SCHEDULES
 
     group = parser.add_argument_group("training set-up", "as cost.Training: the same flags in cost and train-step")
     group.add_argument("--schedule", default="1f1b", metavar="NAME",
@@ -140,6 +141,8 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
                        help="split the residual stream along the sequence over the tensor group")  # fmt: skip
     group.add_argument("--expert-load-imbalance", type=float, default=1.0, metavar="X",
                        help="mixture of experts: busiest expert rank's tokens over the mean (default: 1.0)")
+    group.add_argument("--engine", default=DEFAULT_ENGINE, metavar="NAME",
+                       help=f"training engine: {', '.join(ENGINES)} (default: %(default)s)")  # fmt: skip
 
 
 def training_from_args(args: argparse.Namespace) -> Any:
@@ -156,6 +159,7 @@ def training_from_args(args: argparse.Namespace) -> Any:
         recompute=args.recompute,
         sequence_tensor_parallel=args.sequence_tensor_parallel,
         expert_load_imbalance=args.expert_load_imbalance,
+        engine=args.engine,
     )
 
 

@@ -8,7 +8,7 @@ import json
 import sys
 import textwrap
 
-from ..cost import HARDWARE_PRESETS, LIMITS, PRESETS, RANKED_ROWS, RECOMPUTE, SCHEDULES
+from ..cost import DEFAULT_ENGINE, ENGINES, HARDWARE_PRESETS, LIMITS, PRESETS, RANKED_ROWS, RECOMPUTE, SCHEDULES
 from ..cost.hardware import DEFAULT_HARDWARE
 from ..errors import CostError
 
@@ -75,6 +75,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=argparse.SUPPRESS,
         help=f"pipeline ranks vary before data ranks (the flag alone), or data first (off){_BOTH}",
     )
+    limits.add_argument("--engine", default=argparse.SUPPRESS, metavar="NAME",
+                        help=f"training engine: {', '.join(ENGINES)} (default: {DEFAULT_ENGINE})")  # fmt: skip
     limits.add_argument("--expert-load-imbalance", type=float, default=argparse.SUPPRESS, metavar="X",
                         help="mixture of experts: tokens of the busiest expert rank over the mean (default: 1.0)")
     limits.add_argument(

@@ -29,11 +29,12 @@ from .comparison import COMPARE_COLUMNS, compare, compare_reports, heaviest_inte
 from .compute import COMPONENTS, chunk_parameters, layer_times, stage_components
 from .cost_report import TIME_COLUMNS, CostReport, estimate
 from .efficiency import DEFAULT_EFFICIENCY, Efficiency
-from .engines import DEFAULT_ENGINE, ENGINES
+from .engines import DEFAULT_ENGINE, ENGINE_TRAITS, ENGINES, EngineTraits, check_engine
 from .hardware import HARDWARE_PRESETS, SUSTAINED, Hardware
 from .links import collective_seconds, message_seconds, nccl_choice
 from .memory import MEMORY_COLUMNS, stage_memory
 from .model import PRESETS, VOCAB_PADDING, Transformer
+from .overlap import block_exposure
 from .published import PUBLISHED_RUNS, PublishedRun, narayanan_flops
 from .published_collectives import COLLECTIVE_MEASUREMENTS, CollectiveMeasurement, collective_table
 from .published_comparisons import (
@@ -107,6 +108,7 @@ __all__ = [
     "DEFAULT_EFFICIENCY",
     "DEFAULT_ENGINE",
     "ENGINES",
+    "ENGINE_TRAITS",
     "EXPERT_COLUMNS",
     "EXPERT_LEGEND",
     "HARDWARE_PRESETS",
@@ -142,6 +144,7 @@ __all__ = [
     "CollectiveRow",
     "CostReport",
     "Efficiency",
+    "EngineTraits",
     "ErrorBand",
     "Hardware",
     "LayoutSearch",
@@ -158,8 +161,10 @@ __all__ = [
     "TrustRun",
     "action_components",
     "band_for",
+    "block_exposure",
     "bus_factor",
     "calibrate",
+    "check_engine",
     "check_schedule",
     "chunk_layers",
     "chunk_parameters",

@@ -30,7 +30,9 @@ layers of stage ``i``, activations are bf16 of ``s / sdp`` tokens, gradients red
 - data: the stage's gradients, all-reduced once per step (ZeRO 0) or reduce-scattered with the updated
   weights all-gathered (ZeRO 1; Rajbhandari et al. 2020, Section 7.2.1); under ZeRO 2 and 3 the
   gradients are reduce-scattered every micro-batch and under ZeRO 3 the weights are gathered before each
-  micro-batch's forward and backward. Over ``data`` = sequence-data x batch-data: both hold replicas of the
+  micro-batch's forward and backward (torchtitan's FSDP2 beside a pipeline, ``engines.gathers_once``: one
+  gather and one reduce-scatter per step; DeepSpeed's ZeRO 1 beside a pipeline all-reduces). Over ``data`` =
+  sequence-data x batch-data: both hold replicas of the
   model shard (Fast-LLM ``fsdp.py`` reduces over ``DistributedDimNames.data``). Fast-LLM itself always
   shards the optimizer (ZeRO 1 at least); ZeRO 0 is the plain data-parallel all-reduce. A mixture of experts'
   routed experts are replicated over the expert data-parallel group instead: their rows are ``expert_data``'s.
@@ -49,6 +51,7 @@ import numpy as np
 
 from ..config import DistributedDimNames
 from ..layout import nodes_spanned
+from .engines import ENGINE_TRAITS, gathers_once
 from .model import Transformer
 from .setups import layout_expert_sizes
 from .sizes import ACTIVATION_BYTES, Sizes
@@ -110,7 +113,9 @@ def step_rows(
     ends[0] += 1
     ends[-1] += 1  # one embedding (first stage) and one output-layer collective (last stage)
     activation = ACTIVATION_BYTES * sizes.tokens * training.micro_batch_size * model.hidden_size
-    grad_calls = m if training.zero_stage >= 2 else 1
+    once = gathers_once(training.engine, pp) and training.zero_stage >= 2  # torchtitan's FSDP2 with PP
+    traits = ENGINE_TRAITS[training.engine]
+    grad_calls = m if training.zero_stage >= 2 and not once else 1
     rows: list[CollectiveRow] = []
 
     groups_of: dict[str, np.ndarray] = {}
@@ -164,8 +169,11 @@ def step_rows(
             if training.zero_stage == 0:
                 add(dim, "all_reduce", 1, parameters * training.bytes_per_gradient)
             else:
-                add(dim, "reduce_scatter", grad_calls, parameters * training.bytes_per_gradient)
-                gathers = 2 * m if training.zero_stage == 3 else 1
+                # DeepSpeed's BF16_Optimizer beside a pipeline all-reduces (engines.py)
+                whole = training.zero_stage == 1 and pp > 1 and traits.all_reduce_with_pipeline
+                kind = "all_reduce" if whole else "reduce_scatter"
+                add(dim, kind, grad_calls, parameters * training.bytes_per_gradient)
+                gathers = 2 * m if training.zero_stage == 3 and not once else 1
                 add(dim, "all_gather", gathers, parameters * training.bytes_per_weight)
     if model.is_moe:
         moe = stages["moe_layers"]

@@ -28,6 +28,7 @@ from .efficiency import Efficiency
 from .hardware import Hardware
 from .links import collective_seconds
 from .moe import all_to_all_seconds, expert_parameters_per_gpu, moe_dense_parameters
+from .overlap import traits_of, zero_action_exposure
 from .setups import Setups
 from .sizes import ACTIVATION_BYTES
 
@@ -94,7 +95,9 @@ def layer_times(setups: Setups, hw: Hardware, eff: Efficiency) -> dict[str, np.n
     regather = np.where(sp, 2 * gather, 0.0)  # the inputs gathered again before the weight gradients
     overlap = setups.overlap_tensor_parallel
     tensor_fwd = np.where(overlap, np.maximum(comm_fwd - linear, 0.0), comm_fwd)
-    tensor_bwd = np.maximum(comm_bwd - linear, 0.0) + np.where(overlap, np.maximum(regather - linear, 0.0), regather)
+    hides = overlap | traits_of(setups).tensor_backward_hidden  # the engine's (cost.engines, issue 27)
+    tensor_bwd = np.where(hides, np.maximum(comm_bwd - linear, 0.0), comm_bwd) + np.where(
+        overlap, np.maximum(regather - linear, 0.0), regather)  # fmt: skip
     tensor_input = comm_bwd + regather  # zero bubble: the weight GEMMs that would hide them run later
 
     context = setups.placement["sequence_data"]
@@ -274,6 +277,8 @@ def _zero_exposure(
     scatter = units * collective_seconds(
         "reduce_scatter", params / units * setups.bytes_per_gradient, per_node, nodes, hw, eff
     )
+    if traits_of(setups).per_block:  # the engine's block-by-block bound (cost.overlap, issue 27)
+        return zero_action_exposure(setups, params, gather, scatter, forward, backward)
     forward_exposed = np.where(zero == 3, np.maximum(gather - forward, 0.0), 0.0)
     backward_exposed = np.where(
         zero == 3,

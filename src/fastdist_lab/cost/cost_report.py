@@ -15,6 +15,7 @@ from ..formatting import TEXT_WIDTH, format_bytes, format_seconds, wrap_lines
 from ..painters import paint
 from .communication import COMMUNICATION_COLUMNS, CollectiveRow, row_columns, step_rows
 from .efficiency import DEFAULT_EFFICIENCY, Efficiency
+from .engines import DEFAULT_ENGINE
 from .hardware import Hardware
 from .memory import MEMORY_COLUMNS, as_numbers, stage_memory
 from .model import Transformer
@@ -258,7 +259,8 @@ class CostReport:
             f"ffn={m.ffn_hidden_size} vocab={m.vocab_size} seq={m.seq_length}",
             f"training: micro-batch {self.training.micro_batch_size} x {self.sizes.microbatches}, "
             f"ZeRO {self.training.zero_stage}, sequence tensor parallel "
-            f"{'on' if self.sizes.sequence_parallel else 'off'}, recompute {self.training.recompute}",
+            f"{'on' if self.sizes.sequence_parallel else 'off'}, recompute {self.training.recompute}"
+            + ("" if self.training.engine == DEFAULT_ENGINE else f", engine {self.training.engine}"),
         ]
         dominant = time.index[time["dominant"]].tolist()
         return "\n".join(

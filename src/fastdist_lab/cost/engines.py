@@ -7,12 +7,163 @@ prediction used before engines were a setting, so a ``Training`` that does not n
 - ``megatron``: Megatron-LM / Megatron-Core (NVIDIA), the engine of the calibration runs;
 - ``deepspeed``: DeepSpeed (Microsoft), ZeRO stages and its pipeline engine (Megatron-DeepSpeed);
 - ``fsdp2``: torch's ``fully_shard`` (FSDP2) as torchtitan runs it, with ``torch.distributed.pipelining``.
+
+``ENGINE_TRAITS`` says, per engine, what the step-time model does differently (``EngineTraits``; the sources are
+cited there and in docs/step_time.md, section "Engines"); ``check_engine`` refuses what an engine cannot run.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import CostError
 
 ENGINES: tuple[str, ...] = ("megatron", "deepspeed", "fsdp2")
 """The engines ``Training(engine=...)`` accepts."""
 
 DEFAULT_ENGINE = "megatron"
 """The engine of a ``Training`` that names none: Megatron-LM / Megatron-Core."""
+
+
+@dataclass(frozen=True)
+class EngineTraits:
+    """What one engine overlaps and how (read by ``cost.overlap``, ``cost.step`` and ``cost.memory``).
+
+    - ``schedules``: the pipeline schedules its pipeline engine runs (``None``: every one of ``SCHEDULES``).
+    - ``max_zero_stage_with_pipeline``: the highest ZeRO stage it runs beside pipeline parallelism.
+    - ``blocking_pipeline``: its sends and receives between stages block the sender and the receiver, whatever
+      ``Training.overlap_pipeline_parallel`` says.
+    - ``reduce_after_pipeline``: with ``pipeline_parallel > 1`` the data-parallel gradient reduction runs after
+      the last backward, none of it overlapped.
+    - ``all_reduce_with_pipeline``: with ``pipeline_parallel > 1`` ZeRO 1 all-reduces the whole gradients (then
+      gathers the updated weights) instead of reduce-scattering them.
+    - ``tensor_backward_hidden``: the backward's tensor-parallel collectives hide behind the weight-gradient GEMMs
+      (Megatron's asynchronous all-reduce); ``False``: they follow the layer's whole backward and the next
+      operation waits for them (unless ``Training.overlap_tensor_parallel``).
+    - ``per_block``: ZeRO 3 (and FSDP under a pipeline) gathers and reduce-scatters are priced one transformer block
+      after the other with ``overlap.block_exposure``: the first gather of a pass and the last reduce-scatter are
+      exposed, each one between hides only behind one block's compute, and only as much as is prefetched.
+    - ``units_per_block``: what one gather fetches, as a share of a transformer block: FSDP2 the block (1),
+      DeepSpeed each sub-module with parameters (4: attention's input and output projections, the MLP's two).
+    - ``prefetch_blocks``: units gathered ahead of the one computing (``0``: ``prefetch_elements`` decides).
+    - ``prefetch_elements``: parameters gathered ahead, counted unsharded (DeepSpeed's prefetch bucket).
+    - ``reduce_bucket_elements``: gradients reduced per bucket (``0``: per block); the last bucket of a pass
+      cannot overlap anything and its buffer is held in memory.
+    - ``keeps_last_block``: a backward starts without gathering (the last block stays whole after the forward).
+    - ``overlaps_zero0``: without ZeRO the gradient all-reduce overlaps the backward (bucketed hooks) where
+      ``Training.overlap_data_parallel`` asks for it; ``False``: it runs after the backward.
+    - ``gather_after_step``: ZeRO 1/2 gathers the updated weights at the end of the optimizer step (exposed),
+      instead of during the next forward.
+    - ``reshard_with_pipeline``: with ``pipeline_parallel > 1`` ZeRO 2/3 weights are sharded again after each
+      forward; ``False`` (torchtitan's default policy): they are gathered once per step and stay whole.
+    - ``sync_last_microbatch_with_pipeline``: with ``pipeline_parallel > 1`` gradients are reduce-scattered on
+      the last micro-batch's backward only (``torch.distributed.pipelining``), not once per micro-batch.
+    """
+
+    schedules: tuple[str, ...] | None
+    max_zero_stage_with_pipeline: int
+    blocking_pipeline: bool
+    reduce_after_pipeline: bool
+    all_reduce_with_pipeline: bool
+    tensor_backward_hidden: bool
+    per_block: bool
+    units_per_block: int
+    prefetch_blocks: float
+    prefetch_elements: float
+    reduce_bucket_elements: float
+    keeps_last_block: bool
+    overlaps_zero0: bool
+    gather_after_step: bool
+    reshard_with_pipeline: bool
+    sync_last_microbatch_with_pipeline: bool
+
+
+ENGINE_TRAITS: dict[str, EngineTraits] = {
+    # Megatron-LM / Megatron-Core: what the model did before engines were a setting (calibrated on its runs).
+    "megatron": EngineTraits(
+        schedules=None, max_zero_stage_with_pipeline=3, blocking_pipeline=False, reduce_after_pipeline=False,
+        all_reduce_with_pipeline=False, tensor_backward_hidden=True, per_block=False,
+        units_per_block=1, prefetch_blocks=1.0, prefetch_elements=0.0, reduce_bucket_elements=0.0,
+        keeps_last_block=False, overlaps_zero0=True, gather_after_step=False, reshard_with_pipeline=True,
+        sync_last_microbatch_with_pipeline=False,
+    ),
+    # DeepSpeed (microsoft/DeepSpeed 38327e07): runtime/pipe/engine.py asserts ZeRO < 2 with a pipeline and sends
+    # with blocking p2p.send / p2p.recv (runtime/pipe/p2p.py); runtime/pipe/schedule.py TrainSchedule is 1F1B and
+    # issues ReduceTiedGrads and ReduceGrads after the last backward; runtime/zero/config.py: reduce_bucket_size
+    # 5e8, stage3_prefetch_bucket_size 5e7 elements; ZeRO 1/2 all-gather the updated weights in the optimizer step
+    # (runtime/zero/stage_1_and_2.py step); bf16 with ZeRO 1 runs BF16_Optimizer, whose ReduceGrads beside a pipeline
+    # is engine.buffered_allreduce_fallback (dist.all_reduce of the gradients in 5e8-element buffers), then
+    # update_lp_params gathers the weights (runtime/bf16_optimizer.py, runtime/pipe/engine.py _exec_reduce_grads).
+    # ZeRO 3 fetches each sub-module's parameters in its pre-forward hook and prefetches along the recorded trace
+    # up to the prefetch bucket (runtime/zero/partitioned_param_coordinator.py fetch_sub_module).
+    "deepspeed": EngineTraits(
+        schedules=("1f1b",), max_zero_stage_with_pipeline=1, blocking_pipeline=True, reduce_after_pipeline=True,
+        all_reduce_with_pipeline=True, tensor_backward_hidden=True, per_block=True,
+        units_per_block=4, prefetch_blocks=0.0, prefetch_elements=5e7, reduce_bucket_elements=5e8,
+        keeps_last_block=False, overlaps_zero0=False, gather_after_step=True, reshard_with_pipeline=True,
+        sync_last_microbatch_with_pipeline=False,
+    ),
+    # torch FSDP2 as torchtitan runs it (pytorch/torchtitan b5bcd76c): torchtitan/distributed/fsdp.py
+    # fully_shard per transformer block, reshard_after_forward "default" = not pp_enabled, the last block not
+    # resharded; FSDP2's implicit prefetch of one block; torch/distributed/pipelining/stage.py
+    # backward_maybe_with_nosync: set_requires_gradient_sync(False) and set_reshard_after_backward(False) but on
+    # the last backward. Its tensor parallel (torchtitan parallelize: ColwiseParallel / RowwiseParallel DTensor
+    # plans) runs each backward collective as the backward of a redistribute, after the linear's input- and
+    # weight-gradient GEMMs, waited on by the next operation (asynchronous TP only under torch.compile).
+    "fsdp2": EngineTraits(
+        schedules=None, max_zero_stage_with_pipeline=3, blocking_pipeline=False, reduce_after_pipeline=False,
+        all_reduce_with_pipeline=False, tensor_backward_hidden=False, per_block=True,
+        units_per_block=1, prefetch_blocks=1.0, prefetch_elements=0.0, reduce_bucket_elements=0.0,
+        keeps_last_block=True, overlaps_zero0=True, gather_after_step=False, reshard_with_pipeline=False,
+        sync_last_microbatch_with_pipeline=True,
+    ),
+}  # fmt: skip
+"""``EngineTraits`` of each of ``ENGINES``."""
+
+
+def check_engine(engine: str, schedule: str, pipeline_parallel: int = 1, zero_stage: int = 0) -> None:
+    """Raise ``CostError`` (one line naming the value) where ``engine`` cannot run ``schedule`` or ``zero_stage``
+    beside ``pipeline_parallel`` pipeline stages.
+
+    >>> check_engine("deepspeed", "1f1b", 4, 1)
+    >>> check_engine("deepspeed", "zero-bubble", 4, 1)
+    Traceback (most recent call last):
+    ...
+    fastdist_lab.errors.CostError: engine='deepspeed' runs schedule '1f1b' only, not schedule='zero-bubble'
+    """
+    if engine not in ENGINE_TRAITS:
+        raise CostError(f"engine={engine!r} must be one of {', '.join(ENGINES)}")
+    traits = ENGINE_TRAITS[engine]
+    if traits.schedules is not None and schedule not in traits.schedules:
+        runs = ", ".join(repr(name) for name in traits.schedules)
+        raise CostError(f"engine={engine!r} runs schedule {runs} only, not schedule={schedule!r}")
+    if pipeline_parallel > 1 and zero_stage > traits.max_zero_stage_with_pipeline:
+        raise CostError(
+            f"engine={engine!r} runs ZeRO stage {traits.max_zero_stage_with_pipeline} at most with a pipeline, not "
+            f"zero_stage={zero_stage} with pipeline_parallel={pipeline_parallel}"
+        )
+
+
+def gathers_once(engine: str, pipeline_parallel: int) -> bool:
+    """Whether ``engine`` gathers ZeRO 2/3 weights once per step beside a pipeline of ``pipeline_parallel`` stages,
+    keeps them whole and reduce-scatters on the last micro-batch only (torchtitan's FSDP2 with PP).
+
+    >>> gathers_once("fsdp2", 4), gathers_once("fsdp2", 1), gathers_once("deepspeed", 4)
+    (True, False, False)
+    """
+    traits = ENGINE_TRAITS[engine]
+    return pipeline_parallel > 1 and not traits.reshard_with_pipeline and traits.sync_last_microbatch_with_pipeline
+
+
+def engine_allows(engine: str, schedules: Any, pipeline_parallel: Any, zero_stage: Any) -> Any:
+    """Per set-up (arrays broadcast), whether ``engine`` runs it (``check_engine`` without raising): what
+    ``search`` keeps of its candidates."""
+    traits = ENGINE_TRAITS[engine]
+    allowed = np.ones(np.broadcast(schedules, pipeline_parallel, zero_stage).shape, dtype=bool)
+    if traits.schedules is not None:
+        allowed &= np.isin(np.asarray(schedules, dtype=object), traits.schedules)
+    deep = np.asarray(zero_stage) <= traits.max_zero_stage_with_pipeline
+    return allowed & ((np.asarray(pipeline_parallel) == 1) | deep)

@@ -66,6 +66,7 @@ import numpy as np
 from ..errors import CostError
 from .model import VOCAB_PADDING
 from .moe import expert_parameters_per_gpu, moe_dense_parameters
+from .overlap import engine_buffer_bytes
 from .schedules import stage_counts
 from .setups import Setups
 from .sizes import ACTIVATION_BYTES
@@ -284,7 +285,9 @@ def stage_memory(setups: Setups) -> dict[str, np.ndarray]:
     columns = stage_parameters(setups)
     columns.update(state_bytes(columns["parameters"], setups, columns["expert_parameters"]))
     columns["activations_bytes"], temporaries = activation_bytes(setups)
-    columns["temporaries_bytes"] = temporaries + column(gathered_bytes(setups))
+    columns["temporaries_bytes"] = (
+        temporaries + column(gathered_bytes(setups)) + engine_buffer_bytes(setups, columns["parameters"])
+    )
     columns["total_bytes"] = (
         columns["weights_bytes"]
         + columns["gradients_bytes"]

@@ -3,10 +3,9 @@
 ``search(model, gpus, hardware=..., global_batch_size=...)`` enumerates tensor, pipeline, virtual stages,
 sequence-data, data, micro-batch size, recompute, sequence tensor parallel, ZeRO stage, schedule and rank order
 (and, for a mixture of experts, expert parallel and expert tensor parallel), drops what the model cannot split or
-the memory cannot hold, and ranks the rest by predicted step time. It runs
-the very formulas of ``CostReport.memory`` and ``CostReport.step`` on columns of set-ups (``Setups``), one
-schedule table at a time, so a row's numbers are those ``estimate(result.layout(i), model,
-result.training(i)).step(hardware)`` gives.
+the memory cannot hold, and ranks the rest by predicted step time. It runs the very formulas of
+``CostReport.memory`` and ``CostReport.step`` on columns of set-ups (``Setups``), one schedule table at a time, so
+a row's numbers are those ``estimate(result.layout(i), model, result.training(i)).step(hardware)`` gives.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ import numpy as np
 from ..errors import CostError
 from ..validation import check_int
 from .efficiency import DEFAULT_EFFICIENCY, Efficiency
-from .engines import DEFAULT_ENGINE
+from .engines import DEFAULT_ENGINE, engine_allows
 from .hardware import Hardware
 from .memory import stage_memory
 from .model import Transformer
@@ -70,17 +69,17 @@ LIMITS: dict[str, Any] = {
     "overlap_tensor_parallel": False,
     "overlap_pipeline_parallel": True,
     "expert_load_imbalance": 1.0,
+    "engine": DEFAULT_ENGINE,
     "allow_smaller_batch": False,
     "top": 100,
 }
-"""``search``'s ``**limits`` and their defaults: a sequence limits a dim to those values (``None``: every value
-the model and the GPUs allow), a single value fixes it. ``expert_parallel`` (``None``: every divisor of the
-model's experts that divides a pipeline stage) and ``expert_tensor_parallel`` (``None``: 1, and the tensor size
-too for experts at least as wide as the model's hidden size) apply to a mixture of experts only (1 and the tensor
-size for a dense model); ``expert_load_imbalance`` is ``Training``'s, fixed for every row. ``allow_smaller_batch``:
-where ``global_batch_size`` does not divide over the data-parallel ranks, run the largest batch that does
-(Calculon's ``get_batch_size`` rule, Isaev et al. 2023) instead of dropping the layout; ``top``: the number of best
-rows to return (``None``: every set-up that fits, which simulates them all and is much slower)."""
+"""``search``'s ``**limits`` and their defaults: a sequence limits a dim to those values (``None``: every value the
+model and the GPUs allow), a single value fixes it. ``expert_parallel`` (``None``: every divisor of the model's
+experts that divides a pipeline stage) and ``expert_tensor_parallel`` (``None``: 1, and the tensor size too for
+experts at least as wide as the hidden size) apply to a mixture of experts only; ``expert_load_imbalance`` and
+``engine`` are ``Training``'s, fixed for every row. ``allow_smaller_batch``: where ``global_batch_size`` does not
+divide over the data-parallel ranks, run the largest batch that does (Calculon's ``get_batch_size`` rule, Isaev et
+al. 2023) instead of dropping the layout; ``top``: the number of best rows (``None``: every set-up that fits)."""
 
 CHUNK = 512
 """Set-ups simulated at a time, in the order of their lower bound."""
@@ -172,6 +171,7 @@ class LayoutSearch:
             overlap_tensor_parallel=self.fixed["overlap_tensor_parallel"],
             overlap_pipeline_parallel=self.fixed["overlap_pipeline_parallel"],
             expert_load_imbalance=self.fixed["expert_load_imbalance"],
+            engine=self.fixed["engine"],
         )
 
     def estimate(self, i: int = 0) -> Any:
@@ -204,8 +204,7 @@ def search(
 ) -> LayoutSearch:
     """Every layout and training set-up of ``model`` on ``gpus`` GPUs (``gpus_per_node`` per node) that fits
     ``hardware``'s memory, ranked by predicted step time for ``global_batch_size`` sequences per step (by
-    throughput, which orders equal batches the same way, when ``allow_smaller_batch`` lets batches differ; ties:
-    less memory first).
+    throughput where ``allow_smaller_batch`` lets batches differ; ties: less memory first).
 
     ``seq_length`` overrides the model's. ``**limits`` narrow or fix dims (``LIMITS`` lists them with their
     defaults), e.g. ``tensor_parallel=(4, 8)``, ``recompute="selective"``, ``top=20``. ``progress(done, total,
@@ -239,8 +238,8 @@ def search(
         name: bool(chosen[name])
         for name in ("flash_attention", "overlap_data_parallel", "overlap_tensor_parallel", "overlap_pipeline_parallel")
     }
-    imbalance = Training(expert_load_imbalance=chosen["expert_load_imbalance"]).expert_load_imbalance  # checked
-    fixed["expert_load_imbalance"] = imbalance
+    checked = Training(expert_load_imbalance=chosen["expert_load_imbalance"], engine=chosen["engine"])
+    fixed.update(expert_load_imbalance=checked.expert_load_imbalance, engine=checked.engine)
     rows = _candidates(model, gpus, local, batch, chosen, fixed["flash_attention"])
     top = None if chosen["top"] is None else check_int("top", chosen["top"], minimum=1, error=CostError)
     import pandas as pd
@@ -295,7 +294,7 @@ def search(
     ranked = np.lexsort((merged["peak_memory_bytes"], merged["seconds"] / np.maximum(merged["global_batch_size"], 1)))
     ranked = ranked if top is None else ranked[:top]
     result = pd.DataFrame({name: merged[name][ranked] for name in columns})
-    result = result.assign(**frame_bands(result, DEFAULT_ENGINE, hw.family, gpus))
+    result = result.assign(**frame_bands(result, fixed["engine"], hw.family, gpus))
     result.attrs.update(hardware=hw, model=model, gpus=gpus)
     pruned += pruned_fitting
     return LayoutSearch(result, model, gpus, local, hw, fixed, searched, searched - pruned - pending.fitting, pruned)
@@ -355,6 +354,7 @@ def _candidates(model: Transformer, gpus: int, local: int, batch: int, chosen: d
     keep &= (tp > 1) | (sp == options[1][0])
     keep &= (dp > 1) | (z == options[2][0])
     keep &= ((pp > 1) & (dp > 1)) | (first == options[3][0])
+    keep &= engine_allows(chosen["engine"], np.array(SCHEDULES, dtype=object)[b[:, 8]], pp, np.where(dp > 1, z, 0))
     b, r, sp, z, first = b[keep], r[keep], sp[keep] & (b[keep, 0] > 1), z[keep], first[keep]
     z = np.where(b[:, 4] > 1, z, 0)
     first = np.where((b[:, 1] > 1) & (b[:, 4] > 1), first, False)

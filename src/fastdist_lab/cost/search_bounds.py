@@ -32,6 +32,7 @@ import numpy as np
 
 from .compute import end_times, layer_times, moe_times
 from .efficiency import Efficiency
+from .engines import DEFAULT_ENGINE
 from .hardware import Hardware
 from .model import Transformer
 from .moe import chunk_moe_layers
@@ -76,7 +77,7 @@ def table_setups(model: Transformer, key: TableKey, rows: dict[str, np.ndarray],
         overlap_pipeline_parallel=np.full(n, fixed["overlap_pipeline_parallel"]),
         expert_parallel=ep, expert_tensor_parallel=etp,
         placement=PlacementOnDemand(tp, pp, sdp, dp, local, first),
-        expert_load_imbalance=fixed["expert_load_imbalance"],
+        expert_load_imbalance=fixed["expert_load_imbalance"], engine=fixed.get("engine", DEFAULT_ENGINE),
         expert_placement=PlacementOnDemand(tp, pp, sdp, dp, ep, etp, local, first, function=expert_spreads)
         if model.is_moe and n else None,
     )  # fmt: skip

@@ -25,6 +25,7 @@ import numpy as np
 from ..errors import CostError
 from ..layout import LAYOUT_AXES
 from ..numbering import axis_strides
+from .engines import DEFAULT_ENGINE
 from .model import Transformer
 from .moe import chunk_moe_layers, expert_placement
 from .training import RECOMPUTE, Training
@@ -237,7 +238,8 @@ class Setups:
     layout leaves it unset), and ``placement`` (``placement()``'s result, or a ``PlacementOnDemand`` computing it
     when first read). For a mixture of experts, ``expert_load_imbalance`` (``Training``'s) and
     ``expert_placement`` (``moe.expert_placement``'s result: per expert dim, nodes spanned and members per node;
-    ``None`` for a dense model).
+    ``None`` for a dense model). ``engine``: ``Training.engine``, shared (``engines.ENGINE_TRAITS`` say what it
+    changes).
     """
 
     model: Transformer
@@ -265,6 +267,7 @@ class Setups:
     bytes_per_optimizer_state: int = 12
     expert_load_imbalance: float = 1.0
     expert_placement: Mapping[str, Any] | None = None
+    engine: str = DEFAULT_ENGINE
 
     @classmethod
     def single(cls, layout: Any, model: Transformer, training: Training, sequence_parallel: bool) -> Setups:
@@ -301,6 +304,7 @@ class Setups:
             expert_placement=expert_spreads(
                 tp, pp, sdp, dp, ep, etp, int(layout.local_world_size), bool(layout.pipeline_first)
             ) if model.is_moe else None,
+            engine=training.engine,
         )
 
     @property

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import CostError
+from .engines import check_engine
 from .model import Transformer
 from .schedule_kinds import check_schedule
 from .setups import chunk_layers, layout_expert_sizes
@@ -49,6 +50,7 @@ class Sizes:
         model.check_split(tp, pp, sdp * (tp if sequence_parallel else 1), ep, etp)
         v = training.virtual_pipeline_stages
         check_schedule(training.schedule, pp, training.microbatches(pp), v)
+        check_engine(training.engine, training.schedule, pp, training.zero_stage)
         chunk_layers(model.num_layers, pp, v, training.layers_per_stage)
         return cls(
             tensor_parallel=tp,

@@ -21,9 +21,11 @@ import numpy as np
 from ..formatting import wrap_lines
 from .compute import COMPONENTS, chunk_parameters, stage_components
 from .efficiency import DEFAULT_EFFICIENCY, Efficiency
+from .engines import ENGINE_TRAITS
 from .hardware import Hardware
 from .links import collective_seconds, message_seconds
 from .model import VOCAB_PADDING, Transformer
+from .overlap import data_parallel_terms
 from .schedule_kinds import SCHEDULE_KINDS
 from .schedules import schedule
 from .setups import Setups
@@ -109,17 +111,10 @@ def rank_tails(
     params = chunk_parameters(setups).astype(np.float64).reshape(n, v, pp)  # set-ups, local stage, rank
     data, zero = setups.placement["data"], setups.zero_stage[:, None, None]
     per_node, nodes = data.per_node[:, None, None], data.nodes[:, None, None]
-    grads = params * setups.bytes_per_gradient
-    reduce = np.where(
-        zero == 0,
-        collective_seconds("all_reduce", grads, per_node, nodes, hardware, efficiency),
-        np.where(zero == 1, collective_seconds("reduce_scatter", grads, per_node, nodes, hardware, efficiency), 0.0),
-    )
-    weights = params * setups.bytes_per_weight
-    gather = np.where((zero == 1) | (zero == 2), collective_seconds("all_gather", weights, per_node, nodes,
-                                                                     hardware, efficiency), 0.0)  # fmt: skip
-    overlap = setups.overlap_data_parallel[:, None]
-    exposed = np.where(overlap, 0.0, reduce.sum(axis=1) + gather.sum(axis=1))
+    reduce, gather, overlap, after_step, floor = data_parallel_terms(
+        setups, params, lambda kind, size: collective_seconds(kind, size, per_node, nodes, hardware, efficiency)
+    )  # Megatron's; other engines' as cost.overlap says (issue 27)
+    exposed = np.where(overlap, 0.0, reduce.sum(axis=1) + gather.sum(axis=1)) + after_step
     if timeline is not None:
         graph = timeline.graph
         rank_end = timeline.end[:, np.cumsum(np.bincount(graph.rank, minlength=pp)) - 1]
@@ -129,7 +124,10 @@ def rank_tails(
         ready, queued = np.take_along_axis(ready, order, 1), np.take_along_axis(reduce, order, 1)
         done = (ready + np.cumsum(queued[:, ::-1], axis=1)[:, ::-1]).max(axis=1)  # one reduction after another
         late = (np.cumsum(gather, axis=1) - needed).max(axis=1)  # chunk 0 first, layer by layer in its forward
-        exposed = exposed + np.where(overlap, np.maximum(done - rank_end, 0.0) + np.maximum(late, 0.0), 0.0)
+        hidden = np.maximum(done - rank_end, 0.0) + np.maximum(late, 0.0)
+        exposed = exposed + np.where(overlap, np.maximum(hidden, floor), 0.0)
+    else:
+        exposed = exposed + np.where(overlap, floor, 0.0)
     model = setups.model
     if model.tied_embeddings and pp > 1:  # Megatron-LM _allreduce_word_embedding_grads, first and last stage
         multiple = VOCAB_PADDING * setups.tensor_parallel
@@ -149,7 +147,7 @@ def action_components(setups: Setups, hardware: Hardware, efficiency: Efficiency
     """``compute.stage_components`` plus, without ``overlap_pipeline_parallel``, the blocking send of each
     forward (to the next stage) and backward (to the previous one) on the sending rank's own time."""
     comp = stage_components(setups, hardware, efficiency)
-    blocking = ~setups.overlap_pipeline_parallel
+    blocking = ~setups.overlap_pipeline_parallel | ENGINE_TRAITS[setups.engine].blocking_pipeline
     if setups.num_stages > 1 and blocking.any():
         links = link_seconds(setups, hardware, efficiency) * blocking[:, None]
         stages = np.arange(setups.num_stages)

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import CostError
 from ..validation import check_choice, check_flag, check_int
-from .engines import DEFAULT_ENGINE, ENGINES
+from .engines import DEFAULT_ENGINE, ENGINES, check_engine
 from .schedule_kinds import check_schedule
 
 RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
@@ -65,7 +65,8 @@ class Training:
       et al. 2021's capacity factor bounds it, e.g. 1.25). The slowest rank's expert GEMMs, permutation and
       all-to-all scale by it, and so do its stored expert activations.
     - ``engine``: the training engine that runs the step (``engines.ENGINES``: ``"megatron"``, the default,
-      ``"deepspeed"`` or ``"fsdp2"``); a run is predicted for the engine it used.
+      ``"deepspeed"`` or ``"fsdp2"``); a run is predicted for the engine it used (``engines.ENGINE_TRAITS``:
+      what each overlaps; DeepSpeed's pipeline engine runs ``"1f1b"`` only, and ZeRO 0-1 beside a pipeline).
 
     Bad values raise ``CostError`` naming the field.
     """
@@ -97,6 +98,7 @@ class Training:
         check_flag("sequence_tensor_parallel", self.sequence_tensor_parallel, error=CostError)
         check_choice("recompute", self.recompute, RECOMPUTE, error=CostError)
         check_choice("engine", self.engine, ENGINES, error=CostError)
+        check_engine(self.engine, self.schedule)
         for name in ("bytes_per_weight", "bytes_per_gradient", "bytes_per_optimizer_state"):
             check_int(name, getattr(self, name), minimum=1, error=CostError)
         for name in (

@@ -1,0 +1,207 @@
+"""Training engines as a setting (issue 27, items 2 and 3): Megatron's predictions unchanged, each engine's
+behaviour shown by a property, overlap bounded by what can hide it, refusals named."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fastdist_lab import Layout
+from fastdist_lab.cost import ENGINE_TRAITS, ENGINES, Training, Transformer, block_exposure, estimate, search
+from fastdist_lab.cost.engines import check_engine, engine_allows
+from fastdist_lab.errors import CostError
+
+H100 = "h100-sxm-80gb"
+
+# Set-ups: (tensor, pipeline, ZeRO stage, micro-batches) on 256 GPUs of a 7B model; the reference step seconds
+# of the main branch before engines were a setting (8dfcdf3), on the H100 preset.
+MEGATRON_STEPS = {
+    (1, 1, 3, 4): 1.6991,
+    (2, 4, 1, 16): 1.1624,
+    (1, 4, 0, 8): 1.2432,
+    (1, 1, 2, 4): 1.6991,
+    (1, 4, 3, 8): 1.2147,
+}
+
+
+def _report(tp: int, pp: int, zero: int, m: int, **training: object):
+    layout = Layout(world_size=256, local_world_size=8, tensor_parallel=tp, pipeline_parallel=pp)
+    return estimate(layout, Transformer.preset("llama2-7b"), Training(zero_stage=zero, num_microbatches=m, **training))
+
+
+@pytest.mark.parametrize("sizes", sorted(MEGATRON_STEPS))
+def test_megatron_is_the_default_and_its_predictions_are_unchanged(sizes):
+    omitted = _report(*sizes).step(H100)
+    named = _report(*sizes, engine="megatron").step(H100)
+    assert omitted.seconds == named.seconds
+    assert omitted.seconds == pytest.approx(MEGATRON_STEPS[sizes], abs=5e-5)
+    assert omitted.parts == named.parts
+
+
+def test_deepspeed_with_a_pipeline_exposes_the_whole_gradient_reduction():
+    # ReduceGrads after the last backward: the whole data-parallel all-reduce follows the pipeline, as it does
+    # with overlap_data_parallel=False under Megatron (blocking sends too, as overlap_pipeline_parallel=False).
+    deepspeed = _report(1, 4, 0, 8, engine="deepspeed").step(H100)
+    unhidden = _report(1, 4, 0, 8, overlap_data_parallel=False, overlap_pipeline_parallel=False).step(H100)
+    megatron = _report(1, 4, 0, 8).step(H100)
+    assert deepspeed.seconds == pytest.approx(unhidden.seconds, rel=1e-9)
+    assert deepspeed.parts["data_comm_seconds"] > megatron.parts["data_comm_seconds"]
+    assert deepspeed.seconds > megatron.seconds
+
+
+def test_deepspeed_zero1_beside_a_pipeline_all_reduces_its_gradients_after_the_last_backward():
+    deepspeed = _report(2, 4, 1, 16, engine="deepspeed")
+    unhidden = _report(2, 4, 1, 16, overlap_data_parallel=False, overlap_pipeline_parallel=False)
+    assert deepspeed.step(H100).parts["data_comm_seconds"] > unhidden.step(H100).parts["data_comm_seconds"]
+    rows = deepspeed.communication
+    assert set(rows[rows["dim"] == "data"]["collective"]) == {"all_reduce", "all_gather"}
+
+
+def test_deepspeed_without_a_pipeline_hides_all_but_its_last_bucket():
+    overlapped = _report(1, 1, 1, 4, engine="deepspeed").step(H100)
+    after = _report(1, 1, 1, 4, engine="deepspeed", overlap_data_parallel=False).step(H100)
+    megatron = _report(1, 1, 1, 4).step(H100)
+    assert megatron.seconds < overlapped.seconds < after.seconds
+    assert overlapped.parts["data_comm_seconds"] > 0  # the last 5e8-element bucket and the gather after the step
+
+
+def test_zero3_per_block_never_hides_more_than_megatrons_whole_stage_bound():
+    megatron = _report(1, 1, 3, 4).step(H100)
+    for engine in ("fsdp2", "deepspeed"):
+        step = _report(1, 1, 3, 4, engine=engine).step(H100)
+        assert step.seconds > megatron.seconds
+        assert step.parts["data_comm_seconds"] > 0
+
+
+def test_fsdp2_under_a_pipeline_gathers_once_and_holds_the_stage_whole():
+    # torchtitan: reshard_after_forward=False with PP, gradients reduce-scattered on the last micro-batch only
+    fsdp = _report(1, 4, 3, 8, engine="fsdp2")
+    megatron = _report(1, 4, 3, 8)
+    held = fsdp.memory["temporaries_bytes"] - megatron.memory["temporaries_bytes"]
+    parameters = fsdp.memory["parameters"]
+    # whole bf16 weights and fp32 gradients of the stage, less the shard already counted
+    expected = parameters * (2 + 4) * (1 - 1 / 64)
+    assert np.allclose(held, expected, rtol=1e-6, atol=8)
+    assert fsdp.step(H100).parts["data_comm_seconds"] < megatron.step(H100).parts["data_comm_seconds"] + 0.05
+
+
+def test_fsdp2_under_a_pipeline_lists_one_gather_and_one_reduce_scatter_per_step():
+    def data_calls(report):
+        rows = report.communication
+        rows = rows[rows["dim"] == "data"]
+        return dict(zip(rows["collective"], rows["calls_per_step"]))
+
+    assert data_calls(_report(1, 4, 3, 8, engine="fsdp2")) == {"reduce_scatter": 1, "all_gather": 1}
+    assert data_calls(_report(1, 4, 3, 8)) == {"reduce_scatter": 8, "all_gather": 16}
+    assert data_calls(_report(1, 1, 3, 4, engine="fsdp2")) == {"reduce_scatter": 4, "all_gather": 8}
+
+
+def test_fsdp2_tensor_parallel_backward_collectives_wait_unless_asynchronous():
+    # torchtitan's DTensor plans: the collective follows the linear's whole backward; Megatron hides it behind the
+    # weight-gradient GEMMs
+    fsdp = _report(8, 1, 3, 4, engine="fsdp2").step(H100).parts["tensor_comm_seconds"]
+    megatron = _report(8, 1, 3, 4).step(H100).parts["tensor_comm_seconds"]
+    assert fsdp > megatron
+    asynchronous = _report(8, 1, 3, 4, engine="fsdp2", overlap_tensor_parallel=True).step(H100)
+    assert asynchronous.parts["tensor_comm_seconds"] == pytest.approx(
+        _report(8, 1, 3, 4, overlap_tensor_parallel=True).step(H100).parts["tensor_comm_seconds"]
+    )
+
+
+def test_deepspeed_buffers_are_counted_in_memory():
+    deepspeed = _report(1, 1, 1, 4, engine="deepspeed").memory["temporaries_bytes"].iloc[0]
+    megatron = _report(1, 1, 1, 4).memory["temporaries_bytes"].iloc[0]
+    assert deepspeed - megatron == 5 * 10**8 * 2  # one reduce bucket of 5e8 bf16 elements
+    without = _report(1, 1, 1, 4, engine="deepspeed", overlap_data_parallel=False).memory["temporaries_bytes"]
+    assert without.iloc[0] == megatron
+
+
+@given(
+    gather=st.floats(0, 10),
+    scatter=st.floats(0, 10),
+    compute=st.floats(0, 10),
+    blocks=st.integers(1, 200),
+    depth=st.floats(0, 4),
+    lead=st.booleans(),
+    bucket=st.floats(0, 1),
+)
+@settings(max_examples=300, deadline=None)
+def test_exposed_time_is_never_negative_nor_more_than_the_collectives(gather, scatter, compute, blocks, depth, lead,
+                                                                      bucket):  # fmt: skip
+    exposed = float(block_exposure(gather, scatter, compute, blocks, depth=depth, lead=lead, bucket=bucket))
+    assert -1e-12 <= exposed <= gather + scatter + 1e-9
+    assert exposed >= gather + scatter - compute - 1e-9  # never below Megatron's whole-stage bound
+    # more compute never exposes more; a deeper prefetch never exposes more
+    assert float(block_exposure(gather, scatter, compute + 1, blocks, depth=depth, lead=lead, bucket=bucket)) <= (
+        exposed + 1e-9
+    )
+    assert float(block_exposure(gather, scatter, compute, blocks, depth=depth + 1, lead=lead, bucket=bucket)) <= (
+        exposed + 1e-9
+    )
+
+
+def test_block_exposure_hides_everything_but_the_first_gather_and_last_scatter_when_compute_is_long():
+    assert float(block_exposure(4.0, 4.0, 100.0, 4)) == pytest.approx(2.0)
+    assert float(block_exposure(4.0, 4.0, 100.0, 4, depth=0.5)) == pytest.approx(1.0 + 1.0 + 0.5 * 3.0)
+
+
+def test_refusals_name_the_value():
+    refusal = "engine='deepspeed' runs schedule '1f1b' only, not schedule='interleaved-1f1b'"
+    with pytest.raises(CostError, match=refusal):
+        Training(engine="deepspeed", schedule="interleaved-1f1b", virtual_pipeline_stages=2)
+    with pytest.raises(CostError, match="zero_stage=2 with pipeline_parallel=4"):
+        _report(1, 4, 2, 8, engine="deepspeed")
+    with pytest.raises(CostError, match="engine='tpu'"):
+        Training(engine="tpu")
+    with pytest.raises(CostError, match="engine='tpu'"):
+        check_engine("tpu", "1f1b")
+    _report(1, 1, 3, 4, engine="deepspeed")  # ZeRO 3 without a pipeline: fine
+
+
+def test_every_engine_has_traits_and_search_keeps_only_what_it_runs():
+    assert set(ENGINE_TRAITS) == set(ENGINES)
+    mask = engine_allows("deepspeed", np.array(["1f1b", "gpipe", "1f1b", "1f1b"], dtype=object),
+                         np.array([4, 4, 1, 4]), np.array([1, 1, 3, 2]))  # fmt: skip
+    assert mask.tolist() == [True, False, True, False]
+    result = search("llama2-7b", 32, hardware=H100, global_batch_size=64, top=5, engine="deepspeed")
+    frame = result.frame
+    assert set(frame["schedule"]) <= {"1f1b"}
+    assert not ((frame["pipeline_parallel"] > 1) & (frame["zero_stage"] > 1)).any()
+    assert result.training(0).engine == "deepspeed"
+    assert result.estimate(0).step(H100).seconds == pytest.approx(frame.loc[0, "seconds"], rel=1e-6)
+
+
+def test_cli_engine_flag_and_its_refusal():
+    base = [sys.executable, "-m", "fastdist_lab.cli", "search", "--model", "llama2-7b", "--gpus", "16",
+            "--global-batch-size", "32", "--hardware", H100, "--quiet", "--top", "2"]  # fmt: skip
+    bad = subprocess.run(base + ["--engine", "jax"], capture_output=True, text=True)
+    assert bad.returncode == 2
+    assert bad.stderr.strip().count("\n") == 0 and "engine='jax'" in bad.stderr
+    good = subprocess.run(base + ["--engine", "fsdp2"], capture_output=True, text=True)
+    assert good.returncode == 0, good.stderr
+
+
+@pytest.mark.parametrize("engine", ["deepspeed", "fsdp2"])
+def test_the_pruned_search_finds_the_rows_of_the_whole_one_for_every_engine(engine):
+    # the floors (search_bounds) and step.lower_bound stay below every engine's simulated step
+    limits = dict(hardware=H100, global_batch_size=32, tensor_parallel=(1, 2), micro_batch_size=(1, 2), engine=engine,
+                  schedule=("1f1b", "interleaved-1f1b"), recompute="none")  # fmt: skip
+    whole = search("llama2-7b", 16, top=None, **limits).frame
+    pruned = search("llama2-7b", 16, top=5, **limits).frame
+    assert np.allclose(pruned["seconds"].to_numpy(), whole["seconds"].to_numpy()[:5])
+
+
+def test_cost_command_takes_the_engine_and_refuses_what_it_cannot_run():
+    base = [sys.executable, "-m", "fastdist_lab.cli", "cost", "--model", "llama2-7b", "--world-size", "64", "--pp", "4"]
+    shown = subprocess.run(base + ["--engine", "deepspeed"], capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    assert "engine deepspeed" in shown.stdout
+    for flags, named in ((["--schedule", "gpipe"], "schedule='gpipe'"), (["--zero-stage", "2"], "zero_stage=2")):
+        bad = subprocess.run(base + ["--engine", "deepspeed", *flags], capture_output=True, text=True)
+        assert bad.returncode == 2 and named in bad.stderr and bad.stderr.strip().count("\n") == 0
+    assert "engine" not in subprocess.run(base, capture_output=True, text=True).stdout.split("training:")[1][:120]
