@@ -123,10 +123,8 @@ class AdvisorPanel(Panel):
         self.status = widgets.HTML(
             "Pick a model, GPUs, hardware and a global batch: every layout and training set-up that fits is ranked "
             "by predicted step time. Choose a row (or its point) to load it into the layout and cost panels."
-        )
-        self.status.add_class("fdl-advisor-status")
-        self.header = widgets.HTML()
-        self.header.add_class("fdl-advisor-header")
+        ).add_class("fdl-advisor-status")
+        self.header = widgets.HTML().add_class("fdl-advisor-header")
         self.rows = widgets.Select(options=[], value=None, rows=12, layout=widgets.Layout(width="auto"))
         self.rows.add_class("fdl-advisor-rows")
         self.legend = widgets.HTML(layout=widgets.Layout(max_width="860px"))

@@ -102,8 +102,7 @@ class ClusterPanel(Panel):
             value=mode,
             description="ranks as",
             layout=widgets.Layout(width="260px"),
-        )
-        self.mode.add_class("fdl-cluster-mode")
+        ).add_class("fdl-cluster-mode")
         self.mode_note = ""
         """Why the panel proposed another mode (empty when it did not)."""
         self._fits: dict[int, str] = {}
@@ -115,14 +114,11 @@ class ClusterPanel(Panel):
         self.start_button.add_class("fdl-cluster-start")
         self.apply_button.add_class("fdl-cluster-apply")
         self.stop_button.add_class("fdl-cluster-stop")
-        self.status = widgets.HTML()
-        self.status.add_class("fdl-cluster-status")
+        self.status = widgets.HTML().add_class("fdl-cluster-status")
         self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="260px"))
         self.progress.add_class("fdl-cluster-progress")
-        self.verification = widgets.HTML()
-        self.verification.add_class("fdl-verification")
-        self.rank_output = widgets.HTML()
-        self.rank_output.add_class("fdl-rank-output")
+        self.verification = widgets.HTML().add_class("fdl-verification")
+        self.rank_output = widgets.HTML().add_class("fdl-rank-output")
         self.tables = widgets.Accordion(
             children=[self.verification, self.rank_output], titles=("groups checked (table)", "per-rank output")
         )

@@ -150,17 +150,13 @@ class CostPanel(Panel):
             (self.view, "fdl-cost-view"), (self.replay_button, "fdl-cost-replay"), (self.progress, "fdl-cost-progress"),
         ):  # fmt: skip
             control.add_class(css)
-        self.status = widgets.HTML()
-        self.status.add_class("fdl-cost-status")
+        self.status = widgets.HTML().add_class("fdl-cost-status")
         self.step_view = StepView()
         self.memory_picture = widgets.Image(format="png", layout=widgets.Layout(max_width="100%"))
         self.memory_picture.add_class("fdl-cost-memory")
-        self.traffic_box = widgets.HBox(layout=widgets.Layout(flex_flow="row wrap"))
-        self.traffic_box.add_class("fdl-cost-traffic")
-        self.tables = widgets.HTML()
-        self.tables.add_class("fdl-cost-tables")
-        self.replay_table = widgets.HTML()
-        self.replay_table.add_class("fdl-cost-replay-table")
+        self.traffic_box = widgets.HBox(layout=widgets.Layout(flex_flow="row wrap")).add_class("fdl-cost-traffic")
+        self.tables = widgets.HTML().add_class("fdl-cost-tables")
+        self.replay_table = widgets.HTML().add_class("fdl-cost-replay-table")
         row = widgets.Layout(flex_flow="row wrap", align_items="center")
         self.widget.children = [
             widgets.HBox([self.model, self.seq_length, self.micro_batch_size, self.num_microbatches], layout=row),

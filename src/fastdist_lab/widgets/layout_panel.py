@@ -153,21 +153,16 @@ class LayoutPanel(Panel):
         self.dim.add_class("fdl-dim")
         self.rank.add_class("fdl-rank")
 
-        self.message = widgets.HTML()
-        self.message.add_class("fdl-error")
-        self.summary = widgets.HTML()
-        self.summary.add_class("fdl-summary")
+        self.message = widgets.HTML().add_class("fdl-error")
+        self.summary = widgets.HTML().add_class("fdl-summary")
         self.view = GridView(self.select_rank, self.zoom_to, self._hover_text)
         self.picture = self.view.picture
         self.grid = self.view.box
         self.grid.add_class("fdl-grid")
         self.card = self.view.card
-        self.ranks_table = widgets.HTML()
-        self.ranks_table.add_class("fdl-ranks-table")
-        self.groups_table = widgets.HTML()
-        self.groups_table.add_class("fdl-groups")
-        self.topology_table = widgets.HTML()
-        self.topology_table.add_class("fdl-topology")
+        self.ranks_table = widgets.HTML().add_class("fdl-ranks-table")
+        self.groups_table = widgets.HTML().add_class("fdl-groups")
+        self.topology_table = widgets.HTML().add_class("fdl-topology")
         scroll = {"max_height": "520px", "overflow": "auto"}
         self.tabs = widgets.Tab(
             children=[

@@ -103,19 +103,15 @@ class StreamsPanel(Panel):
         self.phase.add_class("fdl-streams-phase")
         self.generator.add_class("fdl-streams-generator")
         self.draw_button.add_class("fdl-streams-draw")
-        self.status = widgets.HTML()
-        self.status.add_class("fdl-streams-status")
+        self.status = widgets.HTML().add_class("fdl-streams-status")
         self.grid_view = GridView(self.select_rank, self._zoom_to, self._hover_text)
         self.grid_view.card.value = _CARD_HINT
         self.picture = self.grid_view.picture
         self.picture_box = self.grid_view.box
         self.picture_box.add_class("fdl-streams-picture")
-        self.sharing = widgets.HTML()
-        self.sharing.add_class("fdl-streams-sharing")
-        self.checks = widgets.HTML()
-        self.checks.add_class("fdl-streams-checks")
-        self.comparison = widgets.HTML()
-        self.comparison.add_class("fdl-streams-comparison")
+        self.sharing = widgets.HTML().add_class("fdl-streams-sharing")
+        self.checks = widgets.HTML().add_class("fdl-streams-checks")
+        self.comparison = widgets.HTML().add_class("fdl-streams-comparison")
         self.draw_button.on_click(lambda _: self.draw_real())
         self.widget.children = [
             widgets.HBox([self.step, self.phase, self.generator, self.view, self.draw_button]),
