@@ -12,6 +12,7 @@ report. A bar shows once a search has taken ``BAR_DELAY`` seconds. Outside a ker
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import html
 import threading
 import time
@@ -313,10 +314,8 @@ class AdvisorPanel(Panel):
         if threading.current_thread() is threading.main_thread() or loop is None:
             fn(*args)
             return
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is watching any more
             loop.call_soon_threadsafe(fn, *args)
-        except RuntimeError:  # the loop is closed: nobody is watching any more
-            pass
 
     def _run(self, job: tuple[int, dict[str, Any]]) -> tuple[Any, BaseException | None, float] | None:
         """Search ``job``: (result, None, seconds), (None, error, seconds), or None when a newer job superseded it."""
