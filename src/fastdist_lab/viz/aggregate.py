@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..layout import Layout
-from .canvas import blend, frame, outline_cells, rgb8, stripe_slots
+from .canvas import blend, frame, rgb8, stripe_slots
 from .colors import fade
 from .grid import CellGrid, place_cells
 from .picture import (
@@ -32,7 +32,7 @@ from .picture import (
     GridPicture,
     LayerCache,
     Marks,
-    highlight_outlines,
+    highlighted,
     red_cells,
     with_title,
 )
@@ -104,7 +104,7 @@ class AggregateLayers:
 
     normal: np.ndarray
     faded: np.ndarray
-    placement: CellGrid
+    grid: CellGrid
     origin: tuple[int, int]
     cell: tuple[int, int]
     per_cell: int
@@ -266,24 +266,16 @@ def compose_aggregate(
     layers: AggregateLayers = _CACHE.get(
         (layout, colouring, marks, start, stop), lambda: _aggregate_layers(layout, colouring, marks, start, stop)
     )
-    placement, per_cell = layers.placement, layers.per_cell
+    placement, per_cell = layers.grid, layers.per_cell
     (left, top), (cw, ch) = layers.origin, layers.cell
-    if members is None:
-        body = layers.normal.copy()
-    else:
+    member_cells = rank_cell = None
+    if members is not None:
         inside = np.asarray(members[start:stop], dtype=bool).reshape(-1, per_cell).any(axis=1)
         member_cells = placement.image(inside, False)
-        body = layers.faded.copy()
-        pixels = np.repeat(np.repeat(member_cells, ch, axis=0), cw, axis=1)
-        area = (slice(top, top + placement.rows * ch), slice(left, left + placement.cols * cw))
-        np.copyto(body[area], layers.normal[area], where=pixels[..., None])
-        rank_cell = None
         if highlight is not None and start <= highlight < stop:
             index = (highlight - start) // per_cell
             rank_cell = (int(placement.row[index]), int(placement.col[index]))
-        highlight_outlines(body, member_cells, rank_cell, (left, top), (cw, ch))
-    if layers.red is not None:  # failing groups on top of everything
-        outline_cells(body, layers.red, (left, top), (cw, ch), BAD, 2)
+    body = highlighted(layers, member_cells, rank_cell)
     what = unit_name(layout, per_cell)
     legend = f"one cell = one {what}" if not what[0].isdigit() else f"one cell = {what}"
     if per_cell > 1:
