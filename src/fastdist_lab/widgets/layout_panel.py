@@ -36,6 +36,12 @@ MAX_GROUPS_SHOWN = 512
 ETP_DEFAULT = "= tensor"
 """The expert-tensor control's label for "the tensor size" (``expert_tensor_parallel=None``, its value 0)."""
 
+_CONTROLS = (
+    "world_size", "local_world_size", "tensor_parallel", "pipeline_parallel", "sequence_data_parallel",
+    "pipeline_first", "seed", "expert_parallel", "expert_tensor_parallel",
+)  # fmt: skip
+"""The Layout fields with a control (each an attribute of the panel of the same name)."""
+
 _RANK_HEADERS = ("rank", "node", "local", "tensor", "data", "pipeline", "seq. data", "batch data")
 
 
@@ -200,18 +206,8 @@ class LayoutPanel(Panel):
         self._busy = False
         self._drawn: tuple[Any, ...] | None = None
         self._redraw = Debouncer(self._render, debounce)
-        for control in (
-            self.world_size,
-            self.local_world_size,
-            self.tensor_parallel,
-            self.pipeline_parallel,
-            self.sequence_data_parallel,
-            self.expert_parallel,
-            self.expert_tensor_parallel,
-            self.pipeline_first,
-            self.seed,
-        ):
-            control.observe(self._on_layout_control, names="value")
+        for name in _CONTROLS:
+            getattr(self, name).observe(self._on_layout_control, names="value")
         for control in (self.dim, self.rank):
             control.observe(self._on_view_control, names="value")
         self._update()
@@ -222,18 +218,7 @@ class LayoutPanel(Panel):
     def from_layout(cls, layout: Layout, **options: Any) -> LayoutPanel:
         """A panel showing ``layout`` (its sizes, order and seed; its other fields, such as seed shifts, are kept
         in ``other_fields``); ``options`` as for the constructor."""
-        panel = cls(
-            world_size=layout.world_size,
-            local_world_size=layout.local_world_size,
-            tensor_parallel=layout.tensor_parallel,
-            pipeline_parallel=layout.pipeline_parallel,
-            sequence_data_parallel=layout.sequence_data_parallel,
-            pipeline_first=layout.pipeline_first,
-            seed=layout.seed,
-            expert_parallel=layout.expert_parallel,
-            expert_tensor_parallel=layout.expert_tensor_parallel,
-            **options,
-        )
+        panel = cls(**{name: getattr(layout, name) for name in _CONTROLS}, **options)
         controlled = set(panel.values()) | {"backend"}
         panel.other_fields = {k: v for k, v in layout.fields().items() if k not in controlled}
         panel._update()
@@ -262,17 +247,8 @@ class LayoutPanel(Panel):
 
     def values(self) -> dict[str, Any]:
         """The layout fields the controls hold now (possibly an impossible combination)."""
-        return {
-            "world_size": self.world_size.value,
-            "local_world_size": self.local_world_size.value,
-            "tensor_parallel": self.tensor_parallel.value,
-            "pipeline_parallel": self.pipeline_parallel.value,
-            "sequence_data_parallel": self.sequence_data_parallel.value,
-            "pipeline_first": self.pipeline_first.value,
-            "seed": self.seed.value,
-            "expert_parallel": self.expert_parallel.value,
-            "expert_tensor_parallel": self.expert_tensor_parallel.value or None,
-        }
+        values = {name: getattr(self, name).value for name in _CONTROLS}
+        return {**values, "expert_tensor_parallel": values["expert_tensor_parallel"] or None}
 
     def set(self, **values: Any) -> None:
         """Set several controls at once (one recomputation, one redraw).
