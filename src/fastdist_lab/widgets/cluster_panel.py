@@ -109,10 +109,9 @@ class ClusterPanel(Panel):
         self._note_world: int | None = None
         self._proposing = False
         self.start_button = widgets.Button(description="Start cluster", icon="play", button_style="success")
-        self.apply_button = widgets.Button(description="Apply layout", icon="check")
+        self.apply_button = widgets.Button(description="Apply layout", icon="check").add_class("fdl-cluster-apply")
         self.stop_button = widgets.Button(description="Stop", icon="stop", button_style="danger")
         self.start_button.add_class("fdl-cluster-start")
-        self.apply_button.add_class("fdl-cluster-apply")
         self.stop_button.add_class("fdl-cluster-stop")
         self.status = widgets.HTML().add_class("fdl-cluster-status")
         self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="260px"))
@@ -121,9 +120,8 @@ class ClusterPanel(Panel):
         self.rank_output = widgets.HTML().add_class("fdl-rank-output")
         self.tables = widgets.Accordion(
             children=[self.verification, self.rank_output], titles=("groups checked (table)", "per-rank output")
-        )
+        ).add_class("fdl-cluster-tables")
         self.tables.selected_index = None
-        self.tables.add_class("fdl-cluster-tables")
         self.view = GridView(self._select, self._zoom_to, self._hover_text)
         self.view.box.add_class("fdl-cluster-grid")
         self.view.widget.layout.display = "none"

@@ -127,7 +127,7 @@ class LayoutPanel(Panel):
             continuous_update=False,
             style=style,
             layout=widgets.Layout(width="150px"),
-        )
+        ).add_class("fdl-world-size")
         self.local_world_size = self._factor("GPUs per node", local, "fdl-local-world-size")
         self.tensor_parallel = self._factor("tensor", tensor_parallel, "fdl-tensor-parallel")
         self.pipeline_parallel = self._factor("pipeline", pipeline_parallel, "fdl-pipeline-parallel")
@@ -140,10 +140,10 @@ class LayoutPanel(Panel):
         self.pipeline_first = widgets.Checkbox(value=bool(pipeline_first), description="pipeline first", indent=False)
         self.seed = widgets.IntText(
             value=seed, description="seed", continuous_update=False, style=style, layout=widgets.Layout(width="170px")
-        )
+        ).add_class("fdl-seed")
         self.dim = widgets.Dropdown(
             options=[*DIM_NAMES, *EXPERT_DIM_NAMES], value=dim, description="colour by", style=style
-        )
+        ).add_class("fdl-dim")
         self.rank = widgets.BoundedIntText(
             value=rank,
             min=-1,
@@ -152,12 +152,8 @@ class LayoutPanel(Panel):
             continuous_update=False,
             style=style,
             layout=widgets.Layout(width="170px"),
-        )
-        self.world_size.add_class("fdl-world-size")
+        ).add_class("fdl-rank")
         self.pipeline_first.add_class("fdl-pipeline-first")
-        self.seed.add_class("fdl-seed")
-        self.dim.add_class("fdl-dim")
-        self.rank.add_class("fdl-rank")
 
         self.message = widgets.HTML().add_class("fdl-error")
         self.summary = widgets.HTML().add_class("fdl-summary")
@@ -225,16 +221,14 @@ class LayoutPanel(Panel):
         return panel
 
     def _factor(self, description: str, value: int, css: str, default_label: str = "") -> FactorDropdown:
-        control = FactorDropdown(
+        return FactorDropdown(
             default_label,
             options=[(default_label if value == 0 and default_label else str(value), value)],
             value=value,
             description=description,
             style={"description_width": "initial"},
             layout=widgets.Layout(width="auto"),
-        )
-        control.add_class(css)
-        return control
+        ).add_class(css)
 
     # ----------------------------------------------------------------- public
     def __repr__(self) -> str:

@@ -98,11 +98,10 @@ class StreamsPanel(Panel):
         self.phase = widgets.Dropdown(options=[p.name for p in PhaseType], value="training", description="phase")
         self.generator = widgets.Dropdown(options=list(GENERATORS), value="tp", description="generator")
         self.view = widgets.Dropdown(options=list(_VIEWS), value="grid", description="picture", style=style)
-        self.draw_button = widgets.Button(description="Draw on cluster", icon="random")
+        self.draw_button = widgets.Button(description="Draw on cluster", icon="random").add_class("fdl-streams-draw")
         self.step.add_class("fdl-streams-step")
         self.phase.add_class("fdl-streams-phase")
         self.generator.add_class("fdl-streams-generator")
-        self.draw_button.add_class("fdl-streams-draw")
         self.status = widgets.HTML().add_class("fdl-streams-status")
         self.grid_view = GridView(self.select_rank, self._zoom_to, self._hover_text)
         self.grid_view.card.value = _CARD_HINT
