@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..cost import divisors
 from ..layout import Layout
 from .canvas import blend, frame, rgb8, stripe_slots
 from .colors import fade
@@ -47,20 +48,6 @@ MAX_UNITS = 2048
 MAX_STRIPES = 4
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0] if n < 4096 else sorted(_big_divisors(n))
-
-
-def _big_divisors(n: int) -> set[int]:
-    out: set[int] = set()
-    d = 1
-    while d * d <= n:
-        if n % d == 0:
-            out |= {d, n // d}
-        d += 1
-    return out
-
-
 def unit_size(layout: Layout, start: int, stop: int) -> int:
     """How many consecutive ranks one cell of the aggregated picture of ranks ``start .. stop - 1`` holds."""
     count, local = stop - start, layout.local_world_size
@@ -69,9 +56,9 @@ def unit_size(layout: Layout, start: int, stop: int) -> int:
         if MIN_UNITS <= nodes <= MAX_UNITS:
             return local
         if nodes > MAX_UNITS:
-            return local * next(k for k in _divisors(nodes) if nodes // k <= MAX_UNITS)
+            return local * next(k for k in divisors(nodes) if nodes // k <= MAX_UNITS)
     block = math.gcd(count, local, start)
-    return next((d for d in _divisors(block) if count // d <= MAX_UNITS), block)
+    return next((d for d in divisors(block) if count // d <= MAX_UNITS), block)
 
 
 def unit_name(layout: Layout, per_cell: int) -> str:

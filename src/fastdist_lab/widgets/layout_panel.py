@@ -12,6 +12,7 @@ import numpy as np
 import traitlets
 
 from ..config import DIM_NAMES
+from ..cost import divisors
 from ..errors import LayoutError
 from ..experts import EXPERT_DIM_NAMES
 from ..formatting import members_text, plural
@@ -21,7 +22,7 @@ from ..viz import grid_picture, verdict_marks
 from ..viz.layout_picture import check_ranks
 from .config_box import ConfigBox, ConfigLoad
 from .grid_view import GridView
-from .panel_parts import TABLE_STYLE, Debouncer, FactorDropdown, Panel, divisors, error_html, html_table
+from .panel_parts import TABLE_STYLE, Debouncer, FactorDropdown, Panel, error_html, html_table
 from .rank_card import CARD_HINT, hover_text, rank_card_html, rank_verdicts
 
 MAX_WORLD_SIZE = 65536

@@ -1,4 +1,4 @@
-"""Shared helpers of the panels: a debouncer, factor dropdowns, divisors and HTML tables."""
+"""Shared helpers of the panels: a debouncer, factor dropdowns and HTML tables."""
 
 from __future__ import annotations
 
@@ -47,19 +47,6 @@ class Panel(traitlets.HasTraits):
 
 ZERO_CHOICES = (("0: none", 0), ("1: distributed optimizer", 1), ("2: + gradients", 2), ("3: + weights", 3))
 """The ZeRO stages as a dropdown offers them (label, stage): the cost panel's and the train view's."""
-
-
-def divisors(n: int) -> list[int]:
-    """The positive divisors of ``n`` in increasing order."""
-    small, large = [], []
-    d = 1
-    while d * d <= n:
-        if n % d == 0:
-            small.append(d)
-            if d * d != n:
-                large.append(n // d)
-        d += 1
-    return small + large[::-1]
 
 
 class FactorDropdown(widgets.Dropdown):
