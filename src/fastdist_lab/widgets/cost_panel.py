@@ -11,7 +11,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import ipywidgets as widgets
-import traitlets
 
 from ..cost import (
     HARDWARE_PRESETS,
@@ -30,7 +29,7 @@ from ..layout import Layout
 from ..viz import to_png
 from ..viz.cost_pictures import plot_memory, plot_traffic, traffic_dim, traffic_title
 from .layout_panel import LayoutPanel
-from .panel_parts import TABLE_STYLE, ZERO_CHOICES, Debouncer, Panel, error_html, frame_table, short_error
+from .panel_parts import TABLE_STYLE, ZERO_CHOICES, ClusterFollower, Debouncer, frame_table, short_error
 from .step_view import StepView
 
 _VIEWS = (("this layout", "single"), ("data-first vs pipeline-first", "compare"))
@@ -79,7 +78,7 @@ def replay_html(frame: Any) -> str:
     return TABLE_STYLE + head + frame_table(shown, index=True)
 
 
-class CostPanel(Panel):
+class CostPanel(ClusterFollower):
     """Model and training controls (and, for a mixture of experts, the expert load: busiest expert rank over the
     mean), the step time (where it goes and the pipeline schedule as it runs: ``step_view``),
     memory bars per stage, the communication table and inter-node traffic on the rank grid; a toggle shows the
@@ -93,10 +92,6 @@ class CostPanel(Panel):
     problem (empty when none).
     The traffic grid shows the groups of the dim that moves the most bytes across nodes (``viz.cost_pictures``).
     """
-
-    layout = traitlets.Instance(Layout, allow_none=True)
-    cluster = traitlets.Any(None, allow_none=True)
-    error = traitlets.Unicode("")
 
     def __init__(
         self,
@@ -138,7 +133,7 @@ class CostPanel(Panel):
             disabled=not preset.is_moe, tooltip="Training.expert_load_imbalance: a mixture of experts only",
         )  # fmt: skip
         self.view = widgets.ToggleButtons(options=list(_VIEWS), value="single")
-        self.replay_button = widgets.Button(description="Replay on cluster", icon="play")
+        self.replay_button = self._cluster_button = widgets.Button(description="Replay on cluster", icon="play")
         self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="200px"))
         for control, css in (
             (self.model, "fdl-cost-model"), (self.seq_length, "fdl-cost-seq-length"),
@@ -200,10 +195,6 @@ class CostPanel(Panel):
         return f"CostPanel(layout={self.layout!r}, model={self.model.value!r}, view={self.view.value!r})"
 
     # ----------------------------------------------------------------- public
-    def flush(self) -> None:
-        """Draw a pending redraw now."""
-        self._redraw.flush()
-
     @property
     def png(self) -> bytes:
         """The PNG bytes of the memory picture shown."""
@@ -265,10 +256,6 @@ class CostPanel(Panel):
         return Transformer.preset(self.model.value, seq_length=self.seq_length.value)
 
     # ----------------------------------------------------------------- reactions
-    def _say(self, text: str, error: bool = False) -> None:
-        self.error = text if error else ""
-        self.status.value = error_html(text) if error else html.escape(text)
-
     def _on_model(self, change: dict) -> None:
         preset = Transformer.preset(change["new"])
         self.expert_load_imbalance.disabled = not preset.is_moe  # a dense model routes nothing
@@ -277,11 +264,6 @@ class CostPanel(Panel):
             self.seq_length.value = seq  # estimates once, through the seq_length observer
         else:
             self._estimate()
-
-    def _refresh_button(self) -> None:
-        # Enabled while a cluster runs: replay() itself says when the cluster runs another layout (an Apply in
-        # the cluster panel changes that without telling this panel).
-        self.replay_button.disabled = self.cluster is None or not getattr(self.cluster, "running", False)
 
     def _estimate(self) -> None:
         """Estimate the layout (and its other ordering in the side-by-side view), then ask for a redraw."""
@@ -349,13 +331,9 @@ class CostPanel(Panel):
 
     def replay(self, **options: Any) -> bool:
         """Replay the step's collectives on the linked running cluster; whether it worked (errors shown)."""
+        if not self._cluster_runs_layout():
+            return False
         cluster, layout = self.cluster, self.layout
-        if cluster is None or not getattr(cluster, "running", False):
-            self._say("no running cluster: start one in the cluster panel first", error=True)
-            return False
-        if layout is None or cluster.layout != layout:
-            self._say("the cluster runs another layout: Apply this layout in the cluster panel first", error=True)
-            return False
         try:
             from ..checks import replay  # imports torch: only when a replay is asked for
 
