@@ -187,12 +187,8 @@ class ClusterPanel(Panel):
         self._refresh()
 
     def _refresh(self) -> None:
-        layout = self.layout
-        running = self.running
-        self.start_button.disabled = running or layout is None
-        self.stop_button.disabled = not running
-        self.apply_button.disabled = not running or layout is None
-        self.train.enable(running and layout is not None)
+        layout, running = self.layout, self.running
+        self._refresh_buttons()
         if layout is None:
             self._say("no valid layout to run: fix the layout first", error=True)
         elif not running:
@@ -206,7 +202,6 @@ class ClusterPanel(Panel):
                 f"{self.cluster.world_size} ranks: restart needed (Stop, then Start)",
                 error=True,
             )
-            self.apply_button.disabled = True
         elif not getattr(self.cluster, "running", False):
             self._say(
                 f"the {self.cluster.world_size} worker(s) stopped after a failure; "
