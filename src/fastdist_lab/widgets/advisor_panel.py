@@ -57,6 +57,9 @@ ROWS_STYLE = (
 )
 """CSS of the ranked rows and their header (one monospace font: the columns line up)."""
 
+_INPUTS = ("model", "gpus", "gpus_per_node", "hardware", "global_batch_size", "top")
+"""The search's inputs: each a control of the panel, named as ``cost.search``'s argument."""
+
 
 class Choice(NamedTuple):
     """A row of the Advisor's search, chosen: its number, ``Layout``, model preset, ``Training`` and hardware preset."""
@@ -160,8 +163,8 @@ class AdvisorPanel(Panel):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._busy = False
         self._request = Debouncer(self._start, debounce)
-        for control in (self.model, self.gpus, self.gpus_per_node, self.hardware, self.global_batch_size, self.top):
-            control.observe(lambda _: self._request.schedule(), names="value")
+        for name in _INPUTS:
+            getattr(self, name).observe(lambda _: self._request.schedule(), names="value")
         self.search_button.on_click(lambda _: self.search())
         self.train_button.on_click(lambda _: self.train_row())
         self.observe(lambda change: setattr(self.train_button, "disabled", change["new"] is None), names="choice")
@@ -182,14 +185,7 @@ class AdvisorPanel(Panel):
 
     def inputs(self) -> dict[str, Any]:
         """The ``cost.search`` arguments the inputs hold (the model as its preset name)."""
-        return {
-            "model": self.model.value,
-            "gpus": self.gpus.value,
-            "gpus_per_node": self.gpus_per_node.value,
-            "hardware": self.hardware.value,
-            "global_batch_size": self.global_batch_size.value,
-            "top": self.top.value,
-        }
+        return {name: getattr(self, name).value for name in _INPUTS}
 
     def search(self) -> None:
         """Search the inputs now (a request waiting for the inputs to rest goes first): in a kernel on a thread, the
