@@ -33,9 +33,10 @@ from .panel_parts import TABLE_STYLE, ZERO_CHOICES, ClusterFollower, Debouncer, 
 from .step_view import StepView
 
 _VIEWS = (("this layout", "single"), ("data-first vs pipeline-first", "compare"))
-_CONTROLLED = ("micro_batch_size", "num_microbatches", "zero_stage", "distributed_optimizer",
-               "sequence_tensor_parallel", "recompute", "schedule", "virtual_pipeline_stages",
-               "expert_load_imbalance")  # fmt: skip
+_CONTROLS = ("micro_batch_size", "zero_stage", "sequence_tensor_parallel", "recompute", "schedule",
+             "virtual_pipeline_stages", "expert_load_imbalance")  # fmt: skip
+"""The ``Training`` fields whose control (of the same name) holds their value as it is."""
+_CONTROLLED = (*_CONTROLS, "num_microbatches", "distributed_optimizer")  # num_microbatches: 0 for None
 
 
 def other_order(layout: Layout) -> Layout:
@@ -205,14 +206,8 @@ class CostPanel(ClusterFollower):
         other)."""
         return Training(
             **self.other_training,
-            micro_batch_size=self.micro_batch_size.value,
+            **{name: getattr(self, name).value for name in _CONTROLS},
             num_microbatches=self.num_microbatches.value or None,
-            zero_stage=self.zero_stage.value,
-            sequence_tensor_parallel=self.sequence_tensor_parallel.value,
-            recompute=self.recompute.value,
-            schedule=self.schedule.value,
-            virtual_pipeline_stages=self.virtual_pipeline_stages.value,
-            expert_load_imbalance=self.expert_load_imbalance.value,
         )
 
     @contextmanager
@@ -239,14 +234,9 @@ class CostPanel(ClusterFollower):
                     name: getattr(training, name) for name in Training.__dataclass_fields__
                     if name not in _CONTROLLED and getattr(training, name) != getattr(default, name)
                 }  # fmt: skip
-                self.micro_batch_size.value = training.micro_batch_size
+                for name in _CONTROLS:
+                    getattr(self, name).value = getattr(training, name)
                 self.num_microbatches.value = training.num_microbatches or 0
-                self.zero_stage.value = training.zero_stage
-                self.sequence_tensor_parallel.value = training.sequence_tensor_parallel
-                self.recompute.value = training.recompute
-                self.schedule.value = training.schedule
-                self.virtual_pipeline_stages.value = training.virtual_pipeline_stages
-                self.expert_load_imbalance.value = training.expert_load_imbalance
             if hardware is not None:
                 self.hardware.value = hardware
             self._stale = True
