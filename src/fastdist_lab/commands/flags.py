@@ -133,17 +133,9 @@ def training_from_args(args: argparse.Namespace) -> Any:
     """The ``cost.Training`` that ``add_training_arguments``' flags describe (``CostError`` naming a bad value)."""
     from ..cost import Training
 
-    return Training(
-        schedule=args.schedule,
-        virtual_pipeline_stages=args.virtual_pipeline_stages,
-        num_microbatches=args.num_microbatches,
-        micro_batch_size=args.micro_batch_size,
-        distributed_optimizer=args.distributed_optimizer,
-        zero_stage=args.zero_stage,
-        recompute=args.recompute,
-        sequence_tensor_parallel=args.sequence_tensor_parallel,
-        expert_load_imbalance=args.expert_load_imbalance,
-    )
+    fields = ("schedule", "virtual_pipeline_stages", "num_microbatches", "micro_batch_size", "distributed_optimizer",
+              "zero_stage", "recompute", "sequence_tensor_parallel", "expert_load_imbalance")  # fmt: skip
+    return Training(**{name: getattr(args, name) for name in fields})  # each flag's dest is the field's name
 
 
 def given_shape_flags(args: argparse.Namespace) -> list[str]:
