@@ -13,8 +13,8 @@ import matplotlib.pyplot as plt  # noqa: E402  (tests only: to count figures reg
 import pytest  # noqa: E402
 
 from fastdist_lab import Layout  # noqa: E402
+from fastdist_lab.cost import divisors  # noqa: E402
 from fastdist_lab.widgets import LayoutPanel  # noqa: E402
-from fastdist_lab.widgets.panel_parts import divisors  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -62,25 +62,12 @@ def add_layout_arguments(parser: argparse.ArgumentParser, launcher: bool = False
     group.add_argument("--world-size", **sizes, help=f"number of ranks (GPUs) in the job (default: {world})")
     group.add_argument("--local-world-size", **sizes, help=f"ranks (GPUs) per node (default: {local})")
     factor = f"(default: {GIVEN_FACTOR_DEFAULT} when any size flag is given, else {{}})"
-    group.add_argument(
-        "--tensor-parallel",
-        "--tp",
-        **sizes,
-        help="tensor-parallel size: ranks that split each layer " + factor.format(DEFAULT_LAYOUT["tensor_parallel"]),
-    )
-    group.add_argument(
-        "--pipeline-parallel",
-        "--pp",
-        **sizes,
-        help="pipeline-parallel size: stages of layers " + factor.format(DEFAULT_LAYOUT["pipeline_parallel"]),
-    )
-    group.add_argument(
-        "--sequence-data-parallel",
-        "--sdp",
-        **sizes,
-        help="sequence-data-parallel size: data ranks that share one sequence "
-        + factor.format(DEFAULT_LAYOUT["sequence_data_parallel"]),
-    )
+    for name, short, what in (
+        ("tensor_parallel", "--tp", "tensor-parallel size: ranks that split each layer "),
+        ("pipeline_parallel", "--pp", "pipeline-parallel size: stages of layers "),
+        ("sequence_data_parallel", "--sdp", "sequence-data-parallel size: data ranks that share one sequence "),
+    ):
+        group.add_argument(SHAPE_FLAGS[name], short, **sizes, help=what + factor.format(DEFAULT_LAYOUT[name]))
     group.add_argument(
         "--expert-parallel",
         "--ep",
@@ -149,18 +136,9 @@ def training_from_args(args: argparse.Namespace) -> Any:
     """The ``cost.Training`` that ``add_training_arguments``' flags describe (``CostError`` naming a bad value)."""
     from ..cost import Training
 
-    return Training(
-        schedule=args.schedule,
-        virtual_pipeline_stages=args.virtual_pipeline_stages,
-        num_microbatches=args.num_microbatches,
-        micro_batch_size=args.micro_batch_size,
-        distributed_optimizer=args.distributed_optimizer,
-        zero_stage=args.zero_stage,
-        recompute=args.recompute,
-        sequence_tensor_parallel=args.sequence_tensor_parallel,
-        expert_load_imbalance=args.expert_load_imbalance,
-        engine=args.engine,
-    )
+    fields = ("schedule", "virtual_pipeline_stages", "num_microbatches", "micro_batch_size", "distributed_optimizer",
+              "zero_stage", "recompute", "sequence_tensor_parallel", "expert_load_imbalance", "engine")  # fmt: skip
+    return Training(**{name: getattr(args, name) for name in fields})  # each flag's dest is the field's name
 
 
 def given_shape_flags(args: argparse.Namespace) -> list[str]:

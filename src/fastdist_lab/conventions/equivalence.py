@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -138,6 +138,17 @@ def compare_groups(
         la, ra, rank, _t(left.rank_grid.group_of(la, rank)), _t(right.rank_grid.group_of(ra, rank))
     )
     return SubsetResult(la, ra, False, count, difference)
+
+
+def first_group_mismatch(layout: Any, groups: Iterable[tuple[str, tuple[str, np.ndarray]]]) -> tuple | None:
+    """The first ``(dim, name, theirs, ours)`` of ``groups`` (``(dim, (name, theirs))``: a framework's groups under
+    its ``name`` and the Layout's dim that should hold them) where ``layout.groups(dim)`` differs (members in order,
+    groups in any order), or ``None``; what the conventions' ``expert_mismatch`` compare."""
+    for dim, (name, theirs) in groups:
+        ours = layout.groups(dim)
+        if sorted(map(tuple, theirs.tolist())) != sorted(map(tuple, ours.tolist())):
+            return dim, name, theirs, ours
+    return None
 
 
 def _t(row: np.ndarray) -> tuple[int, ...]:

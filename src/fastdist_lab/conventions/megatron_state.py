@@ -33,7 +33,7 @@ import numpy as np
 from ..errors import ConventionError, ConventionWorldSizeNeeded
 from ..layout import Layout
 from ..lazy import warn_deprecated
-from .equivalence import equivalent
+from .equivalence import equivalent, first_group_mismatch
 from .launch import Command, shell_commands, split_launch
 from .megatron import DEFAULT_ORDER, Megatron, check_size, embedding_groups, position_embedding_groups
 from .megatron_args import INT_ARGS, find_megatron_command, parse_megatron_args, state_arguments
@@ -347,12 +347,12 @@ LAYOUT_EXPERT_DIMS: dict[str, str] = {
 def expert_mismatch(layout: Any, state: MegatronParallelState) -> str:
     """The first of Megatron's expert groups (``LAYOUT_EXPERT_DIMS``) that the Layout's expert dim does not hold
     (members in group-rank order; the groups in any order), as a sentence; ``""`` when every one matches."""
-    for name, dim in LAYOUT_EXPERT_DIMS.items():
-        theirs = state.expert.groups(EXPERT_GROUPS[name])
-        ours = layout.groups(dim)
-        if sorted(map(tuple, theirs.tolist())) != sorted(map(tuple, ours.tolist())):
-            return f"{name} is {_first_rows(theirs)} but the Layout's {dim} groups are {_first_rows(ours)}"
-    return ""
+    theirs = ((dim, (name, state.expert.groups(EXPERT_GROUPS[name]))) for name, dim in LAYOUT_EXPERT_DIMS.items())
+    found = first_group_mismatch(layout, theirs)
+    if found is None:
+        return ""
+    dim, name, groups, ours = found
+    return f"{name} is {_first_rows(groups)} but the Layout's {dim} groups are {_first_rows(ours)}"
 
 
 def _first_rows(groups: np.ndarray, n: int = 4) -> str:

@@ -379,19 +379,20 @@ class TorchtitanMesh(DeviceMesh):
     def expert_mismatch(self, layout: Any) -> str:
         """``""`` when ``layout``'s expert groups are torchtitan's expert meshes (``expert_meshes``; members in
         order, groups in any order), else one line naming the first mesh that differs and how."""
-        for dim, (mesh, theirs) in self.expert_meshes().items():
-            ours = layout.groups(dim)
+        from .equivalence import first_group_mismatch
+
+        found = first_group_mismatch(layout, self.expert_meshes().items())
+        if found is None:
+            return ""
+        dim, mesh, theirs, ours = found
+        if theirs.shape != ours.shape:
+            how = f"its groups have {theirs.shape[1]} ranks, the Layout's {ours.shape[1]}"
+        else:
             rows = {tuple(row) for row in ours.tolist()}
-            if {tuple(row) for row in theirs.tolist()} == rows:
-                continue
-            if theirs.shape != ours.shape:
-                how = f"its groups have {theirs.shape[1]} ranks, the Layout's {ours.shape[1]}"
-            else:
-                row = next(r for r in theirs.tolist() if tuple(r) not in rows)
-                other = ours[layout.group_index(dim)[row[0]]].tolist()
-                how = f"rank {row[0]}'s group is {row} in torchtitan, {other} in the Layout"
-            return f"torchtitan's {mesh} mesh is not the Layout's {dim} groups: {how}"
-        return ""
+            row = next(r for r in theirs.tolist() if tuple(r) not in rows)
+            other = ours[layout.group_index(dim)[row[0]]].tolist()
+            how = f"rank {row[0]}'s group is {row} in torchtitan, {other} in the Layout"
+        return f"torchtitan's {mesh} mesh is not the Layout's {dim} groups: {how}"
 
     def describe_degrees(self) -> str:
         """One line: the degrees in torchtitan's words."""

@@ -52,7 +52,8 @@ def _compare(got: Any, expected: Any) -> str:
     return "values differ from the one-process result"
 
 
-def _run_linear(cluster: Any, column: Any, row: Any, which: str) -> list[dict[str, Any]]:
+def _run_linear(cluster: Any, column: Any, row: Any, which: str, hint: str) -> list[dict[str, Any]]:
+    """Run ``_linear_trial`` on every rank; ``WrongAnswer`` naming the first rank whose result is wrong (``hint``)."""
     if getattr(cluster, "layout", None) is None or cluster.layout.tensor_parallel < 2:
         wrong("apply a layout with tensor_parallel >= 2 to the cluster first")
     try:
@@ -62,6 +63,10 @@ def _run_linear(cluster: Any, column: Any, row: Any, which: str) -> list[dict[st
     if not results.ok:
         rank = results.failed_ranks[0]
         wrong(f"rank {rank} raised: {str(results.errors[rank]).strip().splitlines()[-1]}")
+    key = "column" if which == "column" else "row"
+    for rank, value in enumerate(results.values):
+        if value[key] != "ok":
+            wrong(f"rank {rank}: {value[key]}; {hint}")
     return list(results.values)
 
 
@@ -69,10 +74,7 @@ def check_column_parallel(cluster: Any, column: Any) -> None:
     """Exercise: ``column(x, weight_shard, group)`` is a column-parallel linear: ``weight_shard`` holds this tensor
     rank's output features (rows of torch's ``(out, in)`` weight); it returns this rank's slice of ``x @ W.T``."""
     answered("column", column)
-    values = _run_linear(cluster, column, None, "column")
-    for rank, value in enumerate(values):
-        if value["column"] != "ok":
-            wrong(f"rank {rank}: {value['column']}; each rank multiplies the whole input by its own rows of W")
+    values = _run_linear(cluster, column, None, "column", "each rank multiplies the whole input by its own rows of W")
     correct(f"every rank holds its {OUT_FEATURES // values[0]['tensor_parallel']} output features: the forward needs "
             "no communication (operator f is the identity forward, an all-reduce backward)")  # fmt: skip
 
@@ -81,11 +83,7 @@ def check_row_parallel(cluster: Any, row: Any) -> None:
     """Exercise: ``row(x_shard, weight_shard, group)`` is a row-parallel linear: ``x_shard`` holds this rank's input
     features, ``weight_shard`` the matching columns of W; it returns the whole ``x @ W.T`` on every rank."""
     answered("row", row)
-    values = _run_linear(cluster, None, row, "row")
-    for rank, value in enumerate(values):
-        if value["row"] != "ok":
-            hint = "each rank has a partial sum: add them over the tensor group (operator g)"
-            wrong(f"rank {rank}: {value['row']}; {hint}")
+    _run_linear(cluster, None, row, "row", "each rank has a partial sum: add them over the tensor group (operator g)")
     correct("each rank's partial product summed over the tensor group: one all-reduce forward (operator g)")
 
 
@@ -94,10 +92,7 @@ def check_parallel_mlp(cluster: Any, column: Any, row: Any) -> None:
     activation): Megatron's pairing, one all-reduce per block forward."""
     answered("column", column)
     answered("row", row)
-    values = _run_linear(cluster, column, row, "mlp")
-    for rank, value in enumerate(values):
-        if value["row"] != "ok":
-            wrong(f"rank {rank}: {value['row']}; check column and row alone first")
+    _run_linear(cluster, column, row, "mlp", "check column and row alone first")
     correct("column then row parallel: the hidden activations stay split, one all-reduce at the end of the block")
 
 

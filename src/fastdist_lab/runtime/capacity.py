@@ -14,6 +14,7 @@ The per-rank figures are measured on torch 2.13 (CPU) with ``benchmarks/bench_sc
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from dataclasses import dataclass, field
@@ -135,15 +136,13 @@ def _user_tasks(uid: int) -> int:
 def _tasks() -> tuple[int | None, str]:
     """Tasks that may still start, and the limit that says so (the tightest of those that apply)."""
     options: list[tuple[int, str]] = []
-    try:
+    with contextlib.suppress(ImportError, OSError, ValueError):
         import resource
 
         soft, _ = resource.getrlimit(resource.RLIMIT_NPROC)
         if soft != resource.RLIM_INFINITY and os.geteuid() != 0:  # the kernel does not apply it to root
             used = _user_tasks(os.getuid())
             options.append((soft - used, f"this user's process limit ('ulimit -u' {soft:,}, {used:,} in use)"))
-    except (ImportError, OSError, ValueError):
-        pass
     group = _cgroup_files("pids", ("pids.max", "pids.current"))
     if group is not None:
         options.append((group[0] - group[1], f"this cgroup's task limit ({group[0]:,}, {group[1]:,} in use)"))

@@ -3,6 +3,7 @@ as a context manager, and how it shows in a notebook (``ClusterFacts``, the base
 
 from __future__ import annotations
 
+import contextlib
 import html
 from typing import TypeVar
 
@@ -53,10 +54,8 @@ class ClusterFacts:
         self.close()
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):
             self.close()
-        except Exception:  # noqa: S110 - interpreter teardown
-            pass
 
     @property
     def world_size(self) -> int:

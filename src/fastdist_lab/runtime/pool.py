@@ -11,6 +11,7 @@ of another kind of group overrides; a group that cannot be made raises one ``Clu
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import os
@@ -293,10 +294,8 @@ class ProcessGroupPool:
         self.store = None
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):
             self.shutdown()
-        except Exception:  # noqa: S110 - interpreter teardown
-            pass
 
 
 _GROUP_ATTRIBUTES: dict[str, str] = {name: f"{name}_group" for name in DIM_NAMES}
@@ -417,10 +416,8 @@ class Distributed:
             self._pool.shutdown()
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):
             self.shutdown()
-        except Exception:  # noqa: S110 - interpreter teardown
-            pass
 
 
 # ----------------------------------------------------------------------------------------------- apply

@@ -75,10 +75,8 @@ def process_running(pid: int) -> bool:
 
 def kill_quietly(pid: int, sig: int = signal.SIGKILL) -> None:
     """Send ``sig`` to ``pid``, ignoring a process that is already gone."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def wait_gone(pids: Iterable[int], timeout: float) -> list[int]:

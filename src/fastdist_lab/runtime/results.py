@@ -12,7 +12,7 @@ import html
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ClusterError, ClusterTimeout, RemoteTraceback
@@ -99,29 +99,16 @@ class RankResult:
             value = self.value
         except (TypeError, ValueError):
             value = repr(self.value)
-        return {
-            "rank": self.rank,
-            "status": self.status,
-            "value": value,
-            "error": None if self.error is None else self.error.to_dict(),
-            "stdout": self.stdout,
-            "stderr": self.stderr,
-            "seconds": self.seconds,
-        }
+        error = None if self.error is None else self.error.to_dict()
+        return {**{f.name: getattr(self, f.name) for f in fields(self)}, "value": value, "error": error}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RankResult:
         """Inverse of ``to_dict``."""
         error = data.get("error")
-        return cls(
-            rank=int(data["rank"]),
-            status=data["status"],
-            value=data.get("value"),
-            error=None if error is None else RankError(**error),
-            stdout=data.get("stdout", ""),
-            stderr=data.get("stderr", ""),
-            seconds=data.get("seconds"),
-        )
+        given = {f.name: data.get(f.name, f.default) for f in fields(cls)}
+        given.update(rank=int(data["rank"]), status=data["status"], error=None if error is None else RankError(**error))
+        return cls(**given)
 
     @classmethod
     def missing(cls, rank: int) -> RankResult:

@@ -58,10 +58,8 @@ def _fork_workers(spec: WorkerSpec, channel: Channel) -> tuple[dict[int, int], l
     from .rank_loop import worker_main
 
     sys.path[:] = list(spec.sys_path)
-    try:
+    with contextlib.suppress(OSError):
         os.chdir(spec.cwd)
-    except OSError:
-        pass
     me = os.getpid()
     pids: dict[int, int] = {}
     ends: list[socket.socket] = []
@@ -206,10 +204,8 @@ def guard_main(config: dict[str, Any], parent: int, server: int) -> None:
         if os.getppid() == parent:  # else the controller died before prctl took effect
             channel = Channel(Connection(int(config["channel_fd"])), "controller")
             channel.holds_interrupts = False
-            try:
+            with contextlib.suppress(OSError):
                 channel.send(ServerStarted(server))
-            except OSError:
-                pass
             channel.close()
             if config.get("stderr_fd") is not None:
                 os.close(config["stderr_fd"])

@@ -12,6 +12,7 @@ operation raises ``ClusterError`` at once: a serving rank stops instead of retry
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import threading
 import time
@@ -87,10 +88,8 @@ class LaunchedCluster(Cluster):
         try:
             if self.rank == 0 and self.pool.store is not None:
                 self._calls += 1
-                try:
+                with contextlib.suppress(Exception):  # a store that is gone has no serving rank left to release
                     self.pool.store.set(f"{CALL_PREFIX}/{self._calls}", EXIT_MESSAGE)
-                except Exception:  # a store that is gone has no serving rank left to release
-                    pass
         finally:
             self._ctx.distributed = None
             self.pool.shutdown()

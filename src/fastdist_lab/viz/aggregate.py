@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..cost import divisors
 from ..layout import Layout
-from .canvas import blend, frame, outline_cells, rgb8, stripe_slots
+from .canvas import blend, frame, rgb8, stripe_slots
 from .colors import fade
 from .grid import CellGrid, place_cells
 from .picture import (
@@ -32,7 +33,7 @@ from .picture import (
     GridPicture,
     LayerCache,
     Marks,
-    highlight_outlines,
+    highlighted,
     red_cells,
     with_title,
 )
@@ -47,20 +48,6 @@ MAX_UNITS = 2048
 MAX_STRIPES = 4
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0] if n < 4096 else sorted(_big_divisors(n))
-
-
-def _big_divisors(n: int) -> set[int]:
-    out: set[int] = set()
-    d = 1
-    while d * d <= n:
-        if n % d == 0:
-            out |= {d, n // d}
-        d += 1
-    return out
-
-
 def unit_size(layout: Layout, start: int, stop: int) -> int:
     """How many consecutive ranks one cell of the aggregated picture of ranks ``start .. stop - 1`` holds."""
     count, local = stop - start, layout.local_world_size
@@ -69,9 +56,9 @@ def unit_size(layout: Layout, start: int, stop: int) -> int:
         if MIN_UNITS <= nodes <= MAX_UNITS:
             return local
         if nodes > MAX_UNITS:
-            return local * next(k for k in _divisors(nodes) if nodes // k <= MAX_UNITS)
+            return local * next(k for k in divisors(nodes) if nodes // k <= MAX_UNITS)
     block = math.gcd(count, local, start)
-    return next((d for d in _divisors(block) if count // d <= MAX_UNITS), block)
+    return next((d for d in divisors(block) if count // d <= MAX_UNITS), block)
 
 
 def unit_name(layout: Layout, per_cell: int) -> str:
@@ -104,7 +91,7 @@ class AggregateLayers:
 
     normal: np.ndarray
     faded: np.ndarray
-    placement: CellGrid
+    grid: CellGrid
     origin: tuple[int, int]
     cell: tuple[int, int]
     per_cell: int
@@ -266,24 +253,16 @@ def compose_aggregate(
     layers: AggregateLayers = _CACHE.get(
         (layout, colouring, marks, start, stop), lambda: _aggregate_layers(layout, colouring, marks, start, stop)
     )
-    placement, per_cell = layers.placement, layers.per_cell
+    placement, per_cell = layers.grid, layers.per_cell
     (left, top), (cw, ch) = layers.origin, layers.cell
-    if members is None:
-        body = layers.normal.copy()
-    else:
+    member_cells = rank_cell = None
+    if members is not None:
         inside = np.asarray(members[start:stop], dtype=bool).reshape(-1, per_cell).any(axis=1)
         member_cells = placement.image(inside, False)
-        body = layers.faded.copy()
-        pixels = np.repeat(np.repeat(member_cells, ch, axis=0), cw, axis=1)
-        area = (slice(top, top + placement.rows * ch), slice(left, left + placement.cols * cw))
-        np.copyto(body[area], layers.normal[area], where=pixels[..., None])
-        rank_cell = None
         if highlight is not None and start <= highlight < stop:
             index = (highlight - start) // per_cell
             rank_cell = (int(placement.row[index]), int(placement.col[index]))
-        highlight_outlines(body, member_cells, rank_cell, (left, top), (cw, ch))
-    if layers.red is not None:  # failing groups on top of everything
-        outline_cells(body, layers.red, (left, top), (cw, ch), BAD, 2)
+    body = highlighted(layers, member_cells, rank_cell)
     what = unit_name(layout, per_cell)
     legend = f"one cell = one {what}" if not what[0].isdigit() else f"one cell = {what}"
     if per_cell > 1:

@@ -268,20 +268,26 @@ def with_title(body: np.ndarray, lines: Sequence[tuple[str, tuple[float, float, 
     return image, band
 
 
-def highlight_outlines(
-    image: np.ndarray,
-    member_cells: np.ndarray,
-    rank_cell: tuple[int, int] | None,
-    origin: tuple[int, int],
-    cell: tuple[int, int],
-) -> None:
-    """Outline the highlighted group's cells (dark) and the highlighted rank's cell (red, inside the cell)."""
-    outline_cells(image, member_cells, origin, cell, GROUP_LINE, 3 if min(cell) >= 12 else 2)
-    if rank_cell is not None:
-        x0, y0 = origin[0] + rank_cell[1] * cell[0], origin[1] + rank_cell[0] * cell[1]
-        inset = 2 if min(cell) >= 12 else 0
-        width = 3 if min(cell) >= 12 else 2
-        frame(image, (x0 + inset, y0 + inset, x0 + cell[0] - inset, y0 + cell[1] - inset), RANK_FRAME, width)
+def highlighted(layers: Any, member_cells: np.ndarray | None, rank_cell: tuple[int, int] | None) -> np.ndarray:
+    """The body of a grid picture from its ``layers`` (``DetailLayers`` or ``aggregate.AggregateLayers``): a copy of
+    ``layers.normal`` or, given ``member_cells`` (bool per cell of ``layers.grid``), of ``layers.faded`` with those
+    cells bright and outlined (dark) and ``rank_cell`` framed (red, inside the cell); failing groups on top."""
+    (left, top), (cw, ch) = layers.origin, layers.cell
+    if member_cells is None:
+        body = layers.normal.copy()
+    else:
+        body = layers.faded.copy()
+        pixels = np.repeat(np.repeat(member_cells, ch, axis=0), cw, axis=1)
+        area = (slice(top, top + layers.grid.rows * ch), slice(left, left + layers.grid.cols * cw))
+        np.copyto(body[area], layers.normal[area], where=pixels[..., None])
+        big = min(cw, ch) >= 12
+        outline_cells(body, member_cells, (left, top), (cw, ch), GROUP_LINE, 3 if big else 2)
+        if rank_cell is not None:
+            x0, y0, inset = left + rank_cell[1] * cw, top + rank_cell[0] * ch, 2 if big else 0
+            frame(body, (x0 + inset, y0 + inset, x0 + cw - inset, y0 + ch - inset), RANK_FRAME, 3 if big else 2)
+    if layers.red is not None:  # failing groups on top of everything
+        outline_cells(body, layers.red, (left, top), (cw, ch), BAD, 2)
+    return body
 
 
 # ---------------------------------------------------------------------------------------------- one cell per rank
@@ -392,21 +398,12 @@ def compose_detail(
         (layout, colouring, marks, start, stop), lambda: _detail_layers(layout, colouring, marks, start, stop)
     )
     grid, (cw, ch), (left, top) = layers.grid, layers.cell, layers.origin
-    if members is None:
-        body = layers.normal.copy()
-    else:
+    member_cells = rank_cell = None
+    if members is not None:
         member_cells = grid.image(np.asarray(members[start:stop], dtype=bool), False)
-        body = layers.faded.copy()
-        pixels = np.repeat(np.repeat(member_cells, ch, axis=0), cw, axis=1)
-        area = (slice(top, top + grid.rows * ch), slice(left, left + grid.cols * cw))
-        np.copyto(body[area], layers.normal[area], where=pixels[..., None])
-        rank_cell = None
         if highlight is not None and start <= highlight < stop:
             rank_cell = (int(grid.row[highlight - start]), int(grid.col[highlight - start]))
-        highlight_outlines(body, member_cells, rank_cell, (left, top), (cw, ch))
-    if layers.red is not None:  # failing groups on top of everything
-        outline_cells(body, layers.red, (left, top), (cw, ch), BAD, 2)
-    image, band = with_title(body, title)
+    image, band = with_title(highlighted(layers, member_cells, rank_cell), title)
     first = grid.image(np.arange(start, stop), -1)
     geometry = GridGeometry((left, top + band), (cw, ch), first, 1, (start, stop), layout.world_size)
     return GridPicture(image, geometry, "\n".join(text for text, _ in title))

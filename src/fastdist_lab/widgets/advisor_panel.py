@@ -12,6 +12,7 @@ report. A bar shows once a search has taken ``bar_delay()`` seconds. Outside a k
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import html
 import threading
 import time
@@ -55,6 +56,9 @@ ROWS_STYLE = (
     "line-height:1.35;margin:0}.fdl-advisor-header pre{padding-left:4px}</style>"
 )
 """CSS of the ranked rows and their header (one monospace font: the columns line up)."""
+
+_INPUTS = ("model", "gpus", "gpus_per_node", "hardware", "global_batch_size", "top")
+"""The search's inputs: each a control of the panel, named as ``cost.search``'s argument."""
 
 
 class Choice(NamedTuple):
@@ -123,10 +127,8 @@ class AdvisorPanel(Panel):
         self.status = widgets.HTML(
             "Pick a model, GPUs, hardware and a global batch: every layout and training set-up that fits is ranked "
             "by predicted step time. Choose a row (or its point) to load it into the layout and cost panels."
-        )
-        self.status.add_class("fdl-advisor-status")
-        self.header = widgets.HTML()
-        self.header.add_class("fdl-advisor-header")
+        ).add_class("fdl-advisor-status")
+        self.header = widgets.HTML().add_class("fdl-advisor-header")
         self.rows = widgets.Select(options=[], value=None, rows=12, layout=widgets.Layout(width="auto"))
         self.rows.add_class("fdl-advisor-rows")
         self.legend = widgets.HTML(layout=widgets.Layout(max_width="860px"))
@@ -161,8 +163,8 @@ class AdvisorPanel(Panel):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._busy = False
         self._request = Debouncer(self._start, debounce)
-        for control in (self.model, self.gpus, self.gpus_per_node, self.hardware, self.global_batch_size, self.top):
-            control.observe(lambda _: self._request.schedule(), names="value")
+        for name in _INPUTS:
+            getattr(self, name).observe(lambda _: self._request.schedule(), names="value")
         self.search_button.on_click(lambda _: self.search())
         self.train_button.on_click(lambda _: self.train_row())
         self.observe(lambda change: setattr(self.train_button, "disabled", change["new"] is None), names="choice")
@@ -183,14 +185,7 @@ class AdvisorPanel(Panel):
 
     def inputs(self) -> dict[str, Any]:
         """The ``cost.search`` arguments the inputs hold (the model as its preset name)."""
-        return {
-            "model": self.model.value,
-            "gpus": self.gpus.value,
-            "gpus_per_node": self.gpus_per_node.value,
-            "hardware": self.hardware.value,
-            "global_batch_size": self.global_batch_size.value,
-            "top": self.top.value,
-        }
+        return {name: getattr(self, name).value for name in _INPUTS}
 
     def search(self) -> None:
         """Search the inputs now (a request waiting for the inputs to rest goes first): in a kernel on a thread, the
@@ -315,10 +310,8 @@ class AdvisorPanel(Panel):
         if threading.current_thread() is threading.main_thread() or loop is None:
             fn(*args)
             return
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is watching any more
             loop.call_soon_threadsafe(fn, *args)
-        except RuntimeError:  # the loop is closed: nobody is watching any more
-            pass
 
     def _run(self, job: tuple[int, dict[str, Any]]) -> tuple[Any, BaseException | None, float] | None:
         """Search ``job``: (result, None, seconds), (None, error, seconds), or None when a newer job superseded it."""

@@ -72,12 +72,9 @@ class Lab(widgets.VBox):
 
     def flush(self) -> None:
         """Draw every pending redraw now."""
-        self.layout_panel.flush()
-        self.streams_panel.flush()
-        if self.cost_panel is not None:
-            self.cost_panel.flush()
-        if self.advisor_panel is not None:
-            self.advisor_panel.flush()
+        for panel in (self.layout_panel, self.streams_panel, self.cost_panel, self.advisor_panel):
+            if panel is not None:  # the cost and advisor panels are optional
+                panel.flush()
 
     def close(self) -> None:
         """Stop the cluster (if any) and close every widget."""

@@ -102,32 +102,26 @@ class ClusterPanel(Panel):
             value=mode,
             description="ranks as",
             layout=widgets.Layout(width="260px"),
-        )
-        self.mode.add_class("fdl-cluster-mode")
+        ).add_class("fdl-cluster-mode")
         self.mode_note = ""
         """Why the panel proposed another mode (empty when it did not)."""
         self._fits: dict[int, str] = {}
         self._note_world: int | None = None
         self._proposing = False
         self.start_button = widgets.Button(description="Start cluster", icon="play", button_style="success")
-        self.apply_button = widgets.Button(description="Apply layout", icon="check")
+        self.apply_button = widgets.Button(description="Apply layout", icon="check").add_class("fdl-cluster-apply")
         self.stop_button = widgets.Button(description="Stop", icon="stop", button_style="danger")
         self.start_button.add_class("fdl-cluster-start")
-        self.apply_button.add_class("fdl-cluster-apply")
         self.stop_button.add_class("fdl-cluster-stop")
-        self.status = widgets.HTML()
-        self.status.add_class("fdl-cluster-status")
+        self.status = widgets.HTML().add_class("fdl-cluster-status")
         self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="260px"))
         self.progress.add_class("fdl-cluster-progress")
-        self.verification = widgets.HTML()
-        self.verification.add_class("fdl-verification")
-        self.rank_output = widgets.HTML()
-        self.rank_output.add_class("fdl-rank-output")
+        self.verification = widgets.HTML().add_class("fdl-verification")
+        self.rank_output = widgets.HTML().add_class("fdl-rank-output")
         self.tables = widgets.Accordion(
             children=[self.verification, self.rank_output], titles=("groups checked (table)", "per-rank output")
-        )
+        ).add_class("fdl-cluster-tables")
         self.tables.selected_index = None
-        self.tables.add_class("fdl-cluster-tables")
         self.view = GridView(self._select, self._zoom_to, self._hover_text)
         self.view.box.add_class("fdl-cluster-grid")
         self.view.widget.layout.display = "none"
@@ -193,12 +187,8 @@ class ClusterPanel(Panel):
         self._refresh()
 
     def _refresh(self) -> None:
-        layout = self.layout
-        running = self.running
-        self.start_button.disabled = running or layout is None
-        self.stop_button.disabled = not running
-        self.apply_button.disabled = not running or layout is None
-        self.train.enable(running and layout is not None)
+        layout, running = self.layout, self.running
+        self._refresh_buttons()
         if layout is None:
             self._say("no valid layout to run: fix the layout first", error=True)
         elif not running:
@@ -212,7 +202,6 @@ class ClusterPanel(Panel):
                 f"{self.cluster.world_size} ranks: restart needed (Stop, then Start)",
                 error=True,
             )
-            self.apply_button.disabled = True
         elif not getattr(self.cluster, "running", False):
             self._say(
                 f"the {self.cluster.world_size} worker(s) stopped after a failure; "

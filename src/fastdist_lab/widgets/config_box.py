@@ -113,14 +113,11 @@ class ConfigBox:
             description="torchtitan version",
             style={"description_width": "initial"},
             layout=widgets.Layout(width="auto"),
-        )
-        self.version.add_class("fdl-config-version")
+        ).add_class("fdl-config-version")
         self.load_button = widgets.Button(description="Load", icon="upload", button_style="primary")
         self.load_button.add_class("fdl-config-load")
-        self.status = widgets.HTML()
-        self.status.add_class("fdl-config-status")
-        self.groups = widgets.HTML()
-        self.groups.add_class("fdl-config-groups")
+        self.status = widgets.HTML().add_class("fdl-config-status")
+        self.groups = widgets.HTML().add_class("fdl-config-groups")
         body = widgets.VBox(
             [self.text, widgets.HBox([self.load_button, self.version]), self.status, self.groups],
             layout=widgets.Layout(width="100%"),

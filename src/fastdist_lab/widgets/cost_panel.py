@@ -11,7 +11,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import ipywidgets as widgets
-import traitlets
 
 from ..cost import (
     HARDWARE_PRESETS,
@@ -30,13 +29,14 @@ from ..layout import Layout
 from ..viz import to_png
 from ..viz.cost_pictures import plot_memory, plot_traffic, traffic_dim, traffic_title
 from .layout_panel import LayoutPanel
-from .panel_parts import TABLE_STYLE, ZERO_CHOICES, Debouncer, Panel, error_html, frame_table, short_error
+from .panel_parts import TABLE_STYLE, ZERO_CHOICES, ClusterFollower, Debouncer, frame_table, short_error
 from .step_view import StepView
 
 _VIEWS = (("this layout", "single"), ("data-first vs pipeline-first", "compare"))
-_CONTROLLED = ("micro_batch_size", "num_microbatches", "zero_stage", "distributed_optimizer",
-               "sequence_tensor_parallel", "recompute", "schedule", "virtual_pipeline_stages",
-               "expert_load_imbalance")  # fmt: skip
+_CONTROLS = ("micro_batch_size", "zero_stage", "sequence_tensor_parallel", "recompute", "schedule",
+             "virtual_pipeline_stages", "expert_load_imbalance")  # fmt: skip
+"""The ``Training`` fields whose control (of the same name) holds their value as it is."""
+_CONTROLLED = (*_CONTROLS, "num_microbatches", "distributed_optimizer")  # num_microbatches: 0 for None
 
 
 def other_order(layout: Layout) -> Layout:
@@ -79,7 +79,7 @@ def replay_html(frame: Any) -> str:
     return TABLE_STYLE + head + frame_table(shown, index=True)
 
 
-class CostPanel(Panel):
+class CostPanel(ClusterFollower):
     """Model and training controls (and, for a mixture of experts, the expert load: busiest expert rank over the
     mean), the step time (where it goes and the pipeline schedule as it runs: ``step_view``),
     memory bars per stage, the communication table and inter-node traffic on the rank grid; a toggle shows the
@@ -93,10 +93,6 @@ class CostPanel(Panel):
     problem (empty when none).
     The traffic grid shows the groups of the dim that moves the most bytes across nodes (``viz.cost_pictures``).
     """
-
-    layout = traitlets.Instance(Layout, allow_none=True)
-    cluster = traitlets.Any(None, allow_none=True)
-    error = traitlets.Unicode("")
 
     def __init__(
         self,
@@ -138,7 +134,7 @@ class CostPanel(Panel):
             disabled=not preset.is_moe, tooltip="Training.expert_load_imbalance: a mixture of experts only",
         )  # fmt: skip
         self.view = widgets.ToggleButtons(options=list(_VIEWS), value="single")
-        self.replay_button = widgets.Button(description="Replay on cluster", icon="play")
+        self.replay_button = self._cluster_button = widgets.Button(description="Replay on cluster", icon="play")
         self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="200px"))
         for control, css in (
             (self.model, "fdl-cost-model"), (self.seq_length, "fdl-cost-seq-length"),
@@ -150,17 +146,13 @@ class CostPanel(Panel):
             (self.view, "fdl-cost-view"), (self.replay_button, "fdl-cost-replay"), (self.progress, "fdl-cost-progress"),
         ):  # fmt: skip
             control.add_class(css)
-        self.status = widgets.HTML()
-        self.status.add_class("fdl-cost-status")
+        self.status = widgets.HTML().add_class("fdl-cost-status")
         self.step_view = StepView()
         self.memory_picture = widgets.Image(format="png", layout=widgets.Layout(max_width="100%"))
         self.memory_picture.add_class("fdl-cost-memory")
-        self.traffic_box = widgets.HBox(layout=widgets.Layout(flex_flow="row wrap"))
-        self.traffic_box.add_class("fdl-cost-traffic")
-        self.tables = widgets.HTML()
-        self.tables.add_class("fdl-cost-tables")
-        self.replay_table = widgets.HTML()
-        self.replay_table.add_class("fdl-cost-replay-table")
+        self.traffic_box = widgets.HBox(layout=widgets.Layout(flex_flow="row wrap")).add_class("fdl-cost-traffic")
+        self.tables = widgets.HTML().add_class("fdl-cost-tables")
+        self.replay_table = widgets.HTML().add_class("fdl-cost-replay-table")
         row = widgets.Layout(flex_flow="row wrap", align_items="center")
         self.widget.children = [
             widgets.HBox([self.model, self.seq_length, self.micro_batch_size, self.num_microbatches], layout=row),
@@ -204,10 +196,6 @@ class CostPanel(Panel):
         return f"CostPanel(layout={self.layout!r}, model={self.model.value!r}, view={self.view.value!r})"
 
     # ----------------------------------------------------------------- public
-    def flush(self) -> None:
-        """Draw a pending redraw now."""
-        self._redraw.flush()
-
     @property
     def png(self) -> bytes:
         """The PNG bytes of the memory picture shown."""
@@ -218,14 +206,8 @@ class CostPanel(Panel):
         other)."""
         return Training(
             **self.other_training,
-            micro_batch_size=self.micro_batch_size.value,
+            **{name: getattr(self, name).value for name in _CONTROLS},
             num_microbatches=self.num_microbatches.value or None,
-            zero_stage=self.zero_stage.value,
-            sequence_tensor_parallel=self.sequence_tensor_parallel.value,
-            recompute=self.recompute.value,
-            schedule=self.schedule.value,
-            virtual_pipeline_stages=self.virtual_pipeline_stages.value,
-            expert_load_imbalance=self.expert_load_imbalance.value,
         )
 
     @contextmanager
@@ -252,14 +234,9 @@ class CostPanel(Panel):
                     name: getattr(training, name) for name in Training.__dataclass_fields__
                     if name not in _CONTROLLED and getattr(training, name) != getattr(default, name)
                 }  # fmt: skip
-                self.micro_batch_size.value = training.micro_batch_size
+                for name in _CONTROLS:
+                    getattr(self, name).value = getattr(training, name)
                 self.num_microbatches.value = training.num_microbatches or 0
-                self.zero_stage.value = training.zero_stage
-                self.sequence_tensor_parallel.value = training.sequence_tensor_parallel
-                self.recompute.value = training.recompute
-                self.schedule.value = training.schedule
-                self.virtual_pipeline_stages.value = training.virtual_pipeline_stages
-                self.expert_load_imbalance.value = training.expert_load_imbalance
             if hardware is not None:
                 self.hardware.value = hardware
             self._stale = True
@@ -269,10 +246,6 @@ class CostPanel(Panel):
         return Transformer.preset(self.model.value, seq_length=self.seq_length.value)
 
     # ----------------------------------------------------------------- reactions
-    def _say(self, text: str, error: bool = False) -> None:
-        self.error = text if error else ""
-        self.status.value = error_html(text) if error else html.escape(text)
-
     def _on_model(self, change: dict) -> None:
         preset = Transformer.preset(change["new"])
         self.expert_load_imbalance.disabled = not preset.is_moe  # a dense model routes nothing
@@ -281,11 +254,6 @@ class CostPanel(Panel):
             self.seq_length.value = seq  # estimates once, through the seq_length observer
         else:
             self._estimate()
-
-    def _refresh_button(self) -> None:
-        # Enabled while a cluster runs: replay() itself says when the cluster runs another layout (an Apply in
-        # the cluster panel changes that without telling this panel).
-        self.replay_button.disabled = self.cluster is None or not getattr(self.cluster, "running", False)
 
     def _estimate(self) -> None:
         """Estimate the layout (and its other ordering in the side-by-side view), then ask for a redraw."""
@@ -353,13 +321,9 @@ class CostPanel(Panel):
 
     def replay(self, **options: Any) -> bool:
         """Replay the step's collectives on the linked running cluster; whether it worked (errors shown)."""
+        if not self._cluster_runs_layout():
+            return False
         cluster, layout = self.cluster, self.layout
-        if cluster is None or not getattr(cluster, "running", False):
-            self._say("no running cluster: start one in the cluster panel first", error=True)
-            return False
-        if layout is None or cluster.layout != layout:
-            self._say("the cluster runs another layout: Apply this layout in the cluster panel first", error=True)
-            return False
         try:
             from ..checks import replay  # imports torch: only when a replay is asked for
 

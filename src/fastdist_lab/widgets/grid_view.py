@@ -51,8 +51,7 @@ class GridView:
         self.box = widgets.Box([self.picture], layout=widgets.Layout(flex="0 1 auto", min_width="0"))
         self.card = widgets.HTML(layout=widgets.Layout(width="370px", flex="0 0 auto", margin="0 0 0 12px"))
         self.card.add_class("fdl-rank-card")
-        self.hover = widgets.HTML("&nbsp;", layout=widgets.Layout(min_height="1.6em"))
-        self.hover.add_class("fdl-grid-hover")
+        self.hover = widgets.HTML("&nbsp;", layout=widgets.Layout(min_height="1.6em")).add_class("fdl-grid-hover")
         self.zoom = widgets.IntRangeSlider(
             value=(0, 0), min=0, max=0, description="nodes", continuous_update=False,
             layout=widgets.Layout(width="460px"), style={"description_width": "initial"},

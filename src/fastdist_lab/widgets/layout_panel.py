@@ -12,6 +12,7 @@ import numpy as np
 import traitlets
 
 from ..config import DIM_NAMES
+from ..cost import divisors
 from ..errors import LayoutError
 from ..experts import EXPERT_DIM_NAMES
 from ..formatting import members_text, plural
@@ -21,7 +22,7 @@ from ..viz import grid_picture, verdict_marks
 from ..viz.layout_picture import check_ranks
 from .config_box import ConfigBox, ConfigLoad
 from .grid_view import GridView
-from .panel_parts import TABLE_STYLE, Debouncer, FactorDropdown, Panel, divisors, error_html, html_table
+from .panel_parts import TABLE_STYLE, Debouncer, FactorDropdown, Panel, error_html, html_table
 from .rank_card import CARD_HINT, hover_text, rank_card_html, rank_verdicts
 
 MAX_WORLD_SIZE = 65536
@@ -35,6 +36,12 @@ MAX_GROUPS_SHOWN = 512
 
 ETP_DEFAULT = "= tensor"
 """The expert-tensor control's label for "the tensor size" (``expert_tensor_parallel=None``, its value 0)."""
+
+_CONTROLS = (
+    "world_size", "local_world_size", "tensor_parallel", "pipeline_parallel", "sequence_data_parallel",
+    "pipeline_first", "seed", "expert_parallel", "expert_tensor_parallel",
+)  # fmt: skip
+"""The Layout fields with a control (each an attribute of the panel of the same name)."""
 
 _RANK_HEADERS = ("rank", "node", "local", "tensor", "data", "pipeline", "seq. data", "batch data")
 
@@ -121,7 +128,7 @@ class LayoutPanel(Panel):
             continuous_update=False,
             style=style,
             layout=widgets.Layout(width="150px"),
-        )
+        ).add_class("fdl-world-size")
         self.local_world_size = self._factor("GPUs per node", local, "fdl-local-world-size")
         self.tensor_parallel = self._factor("tensor", tensor_parallel, "fdl-tensor-parallel")
         self.pipeline_parallel = self._factor("pipeline", pipeline_parallel, "fdl-pipeline-parallel")
@@ -134,10 +141,10 @@ class LayoutPanel(Panel):
         self.pipeline_first = widgets.Checkbox(value=bool(pipeline_first), description="pipeline first", indent=False)
         self.seed = widgets.IntText(
             value=seed, description="seed", continuous_update=False, style=style, layout=widgets.Layout(width="170px")
-        )
+        ).add_class("fdl-seed")
         self.dim = widgets.Dropdown(
             options=[*DIM_NAMES, *EXPERT_DIM_NAMES], value=dim, description="colour by", style=style
-        )
+        ).add_class("fdl-dim")
         self.rank = widgets.BoundedIntText(
             value=rank,
             min=-1,
@@ -146,28 +153,19 @@ class LayoutPanel(Panel):
             continuous_update=False,
             style=style,
             layout=widgets.Layout(width="170px"),
-        )
-        self.world_size.add_class("fdl-world-size")
+        ).add_class("fdl-rank")
         self.pipeline_first.add_class("fdl-pipeline-first")
-        self.seed.add_class("fdl-seed")
-        self.dim.add_class("fdl-dim")
-        self.rank.add_class("fdl-rank")
 
-        self.message = widgets.HTML()
-        self.message.add_class("fdl-error")
-        self.summary = widgets.HTML()
-        self.summary.add_class("fdl-summary")
+        self.message = widgets.HTML().add_class("fdl-error")
+        self.summary = widgets.HTML().add_class("fdl-summary")
         self.view = GridView(self.select_rank, self.zoom_to, self._hover_text)
         self.picture = self.view.picture
         self.grid = self.view.box
         self.grid.add_class("fdl-grid")
         self.card = self.view.card
-        self.ranks_table = widgets.HTML()
-        self.ranks_table.add_class("fdl-ranks-table")
-        self.groups_table = widgets.HTML()
-        self.groups_table.add_class("fdl-groups")
-        self.topology_table = widgets.HTML()
-        self.topology_table.add_class("fdl-topology")
+        self.ranks_table = widgets.HTML().add_class("fdl-ranks-table")
+        self.groups_table = widgets.HTML().add_class("fdl-groups")
+        self.topology_table = widgets.HTML().add_class("fdl-topology")
         scroll = {"max_height": "520px", "overflow": "auto"}
         self.tabs = widgets.Tab(
             children=[
@@ -205,18 +203,8 @@ class LayoutPanel(Panel):
         self._busy = False
         self._drawn: tuple[Any, ...] | None = None
         self._redraw = Debouncer(self._render, debounce)
-        for control in (
-            self.world_size,
-            self.local_world_size,
-            self.tensor_parallel,
-            self.pipeline_parallel,
-            self.sequence_data_parallel,
-            self.expert_parallel,
-            self.expert_tensor_parallel,
-            self.pipeline_first,
-            self.seed,
-        ):
-            control.observe(self._on_layout_control, names="value")
+        for name in _CONTROLS:
+            getattr(self, name).observe(self._on_layout_control, names="value")
         for control in (self.dim, self.rank):
             control.observe(self._on_view_control, names="value")
         self._update()
@@ -227,34 +215,21 @@ class LayoutPanel(Panel):
     def from_layout(cls, layout: Layout, **options: Any) -> LayoutPanel:
         """A panel showing ``layout`` (its sizes, order and seed; its other fields, such as seed shifts, are kept
         in ``other_fields``); ``options`` as for the constructor."""
-        panel = cls(
-            world_size=layout.world_size,
-            local_world_size=layout.local_world_size,
-            tensor_parallel=layout.tensor_parallel,
-            pipeline_parallel=layout.pipeline_parallel,
-            sequence_data_parallel=layout.sequence_data_parallel,
-            pipeline_first=layout.pipeline_first,
-            seed=layout.seed,
-            expert_parallel=layout.expert_parallel,
-            expert_tensor_parallel=layout.expert_tensor_parallel,
-            **options,
-        )
+        panel = cls(**{name: getattr(layout, name) for name in _CONTROLS}, **options)
         controlled = set(panel.values()) | {"backend"}
         panel.other_fields = {k: v for k, v in layout.fields().items() if k not in controlled}
         panel._update()
         return panel
 
     def _factor(self, description: str, value: int, css: str, default_label: str = "") -> FactorDropdown:
-        control = FactorDropdown(
+        return FactorDropdown(
             default_label,
             options=[(default_label if value == 0 and default_label else str(value), value)],
             value=value,
             description=description,
             style={"description_width": "initial"},
             layout=widgets.Layout(width="auto"),
-        )
-        control.add_class(css)
-        return control
+        ).add_class(css)
 
     # ----------------------------------------------------------------- public
     def __repr__(self) -> str:
@@ -267,17 +242,8 @@ class LayoutPanel(Panel):
 
     def values(self) -> dict[str, Any]:
         """The layout fields the controls hold now (possibly an impossible combination)."""
-        return {
-            "world_size": self.world_size.value,
-            "local_world_size": self.local_world_size.value,
-            "tensor_parallel": self.tensor_parallel.value,
-            "pipeline_parallel": self.pipeline_parallel.value,
-            "sequence_data_parallel": self.sequence_data_parallel.value,
-            "pipeline_first": self.pipeline_first.value,
-            "seed": self.seed.value,
-            "expert_parallel": self.expert_parallel.value,
-            "expert_tensor_parallel": self.expert_tensor_parallel.value or None,
-        }
+        values = {name: getattr(self, name).value for name in _CONTROLS}
+        return {**values, "expert_tensor_parallel": values["expert_tensor_parallel"] or None}
 
     def set(self, **values: Any) -> None:
         """Set several controls at once (one recomputation, one redraw).

@@ -1,4 +1,4 @@
-"""Shared helpers of the panels: a debouncer, factor dropdowns, divisors and HTML tables."""
+"""Shared helpers of the panels: a debouncer, factor dropdowns and HTML tables."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import ipywidgets as widgets
 import traitlets
 from traitlets import TraitError, validate
 
+from ..layout import Layout
 from ..validation import check_int
 
 
@@ -45,21 +46,45 @@ class Panel(traitlets.HasTraits):
         return self
 
 
+class ClusterFollower(Panel):
+    """A panel that follows a layout and a cluster (``follow``) and runs something on that cluster: the traits, the
+    status line (``status``; ``error`` holds the last problem), the debounced redraw (``_redraw``) and the button
+    (``_cluster_button``) enabled while a cluster runs. The cost and streams panels are ones."""
+
+    layout = traitlets.Instance(Layout, allow_none=True)
+    cluster = traitlets.Any(None, allow_none=True)
+    error = traitlets.Unicode("")
+    status: widgets.HTML
+    _redraw: Debouncer
+    _cluster_button: widgets.Button
+
+    def flush(self) -> None:
+        """Draw a pending redraw now."""
+        self._redraw.flush()
+
+    def _say(self, text: str, error: bool = False) -> None:
+        self.error = text if error else ""
+        self.status.value = error_html(text) if error else html.escape(text)
+
+    def _refresh_button(self) -> None:
+        # Enabled while a cluster runs: the run itself says when the cluster runs another layout (an Apply in the
+        # cluster panel changes that without telling this panel).
+        self._cluster_button.disabled = self.cluster is None or not getattr(self.cluster, "running", False)
+
+    def _cluster_runs_layout(self) -> bool:
+        """Whether the followed cluster runs, with this panel's layout applied; else the status line says why not."""
+        cluster, layout = self.cluster, self.layout
+        if cluster is None or not getattr(cluster, "running", False):
+            self._say("no running cluster: start one in the cluster panel first", error=True)
+            return False
+        if layout is None or cluster.layout != layout:
+            self._say("the cluster runs another layout: Apply this layout in the cluster panel first", error=True)
+            return False
+        return True
+
+
 ZERO_CHOICES = (("0: none", 0), ("1: distributed optimizer", 1), ("2: + gradients", 2), ("3: + weights", 3))
 """The ZeRO stages as a dropdown offers them (label, stage): the cost panel's and the train view's."""
-
-
-def divisors(n: int) -> list[int]:
-    """The positive divisors of ``n`` in increasing order."""
-    small, large = [], []
-    d = 1
-    while d * d <= n:
-        if n % d == 0:
-            small.append(d)
-            if d * d != n:
-                large.append(n // d)
-        d += 1
-    return small + large[::-1]
 
 
 class FactorDropdown(widgets.Dropdown):

@@ -17,6 +17,7 @@ from ..formatting import members_text, plural
 from ..layout import Layout
 from ..seeds import generator_seeds
 from ..viz.aggregate import unit_label
+from ..viz.grid import cell_label
 from .panel_parts import TABLE_STYLE, html_table
 
 CARD_HINT = (
@@ -37,15 +38,9 @@ _COORDINATES = (
 
 def coordinates_text(layout: Layout, rank: int) -> str:
     """``t1 d0 p1 s0 b1`` (``s b`` only when sequence-data > 1; then ``e et ed``, the expert, expert-tensor and
-    expert-data ranks, when the layout has experts)."""
-    c = layout.coordinates
-    text = f"t{c['tensor_rank'][rank]} d{c['data_rank'][rank]} p{c['pipeline_rank'][rank]}"
-    if layout.sequence_data_parallel > 1:
-        text += f" s{c['sequence_data_rank'][rank]} b{c['batch_data_rank'][rank]}"
-    if layout.has_experts:
-        e = layout.expert_grid.coordinates_of(rank)
-        text += f" e{e['expert']} et{e['expert_tensor']} ed{e['expert_data']}"
-    return text
+    expert-data ranks, when the layout has experts): the grid cell's text (``viz.grid.cell_label``) on one line,
+    without the rank."""
+    return cell_label(layout, rank).partition("\n")[2].replace("\n", " ")
 
 
 def expert_card_html(layout: Layout, rank: int, num_experts: int | None = None) -> str:

@@ -40,8 +40,7 @@ class StepView:
     schedule picture only when the step's timing changed)."""
 
     def __init__(self) -> None:
-        self.headline = widgets.HTML()
-        self.headline.add_class("fdl-step-headline")
+        self.headline = widgets.HTML().add_class("fdl-step-headline")
         self.breakdown = widgets.HTML(layout=widgets.Layout(flex="0 0 auto", margin="0 12px 0 0"))
         self.breakdown.add_class("fdl-step-breakdown")
         self.picture = widgets.Image(format="png", layout=widgets.Layout(max_width="100%"))

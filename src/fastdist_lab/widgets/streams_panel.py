@@ -6,7 +6,6 @@ import html
 from typing import Any
 
 import ipywidgets as widgets
-import traitlets
 
 from ..config import PhaseType
 from ..formatting import members_text, plural
@@ -15,7 +14,7 @@ from ..seeds import GENERATORS
 from ..viz import plot_sharing, plot_streams, stream_marks, stream_picture, to_png
 from .grid_view import GridView
 from .layout_panel import LayoutPanel
-from .panel_parts import TABLE_STYLE, Debouncer, Panel, error_html, frame_table, html_table, short_error
+from .panel_parts import TABLE_STYLE, ClusterFollower, Debouncer, frame_table, html_table, short_error
 
 _VIEWS = (
     ("grid coloured by stream", "grid"),
@@ -63,7 +62,7 @@ def sharing_html(report: Any, generator: str, limit: int = 64) -> str:
     return f"{head}<div style='font-family:monospace;font-size:12px'>{body}{more}</div>"
 
 
-class StreamsPanel(Panel):
+class StreamsPanel(ClusterFollower):
     """Step, phase and generator controls; the predicted streams' sharing picture and invariant checks;
     a button that draws the same streams on a running cluster and compares real against predicted.
 
@@ -75,10 +74,6 @@ class StreamsPanel(Panel):
     cells whose real draws differ from the prediction are marked ``≠`` (in red). Click a cell (or
     ``select_rank(rank)``, ``click(x, y)``) to outline the ranks sharing its stream and see its streams.
     """
-
-    layout = traitlets.Instance(Layout, allow_none=True)
-    cluster = traitlets.Any(None, allow_none=True)
-    error = traitlets.Unicode("")
 
     def __init__(
         self,
@@ -98,24 +93,20 @@ class StreamsPanel(Panel):
         self.phase = widgets.Dropdown(options=[p.name for p in PhaseType], value="training", description="phase")
         self.generator = widgets.Dropdown(options=list(GENERATORS), value="tp", description="generator")
         self.view = widgets.Dropdown(options=list(_VIEWS), value="grid", description="picture", style=style)
-        self.draw_button = widgets.Button(description="Draw on cluster", icon="random")
+        self.draw_button = self._cluster_button = widgets.Button(description="Draw on cluster", icon="random")
+        self.draw_button.add_class("fdl-streams-draw")
         self.step.add_class("fdl-streams-step")
         self.phase.add_class("fdl-streams-phase")
         self.generator.add_class("fdl-streams-generator")
-        self.draw_button.add_class("fdl-streams-draw")
-        self.status = widgets.HTML()
-        self.status.add_class("fdl-streams-status")
+        self.status = widgets.HTML().add_class("fdl-streams-status")
         self.grid_view = GridView(self.select_rank, self._zoom_to, self._hover_text)
         self.grid_view.card.value = _CARD_HINT
         self.picture = self.grid_view.picture
         self.picture_box = self.grid_view.box
         self.picture_box.add_class("fdl-streams-picture")
-        self.sharing = widgets.HTML()
-        self.sharing.add_class("fdl-streams-sharing")
-        self.checks = widgets.HTML()
-        self.checks.add_class("fdl-streams-checks")
-        self.comparison = widgets.HTML()
-        self.comparison.add_class("fdl-streams-comparison")
+        self.sharing = widgets.HTML().add_class("fdl-streams-sharing")
+        self.checks = widgets.HTML().add_class("fdl-streams-checks")
+        self.comparison = widgets.HTML().add_class("fdl-streams-comparison")
         self.draw_button.on_click(lambda _: self.draw_real())
         self.widget.children = [
             widgets.HBox([self.step, self.phase, self.generator, self.view, self.draw_button]),
@@ -144,10 +135,6 @@ class StreamsPanel(Panel):
 
     def __repr__(self) -> str:
         return f"StreamsPanel(layout={self.layout!r}, step={self.step.value}, phase={self.phase.value})"
-
-    def flush(self) -> None:
-        """Draw a pending redraw now."""
-        self._redraw.flush()
 
     @property
     def png(self) -> bytes:
@@ -183,13 +170,6 @@ class StreamsPanel(Panel):
             shared = int((report.stream_ids[:, column] == ids[0]).sum())
             return f"rank {ranks.start}: {self.generator.value} stream shared by {shared} rank(s)"
         return f"ranks {ranks.start}-{ranks.stop - 1}: {len(set(ids.tolist()))} {self.generator.value} stream(s)"
-
-    def _refresh_button(self) -> None:
-        self.draw_button.disabled = self.cluster is None or not getattr(self.cluster, "running", False)
-
-    def _say(self, text: str, error: bool = False) -> None:
-        self.error = text if error else ""
-        self.status.value = error_html(text) if error else html.escape(text)
 
     def _predict(self) -> None:
         from ..streams import predict
@@ -248,13 +228,9 @@ class StreamsPanel(Panel):
 
     def draw_real(self) -> bool:
         """Draw the streams on the linked running cluster and compare with the prediction; whether they match."""
+        if not self._cluster_runs_layout():
+            return False
         cluster, layout = self.cluster, self.layout
-        if cluster is None or not getattr(cluster, "running", False):
-            self._say("no running cluster: start one in the cluster panel first", error=True)
-            return False
-        if layout is None or cluster.layout != layout:
-            self._say("the cluster runs another layout: Apply this layout in the cluster panel first", error=True)
-            return False
         try:
             from ..checks import draw_streams
             from ..streams import predict

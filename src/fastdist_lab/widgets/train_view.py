@@ -74,16 +74,12 @@ class TrainStepView:
         self.recompute.add_class("fdl-train-recompute")
         self.dropout = widgets.BoundedFloatText(
             value=0.0, min=0.0, max=0.9, step=0.05, description="dropout", layout=widgets.Layout(width="160px")
-        )
-        self.dropout.add_class("fdl-train-dropout")
-        self.setup = widgets.HTML()
-        self.setup.add_class("fdl-train-setup")
-        self.status = widgets.HTML()
-        self.status.add_class("fdl-train-status")
+        ).add_class("fdl-train-dropout")
+        self.setup = widgets.HTML().add_class("fdl-train-setup")
+        self.status = widgets.HTML().add_class("fdl-train-status")
         self.view = GridView(self.select, self._zoom_to, self._hover_text)
         self.view.widget.layout.display = "none"
-        self.table = widgets.HTML()
-        self.table.add_class("fdl-train-table")
+        self.table = widgets.HTML().add_class("fdl-train-table")
         controls = [self.button, self.schedule, self.virtual_stages, self.zero_stage, self.recompute, self.dropout]
         self.widget = widgets.VBox(
             [widgets.HBox(controls, layout=widgets.Layout(flex_flow="row wrap")), self.setup, self.status,
