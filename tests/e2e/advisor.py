@@ -59,7 +59,7 @@ def search_and_choose_a_row(
     )
     said = status.inner_text()
     assert "Traceback" not in said, said
-    assert "tie the best" in said or "no row ties the best" in said, said  # issue 27, item 5: ties are said
+    assert "the best (=)" in said or "no row ties the best" in said, said  # issue 27, item 5: ties are said
     header = page.locator(".fdl-advisor-header").first.inner_text()
     assert "band" in header.split(), header  # each row's error band is a column
     line = options.nth(ROW).inner_text()

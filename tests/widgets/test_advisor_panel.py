@@ -55,7 +55,7 @@ def test_a_search_shows_the_ranked_rows_and_the_scatter(expected):
     assert "the best 12 of" in panel.status.value and "fdl-advisor-panel" in panel.widget._dom_classes
     assert " band " in panel.header.value.replace(NO_BREAK, " ") and "band: where the measured" in panel.legend.value
     ties = int(expected.frame["tie"].sum())  # the rows that tie the best are said, and marked = in their line
-    assert (f"{ties - 1} row" if ties else "no row ties the best") in panel.status.value
+    assert (f"{ties} row" if ties else "no row ties the best") in panel.status.value
     marked = [label.replace(NO_BREAK, " ").lstrip().startswith("=") for label, _ in panel.rows.options]
     assert marked == expected.frame["tie"].tolist()
     assert plt.get_fignums() == []

@@ -158,7 +158,8 @@ def _trusted(result: LayoutSearch) -> str:
     if not len(frame) or "tie" not in frame:
         return ""
     ties, flagged, outside = int(frame["tie"].sum()), int(frame["mfu_flag"].sum()), int((~frame["validated"]).sum())
-    text = f"; {plural(ties - 1, 'row')} tie the best (=)" if ties else "; no row ties the best"
+    verb = "ties" if ties == 1 else "tie"
+    text = f"; {plural(ties, 'row')} {verb} the best (=)" if ties else "; no row ties the best"
     if flagged:
         ceiling = mfu_ceiling(result.hardware.family)
         text += (f"; {plural(flagged, 'row')} with an MFU above every run measured on {result.hardware.family} "

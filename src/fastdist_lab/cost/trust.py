@@ -202,8 +202,8 @@ def mfu_flagged(family: str, mfu: Any) -> Any:
 
 def frame_bands(frame: Any, engine: str, family: str, gpus: int) -> dict[str, np.ndarray]:
     """``TRUST_COLUMNS`` for the rows of a search frame (best first; one ``band_for`` per kind of row):
-    ``tie`` where a row's band overlaps the best row's (per sequence, as the search ranks), the best row included
-    when anything ties it."""
+    ``tie`` where a row's band overlaps the best row's (per sequence, as the search ranks); the best row is the
+    reference, never a tie itself, so a row's columns do not depend on how many rows were asked for."""
     codes = kind_codes(frame)
     n = len(codes)
     low, high, validated = np.empty(n), np.empty(n), np.empty(n, dtype=bool)
@@ -215,6 +215,6 @@ def frame_bands(frame: Any, engine: str, family: str, gpus: int) -> dict[str, np
     tie = np.zeros(n, dtype=bool)
     if n:
         tie = per * (1 + low) <= per[0] * (1 + high[0])
-        tie[0] = bool(tie[1:].any())
+        tie[0] = False
     flag = mfu_flagged(family, np.asarray(frame["mfu"], dtype=float))
     return {"band_low": low, "band_high": high, "validated": validated, "tie": tie, "mfu_flag": flag}
