@@ -199,10 +199,7 @@ class CostPanel(ClusterFollower):
         self._refresh_button()
 
     def __repr__(self) -> str:
-        return (
-            f"CostPanel(layout={self.layout!r}, model={self.model.value!r}, engine={self.engine.value!r}, "
-            f"view={self.view.value!r})"
-        )
+        return f"CostPanel(layout={self.layout!r}, model={self.model.value!r}, view={self.view.value!r})"
 
     # ----------------------------------------------------------------- public
     @property
