@@ -1,5 +1,6 @@
 """Browser step for the lab's *Advisor*: open it, search a small set-up, choose a ranked row, and see the layout panel
-(controls and ranks table) and the cost panel (its step view) take that row's layout and training set-up."""
+(controls and ranks table) and the cost panel (its step view) take that row's layout and training set-up; the engine
+dropdowns are there, and another engine in the cost panel changes its headline."""
 
 from __future__ import annotations
 
@@ -84,6 +85,44 @@ def search_and_choose_a_row(
         lambda: f"the cost panel to run {row['schedule']}: {schedule.input_value()!r}, {headline.inner_text()!r}",
     )
     return row
+
+
+ENGINE = "fsdp2"
+"""The engine chosen in the cost panel after the Advisor's row: its step time and error band differ from Megatron's."""
+
+
+def choose_an_engine_and_check(
+    page: Any,
+    act: Callable[[Callable[[], None], str], None],
+    wait_until: Callable[..., Any],
+    reveal: Callable[..., Any],
+) -> str:
+    """After ``search_and_choose_a_row``: the Advisor's and the cost panel's engine dropdowns are visible, both on
+    Megatron (the row's engine); choosing ``ENGINE`` in the cost panel changes its headline (the step time and the
+    error band follow the engine). Returns the new headline."""
+    from playwright.sync_api import expect
+
+    advisor_engine = page.locator(".fdl-advisor-engine select").first
+    cost_engine = page.locator(".fdl-cost-engine select").first
+    for dropdown in (advisor_engine, cost_engine):
+        reveal(page, dropdown)
+        expect(dropdown).to_be_visible()
+        assert dropdown.input_value() == "megatron", dropdown.input_value()
+        offered = [option.inner_text() for option in dropdown.locator("option").all()]
+        assert offered == ["megatron", "deepspeed", "fsdp2"], offered
+    headline = page.locator(".fdl-step-headline").first
+    before = headline.inner_text()
+    act(lambda: cost_engine.select_option(ENGINE), f"cost engine {ENGINE}")
+    stepped = re.compile(r"Step time on dgx-h100: [\d.]+ s")
+    wait_until(
+        page,
+        lambda: headline.inner_text() != before and stepped.search(headline.inner_text()),
+        60,
+        lambda: f"the cost panel's headline to follow engine {ENGINE}: {headline.inner_text()!r} (was {before!r})",
+    )
+    status = page.locator(".fdl-cost-status").first.inner_text()
+    assert "Error" not in status and "Traceback" not in status, status
+    return headline.inner_text()
 
 
 MOE_MODEL = "mixtral-8x7b"

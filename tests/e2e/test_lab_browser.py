@@ -5,9 +5,9 @@ the panel ``fastdist_lab.lab()`` shows through its DOM (the ``fdl-*`` CSS classe
 picture and the ranks table follow the tensor-parallel control, an impossible combination shows the readable
 error, a 4-rank gloo cluster started from the cluster panel verifies every group, and a Megatron-LM launch line
 pasted into the panel's *paste a config* box becomes the panel's layout, and a row of the *Advisor*'s search becomes
-the layout and cost panels' set-up (a dense model's row, then a mixture of experts' row with EP > 1: the layout
-panel's expert controls and the cost panel show its EP and ETP). Each step is saved as a screenshot in the folder
-printed at the end of the run.
+the layout and cost panels' set-up (a dense model's row, whose engine the cost panel's dropdown then changes, then a
+mixture of experts' row with EP > 1: the layout panel's expert controls and the cost panel show its EP and ETP).
+Each step is saved as a screenshot in the folder printed at the end of the run.
 
 Run: ``python -m pytest tests/e2e`` (Chromium from ``scripts/install_browser.sh``; skipped without it unless
 ``CI`` is set).
@@ -28,7 +28,7 @@ import pytest
 
 from fastdist_lab import Layout, LayoutError
 
-from .advisor import search_and_choose_a_row, search_moe_and_choose_an_expert_row
+from .advisor import choose_an_engine_and_check, search_and_choose_a_row, search_moe_and_choose_an_expert_row
 from .conftest import JupyterLab, skip_or_fail
 from .paste import paste_config_and_check
 from .pointing import check_big_worlds, click_cell_and_check, hover_cell_and_check, read_verdicts
@@ -594,6 +594,10 @@ def test_lab_in_chromium(page: Any, jupyter_lab: JupyterLab, screenshots: Path) 
     search_and_choose_a_row(page, act, wait_until, reveal, read_values, wait_table_shows)
     shot("advisor_row_chosen", page.locator(".fdl-advisor-rows").first)
     shot("advisor_row_in_the_cost_panel", page.locator(".fdl-step-headline").first)
+
+    # 7b. the engine dropdowns: visible in the Advisor and the cost panel; fsdp2 changes the cost panel's headline
+    choose_an_engine_and_check(page, act, wait_until, reveal)
+    shot("cost_panel_engine_fsdp2", page.locator(".fdl-step-headline").first)
 
     # 8. the Advisor with a MoE preset: a row with EP > 1; the layout panel's expert controls and the cost panel show it
     search_moe_and_choose_an_expert_row(page, act, wait_until, read_values, wait_table_shows)

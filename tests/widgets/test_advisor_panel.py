@@ -18,7 +18,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 import fastdist_lab  # noqa: E402
-from fastdist_lab.cost import ranked_lines, search  # noqa: E402
+from fastdist_lab.cost import ENGINES, ranked_lines, search  # noqa: E402
 from fastdist_lab.errors import CostError  # noqa: E402
 from fastdist_lab.widgets import AdvisorPanel  # noqa: E402
 from fastdist_lab.widgets.advisor_panel import NO_BREAK  # noqa: E402
@@ -90,6 +90,37 @@ def test_choosing_a_row_loads_its_layout_and_set_up_into_the_lab(expected):
     assert plt.get_fignums() == []
 
 
+def test_the_engine_dropdown_searches_for_that_engine_and_a_chosen_row_carries_it_to_the_lab(expected):
+    """The engine every row is priced for (``search(engine=...)``); a chosen row's ``Training`` carries it into the
+    cost panel (its dropdown, its step time and error band) and the cluster panel's *Train step*."""
+    app = fastdist_lab.lab()
+    advisor, cost = app.advisor_panel, app.cost_panel
+    assert advisor.engine.options == ENGINES and advisor.engine.value == "megatron"
+    assert "fdl-advisor-engine" in advisor.engine._dom_classes and "engine" in advisor.inputs()
+    for name in ("hardware", "top", "global_batch_size", "gpus"):
+        getattr(advisor, name).value = SMALL[name]
+    assert advisor.result.frame.equals(expected.frame) and "engine" not in advisor.status.value
+    advisor.engine.value = "deepspeed"  # searches again, for DeepSpeed
+    deepspeed = search("llama2-7b", 16, hardware="h100-sxm-80gb", global_batch_size=64, top=12, engine="deepspeed")
+    assert advisor.error == "" and advisor.result.frame.equals(deepspeed.frame)
+    assert (
+        not deepspeed.frame.equals(expected.frame) and "global batch 64, engine deepspeed on 16" in advisor.status.value
+    )
+    row = len(deepspeed) - 1  # (its top rows have no pipeline: test_cost_panel prices one per engine)
+    advisor.rows.value = row
+    app.flush()
+    training = deepspeed.training(row)
+    assert training.engine == "deepspeed" and advisor.choice.training == training
+    assert cost.engine.value == "deepspeed" and cost.report.training == training and cost.error == ""
+    step = cost.step_view.step
+    assert step.seconds == pytest.approx(deepspeed.frame.loc[row, "seconds"], rel=1e-9)
+    assert step.band == cost.report.step("h100-sxm-80gb").band and "fdl-step-band" in cost.step_view.headline.value
+    assert app.cluster_panel.train.training().engine == "deepspeed"  # Train step runs the row as searched
+    advisor.engine.value = "megatron"
+    advisor.select(0)
+    assert cost.engine.value == "megatron" and cost.report.training == expected.training(0)
+
+
 def test_a_click_on_the_scatter_chooses_the_nearest_point(expected):
     panel = small_panel()
     before = panel.png
@@ -143,35 +174,94 @@ def test_the_defaults_are_those_of_the_cli():
     assert panel.top.value == 20 and panel.gpus_per_node.value == 8
 
 
-def test_in_an_event_loop_a_search_runs_on_a_thread_one_at_a_time_with_progress():
-    """As in a kernel: input changes are debounced into one search on a thread; the loop keeps running meanwhile
-    (a ticker); a newer request abandons the running search; progress shows; the result is applied on the loop's
-    thread."""
+class HeldSearches:
+    """``cost.search``, each call held at its first progress report until the test releases it: whether a search
+    still runs is then up to the test, not to how fast the machine is. Records every call's inputs, the threads
+    they ran on and the most searches that ever ran at once."""
+
+    def __init__(self, held: int) -> None:
+        self.held = held  # the first ``held`` calls wait; the later ones run straight through
+        self.waiting = [threading.Event() for _ in range(held)]  # call i waits at its first progress report
+        self.release = [threading.Event() for _ in range(held)]
+        self.calls: list[dict] = []
+        self.threads: list[threading.Thread] = []
+        self.running = self.most = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, progress, **inputs):
+        with self.lock:
+            call = len(self.calls)
+            self.calls.append(inputs)
+            self.threads.append(threading.current_thread())
+            self.running += 1
+            self.most = max(self.most, self.running)
+        first = [True]
+
+        def held_progress(done: int, total: int, message: str) -> None:
+            if call < self.held and first[0]:
+                first[0] = False
+                self.waiting[call].set()
+                assert self.release[call].wait(60), "the test never released the search"
+            progress(done, total, message)  # the panel's: a superseded search stops here
+
+        try:
+            return search(**inputs, progress=held_progress)
+        finally:
+            with self.lock:
+                self.running -= 1
+
+
+async def until(event: threading.Event, ticks: list[int]) -> None:
+    """Wait (on the loop, ticking) until ``event`` is set by the search thread."""
+    deadline = time.monotonic() + 120
+    while not event.is_set():
+        assert time.monotonic() < deadline, "the search never reached its first progress report"
+        await asyncio.sleep(0.005)
+        ticks[0] += 1
+
+
+def test_in_an_event_loop_a_search_runs_on_a_thread_one_at_a_time_with_progress(monkeypatch):
+    """As in a kernel: input changes are debounced into one search on a thread; the loop keeps running while it is
+    held (a ticker); a newer request abandons the running search at its next progress report; one search runs at
+    a time; progress shows; the result is applied on the loop's thread. Searches are held by events the test
+    sets, so nothing depends on how long a search takes."""
+    monkeypatch.setenv("FASTDIST_LAB_BAR_DELAY", "0")  # show progress from the start
     panel = AdvisorPanel(**{**SMALL, "gpus": 512, "global_batch_size": 1024}, debounce=0.05)
-    panel.bar_delay = 0.0  # show progress from the start (a real search shows it once it takes a second)
+    assert panel.bar_delay == 0.0
+    held = panel.searcher = HeldSearches(held=2)
     seen: dict[str, list] = {"progress": [], "result_thread": []}
     panel.progress.observe(lambda c: seen["progress"].append((c["new"], panel.progress.layout.display)), "value")
     panel.observe(lambda c: seen["result_thread"].append(threading.current_thread()), "result")
 
-    async def scenario() -> int:
-        ticks = 0
-        panel.gpus.value = 256  # three changes inside the debounce: one search (75,912 set-ups: seconds)
+    async def scenario() -> list[int]:
+        ticks = [0]
+        panel.gpus.value = 256  # three changes inside the debounce: one search
         panel.global_batch_size.value = 512
         panel.gpus.value = 512
-        await asyncio.sleep(0.2)
-        assert panel.searching and panel._worker is not None
-        panel.search()  # the running search is abandoned; this one runs
-        panel.gpus.value = 16  # ... and this one abandons it in turn (after the debounce)
+        await until(held.waiting[0], ticks)  # the first search is held at its first progress report
+        assert panel.searching and panel._worker is not None and len(held.calls) == 1
+        held_ticks = ticks[0]
+        for _ in range(5):  # the loop keeps answering while the search thread is busy
+            await asyncio.sleep(0)
+        panel.search()  # a newer request: the held search is abandoned at its next progress report
+        held.release[0].set()
+        await until(held.waiting[1], ticks)  # ... and this one runs (on the same thread), held in turn
+        assert len(held.calls) == 2 and held.threads[0] is held.threads[1] is not threading.main_thread()
+        panel.gpus.value = 16  # a third request abandons the second
         panel.global_batch_size.value = 64
+        panel.flush()  # the inputs rest now (no waiting for the debounce)
+        held.release[1].set()
         deadline = time.monotonic() + 300
         while (panel.searching or panel._worker is not None) and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
-            ticks += 1
-        return ticks
+            ticks[0] += 1
+        return [held_ticks, ticks[0]]
 
-    ticks = asyncio.run(scenario())
-    assert ticks > 10  # the loop ran all along
-    assert panel.searches == 1 and panel.error == "" and panel.result.gpus == 16
+    held_ticks, ticks = asyncio.run(scenario())
+    assert held_ticks >= 1 and ticks > held_ticks  # the loop ran while searches were held
+    assert [(c["gpus"], c["global_batch_size"]) for c in held.calls] == [(512, 512), (512, 512), (16, 64)]
+    assert held.most == 1  # one search at a time
+    assert panel.searches == 1 and panel.error == "" and panel.result.gpus == 16  # only the last one is shown
     assert panel.result.frame["global_batch_size"].eq(64).all()
     assert seen["result_thread"] == [threading.main_thread()]
     assert seen["progress"] and all(display is None for _, display in seen["progress"])

@@ -3,6 +3,8 @@ following the layout panel and the lab; Replay on a real 4-rank gloo cluster."""
 
 from __future__ import annotations
 
+import html
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -12,7 +14,7 @@ import pytest  # noqa: E402
 
 import fastdist_lab  # noqa: E402
 from fastdist_lab import Layout  # noqa: E402
-from fastdist_lab.cost import Training, Transformer, estimate  # noqa: E402
+from fastdist_lab.cost import ENGINES, Training, Transformer, estimate  # noqa: E402
 from fastdist_lab.widgets import CostPanel, LayoutPanel  # noqa: E402
 from fastdist_lab.widgets.cost_panel import other_order  # noqa: E402
 
@@ -199,3 +201,39 @@ def test_the_expert_load_control_prices_a_mixture_of_experts_and_sits_out_a_dens
     assert panel.other_training == {}  # a control of its own, not a hidden field
     panel.model.value = "llama2-7b"  # dense: nothing is routed, so the control is off
     assert panel.expert_load_imbalance.disabled
+
+
+def test_the_engine_control_prices_the_step_for_that_engine_and_a_refused_one_is_one_line():
+    """The engine dropdown (``cost.ENGINES``, default megatron) goes into the ``Training``: on a pipeline + data
+    layout DeepSpeed and FSDP2 predict other step times than Megatron, with their own error band in the headline; a
+    combination the engine refuses is the one-line ``CostError`` in the status, and fixing it recovers."""
+    panel = CostPanel(layout_64())  # tp2 pp4 dp8
+    assert panel.engine.options == ENGINES and panel.engine.value == "megatron" == panel.report.training.engine
+    assert "fdl-cost-engine" in panel.engine._dom_classes
+    seconds, headlines = {}, {}
+    for engine in ("megatron", "deepspeed", "fsdp2", "megatron"):
+        renders = panel.renders
+        panel.engine.value = engine
+        assert panel.error == "" and panel.report.training == Training(engine=engine) == panel.training()
+        expected = estimate(layout_64(), "llama2-7b", Training(engine=engine)).step("dgx-h100")
+        step = panel.step_view.step
+        assert step.seconds == pytest.approx(expected.seconds, rel=1e-12) and step.band == expected.band
+        assert html.escape(expected.trust_text()) in panel.step_view.headline.value  # the band follows the engine
+        assert engine == "megatron" or panel.renders == renders + 1
+        seconds[engine], headlines[engine] = step.seconds, panel.step_view.headline.value
+    assert len(set(seconds.values())) == 3 and len(set(headlines.values())) == 3  # three engines, three predictions
+    for control, value, message in (
+        ("schedule", "zero-bubble", "engine='deepspeed' runs schedule '1f1b' only, not schedule='zero-bubble'"),
+        ("zero_stage", 2, "engine='deepspeed' runs ZeRO stage 1 at most with a pipeline, not zero_stage=2"),
+    ):
+        panel.engine.value = "deepspeed"
+        getattr(panel, control).value = value
+        assert panel.report is None and panel.error.startswith("CostError: ") and message in panel.error
+        assert "\n" not in panel.error and "Traceback" not in panel.status.value
+        assert html.escape(message) in panel.status.value
+        panel.engine.value = "megatron"  # Megatron runs it: the estimate is back
+        assert panel.error == "" and getattr(panel.report.training, control) == value
+        getattr(panel, control).value = getattr(Training(), control)
+    panel.load(training=Training(engine="fsdp2", zero_stage=3))  # a whole set-up, its engine included
+    assert panel.engine.value == "fsdp2" and panel.report.training == Training(engine="fsdp2", zero_stage=3)
+    assert panel.other_training == {}

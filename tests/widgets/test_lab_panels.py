@@ -275,3 +275,22 @@ def test_panels_built_by_hand_follow_each_other():
     lp.sequence_data_parallel.value = 1
     assert cp.layout == sp.layout == lp.layout and lp.layout.sequence_data_parallel == 1
     assert sp.cluster is None and sp.draw_button.disabled
+
+
+def test_an_advisor_driving_panels_built_by_hand_hands_over_its_engine():
+    """``AdvisorPanel.drive``: the chosen row's engine reaches the cost panel's dropdown and estimate; the cost
+    panel's own dropdown then prices the same layout for another engine."""
+    from fastdist_lab.widgets import AdvisorPanel, CostPanel, LayoutPanel
+
+    lp = LayoutPanel(world_size=16, local_world_size=8)
+    cp = CostPanel(lp)
+    advisor = AdvisorPanel(gpus=16, global_batch_size=64, hardware="h100-sxm-80gb", top=5, engine="fsdp2")
+    advisor.drive(lp, cp)
+    advisor.search()
+    choice = advisor.select(0)
+    assert choice.training.engine == "fsdp2" and cp.engine.value == "fsdp2" and cp.error == ""
+    assert cp.report.training == choice.training and lp.layout.fields() == {**choice.layout.fields(), "backend": "gloo"}
+    assert cp.step_view.step.seconds == pytest.approx(advisor.result.frame.loc[0, "seconds"], rel=1e-9)
+    fsdp2 = cp.step_view.headline.value
+    cp.engine.value = "megatron"
+    assert cp.report.training == choice.training.replace(engine="megatron") and cp.step_view.headline.value != fsdp2

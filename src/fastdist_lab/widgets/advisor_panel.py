@@ -24,6 +24,8 @@ import traitlets
 from ipyevents import Event
 
 from ..cost import (
+    DEFAULT_ENGINE,
+    ENGINES,
     HARDWARE_PRESETS,
     PRESETS,
     RANKED_LEGEND,
@@ -57,7 +59,7 @@ ROWS_STYLE = (
 )
 """CSS of the ranked rows and their header (one monospace font: the columns line up)."""
 
-_INPUTS = ("model", "gpus", "gpus_per_node", "hardware", "global_batch_size", "top")
+_INPUTS = ("model", "gpus", "gpus_per_node", "hardware", "engine", "global_batch_size", "top")
 """The search's inputs: each a control of the panel, named as ``cost.search``'s argument."""
 
 
@@ -76,15 +78,16 @@ class _Superseded(Exception):
 
 
 class AdvisorPanel(Panel):
-    """Inputs (``model``, ``gpus``, ``gpus_per_node``, ``hardware``, ``global_batch_size``, ``top``: rows kept), a
-    *Search* button, the ranked ``rows`` (a list: one line per set-up, ``cost.ranked_lines``) and the ``picture``
-    (memory per GPU against step time, ``viz.plot_search``).
+    """Inputs (``model``, ``gpus``, ``gpus_per_node``, ``hardware``, ``engine``: the training engine every row is
+    priced for, ``global_batch_size``, ``top``: rows kept), a *Search* button, the ranked ``rows`` (a list: one line
+    per set-up, ``cost.ranked_lines``) and the ``picture`` (memory per GPU against step time, ``viz.plot_search``).
 
     Changing an input searches again once the inputs rest (``search()`` searches now). ``result`` is the last
     ``LayoutSearch`` (None before the first or after an error), ``error`` the last problem as text (empty when
     none), ``searching`` whether a search runs. ``select(row)`` (a click on a row, or ``click(x, y)`` on the
     scatter's pixels) rings the row's point and sets ``choice``; ``drive(layout_panel, cost_panel)`` makes every
-    choice load its layout into the layout panel and its model, training and hardware into the cost panel.
+    choice load its layout into the layout panel and its model, training (its engine included) and hardware into
+    the cost panel. ``searcher`` is the search it runs (``cost.search``; a test may wrap it, to hold a search).
     """
 
     result = traitlets.Any(None, allow_none=True)
@@ -96,7 +99,7 @@ class AdvisorPanel(Panel):
 
     def __init__(self, model: str = "llama2-7b", gpus: int = 64, global_batch_size: int = 256,
                  gpus_per_node: int = 8, hardware: str = DEFAULT_HARDWARE, top: int = RANKED_ROWS,
-                 debounce: float = SEARCH_DELAY):  # fmt: skip
+                 debounce: float = SEARCH_DELAY, engine: str = DEFAULT_ENGINE):  # fmt: skip
         super().__init__()
         self.widget.add_class("fdl-advisor-panel")
         style = {"description_width": "initial"}
@@ -114,6 +117,9 @@ class AdvisorPanel(Panel):
         self.hardware = widgets.Dropdown(options=list(HARDWARE_PRESETS), value=hardware, description="hardware",
                                          style=style)  # fmt: skip
         self.hardware.add_class("fdl-advisor-hardware")
+        self.engine = widgets.Dropdown(options=list(ENGINES), value=engine, description="engine", style=style,
+                                       tooltip="cost.Training.engine: the engine every row is priced for")  # fmt: skip
+        self.engine.add_class("fdl-advisor-engine")
         self.global_batch_size = number(global_batch_size, 1 << 24, "global batch", "fdl-advisor-batch")
         self.top = number(top, 1000, "rows", "fdl-advisor-top", "120px")
         self.search_button = widgets.Button(description="Search", icon="search", layout=widgets.Layout(width="auto"))
@@ -139,7 +145,7 @@ class AdvisorPanel(Panel):
         row = widgets.Layout(flex_flow="row wrap", align_items="center")
         table = widgets.VBox([self.header, self.rows, self.legend], layout=widgets.Layout(margin="0 12px 0 0"))
         self.widget.children = [
-            widgets.HBox([self.model, self.gpus, self.gpus_per_node, self.hardware], layout=row),
+            widgets.HBox([self.model, self.gpus, self.gpus_per_node, self.hardware, self.engine], layout=row),
             widgets.HBox([self.global_batch_size, self.top, self.search_button, self.train_button, self.progress],
                          layout=row),  # fmt: skip
             self.status,
@@ -153,6 +159,8 @@ class AdvisorPanel(Panel):
         """Seconds the last picture took to draw."""
         self.bar_delay = bar_delay()
         """Seconds a search runs before its progress shows."""
+        self.searcher: Any = search_layouts
+        """The search run (``cost.search``'s signature): called on the search thread in a kernel."""
         self._searched: dict[str, Any] = {}
         self._pixels = np.zeros((0, 2))
         self._scatter: tuple[Any, SearchPicture] | None = None
@@ -174,7 +182,7 @@ class AdvisorPanel(Panel):
         found = "no search yet" if self.result is None else f"{len(self.result)} rows"
         return (
             f"AdvisorPanel(model={self.model.value!r}, gpus={self.gpus.value}, hardware={self.hardware.value!r}, "
-            f"global_batch_size={self.global_batch_size.value}; {found})"
+            f"engine={self.engine.value!r}, global_batch_size={self.global_batch_size.value}; {found})"
         )
 
     # ----------------------------------------------------------------- public
@@ -328,7 +336,7 @@ class AdvisorPanel(Panel):
                 self._post(self._show_progress, generation, done, total)
 
         try:
-            result = search_layouts(**inputs, progress=progress)
+            result = self.searcher(**inputs, progress=progress)
         except _Superseded:
             return None
         except Exception as error:  # shown in the panel, never as a traceback
@@ -367,7 +375,8 @@ class AdvisorPanel(Panel):
         self.error = ""
         self.result = result
         inputs = job[1]
-        said = f"{inputs['model']}, global batch {inputs['global_batch_size']} on {search_summary(result)}"
+        engine = "" if inputs["engine"] == DEFAULT_ENGINE else f", engine {inputs['engine']}"
+        said = f"{inputs['model']}, global batch {inputs['global_batch_size']}{engine} on {search_summary(result)}"
         if not len(result):
             self.status.value = error_html(f"{said}: more GPUs, or GPUs with more memory?")
             self._set_rows([])
