@@ -195,7 +195,7 @@ def test_cli_engine_flag_and_its_refusal():
     assert good.returncode == 0, good.stderr
 
 
-@pytest.mark.parametrize("engine", ["deepspeed", "fsdp2"])
+@pytest.mark.parametrize("engine", ["deepspeed", "fsdp2", "deepspeed-0.3"])
 def test_the_pruned_search_finds_the_rows_of_the_whole_one_for_every_engine(engine):
     # the floors (search_bounds) and step.lower_bound stay below every engine's simulated step
     limits = dict(hardware=H100, global_batch_size=32, tensor_parallel=(1, 2), micro_batch_size=(1, 2), engine=engine,
