@@ -12,7 +12,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastdist_lab import Layout
-from fastdist_lab.cost import ENGINE_TRAITS, ENGINES, Training, Transformer, block_exposure, estimate, search
+from fastdist_lab.cost import (
+    ENGINE_TRAITS,
+    ENGINES,
+    Efficiency,
+    Training,
+    Transformer,
+    block_exposure,
+    estimate,
+    search,
+)
 from fastdist_lab.cost.engines import check_engine, engine_allows
 from fastdist_lab.errors import CostError
 
@@ -186,7 +195,7 @@ def test_cli_engine_flag_and_its_refusal():
     assert good.returncode == 0, good.stderr
 
 
-@pytest.mark.parametrize("engine", ["deepspeed", "fsdp2"])
+@pytest.mark.parametrize("engine", ["deepspeed", "fsdp2", "deepspeed-0.3"])
 def test_the_pruned_search_finds_the_rows_of_the_whole_one_for_every_engine(engine):
     # the floors (search_bounds) and step.lower_bound stay below every engine's simulated step
     limits = dict(hardware=H100, global_batch_size=32, tensor_parallel=(1, 2), micro_batch_size=(1, 2), engine=engine,
@@ -205,3 +214,33 @@ def test_cost_command_takes_the_engine_and_refuses_what_it_cannot_run():
         bad = subprocess.run(base + ["--engine", "deepspeed", *flags], capture_output=True, text=True)
         assert bad.returncode == 2 and named in bad.stderr and bad.stderr.strip().count("\n") == 0
     assert "engine" not in subprocess.run(base, capture_output=True, text=True).stdout.split("training:")[1][:120]
+
+
+def _zero3_on(gpus: int, engine: str, zero: int = 3):
+    layout = Layout(world_size=gpus, local_world_size=8)
+    training = Training(zero_stage=zero, num_microbatches=1, engine=engine)
+    return estimate(layout, Transformer.preset("gpt3-1.3b"), training).step("a100-sxm-80gb")
+
+
+def test_deepspeed_2021_zero3_copies_grow_with_the_data_parallel_size_at_a_fixed_per_gpu_batch():
+    # DeepSpeed v0.3.15: per parameter tensor and collective, one copy kernel per rank of the data group (PyTorch
+    # 1.8's list all_gather / reduce_scatter), behind torch.cuda.synchronize(): 24 layers x 12 tensors x 3
+    # collectives (forward gather, backward gather, reduce-scatter) x n ranks x Efficiency.kernel_overhead_s
+    kernel = Efficiency().kernel_overhead_s
+    for small, large in ((64, 128), (128, 256)):
+        old = _zero3_on(large, "deepspeed-0.3").parts["data_comm_seconds"]
+        old -= _zero3_on(small, "deepspeed-0.3").parts["data_comm_seconds"]
+        new = _zero3_on(large, "deepspeed").parts["data_comm_seconds"]
+        new -= _zero3_on(small, "deepspeed").parts["data_comm_seconds"]
+        assert old - new == pytest.approx(24 * 12 * 3 * (large - small) * kernel, rel=1e-6)
+        assert 0 <= new < 0.01 < old  # today's DeepSpeed gathers into one flat buffer: no per-rank copies
+    # the copies are ZeRO 3's: ZeRO 1 is priced as today's DeepSpeed
+    assert _zero3_on(256, "deepspeed-0.3", zero=1).seconds == pytest.approx(_zero3_on(256, "deepspeed", zero=1).seconds)
+    assert ENGINE_TRAITS["deepspeed-0.3"].rank_copies == 1 and ENGINE_TRAITS["deepspeed"].rank_copies == 0
+
+
+def test_deepspeed_2021_refusals_name_the_value():
+    with pytest.raises(CostError, match="engine='deepspeed-0.3' runs ZeRO stage 1 at most with a pipeline"):
+        _report(1, 4, 3, 8, engine="deepspeed-0.3")
+    with pytest.raises(CostError, match="engine='deepspeed-0.2'"):
+        Training(engine="deepspeed-0.2")

@@ -79,7 +79,7 @@ def test_training_takes_the_engine():
     assert training_of(run, {}) == Training(**run.training, engine="deepspeed")
 
 
-ISSUE_27_FIGURES = {"held out, issue 27 runs": (0.197, 0.787), "held out, issue 21 runs": (0.039, 0.089)}
+ISSUE_27_FIGURES = {"held out, issue 27 runs": (0.146, 0.373), "held out, issue 21 runs": (0.039, 0.089)}
 """(mean, worst) absolute error as produced today (docs/validation.md); the issue's target is 5% and 12%."""
 
 
@@ -90,8 +90,10 @@ def test_held_out_errors_are_the_documented_figures(table):
         assert summary.loc[name, "worst_abs_error"] == pytest.approx(worst, abs=0.03), name
     breakdown = error_breakdown(table)
     assert set(breakdown.index.get_level_values("by")) == {"set", "engine", "family", "kind"}
-    assert breakdown.loc[("engine", "deepspeed"), "mean_error"] < -0.2  # DeepSpeed runs predicted too fast
-    assert breakdown.loc[("kind", "zero3/fsdp"), "worst_abs_error"] > 0.5  # ZeRO-3 at 1,000+ GPUs: far too fast
+    assert breakdown.loc[("engine", "deepspeed"), "mean_error"] < -0.1  # DeepSpeed's pipeline runs too fast
+    # DeepSpeed v0.3.15's ZeRO-3 (Narayanan et al. 2021, Table 2): within 22% since its per-rank copies are priced
+    assert breakdown.loc[("engine", "deepspeed-0.3"), "worst_abs_error"] == pytest.approx(0.214, abs=0.03)
+    assert breakdown.loc[("kind", "zero3/fsdp"), "worst_abs_error"] < 0.3
     assert breakdown.loc[("engine", "megatron"), "mean_abs_error"] < 0.06
     assert breakdown.loc[("set", "held out"), "runs"] == summary.loc["held out", "runs"]
 
@@ -115,10 +117,11 @@ def test_rankings_are_the_documented_figures(rankings):
     assert len(rankings) >= 8
     layouts = rankings[rankings["kind"] == "layout"]
     assert len(layouts) >= 6
-    # as produced today (docs/validation.md): 8 of 15 hits, 4 of 11 on layouts, worst regret 231%; the issue's target
-    # is 6 of 8 hits and regret <= 10% in every comparison
-    assert int(rankings["hit"].sum()) == 8 and int(layouts["hit"].sum()) == 4
-    assert rankings["regret"].max() == pytest.approx(2.3125, abs=0.05)
+    # as produced today (docs/validation.md): 13 of 15 hits, 9 of 11 on layouts (PTD-P over ZeRO-3 in all five of
+    # Narayanan et al.'s Table 2), worst regret 24.8% (BLOOM's search); the issue's target is 6 of 8 hits and
+    # regret <= 10% in every comparison
+    assert int(rankings["hit"].sum()) == 13 and int(layouts["hit"].sum()) == 9
+    assert rankings["regret"].max() == pytest.approx(0.248, abs=0.05)
     assert (rankings.loc[rankings["hit"], "regret"] == 0).all()
     assert (rankings.loc[~rankings["hit"], "regret"] > 0).all()
 
@@ -126,10 +129,12 @@ def test_rankings_are_the_documented_figures(rankings):
 def test_a_hit_and_a_miss_are_reported(rankings):
     hit = rankings[rankings["comparison"].str.startswith("GPT 162.2B")].iloc[0]
     assert hit["hit"] and hit["measured_fastest"] == hit["predicted_fastest"] == "tp8 pp8 dp1" and hit["regret"] == 0
-    miss = rankings[rankings["comparison"] == "GPT 174.6B on 1,536 A100: PTD-P vs ZeRO-3"].iloc[0]
-    assert not miss["hit"] and miss["predicted_fastest"] == "tp1 pp1 dp1536 zero3"
+    zero3 = rankings[rankings["comparison"] == "GPT 174.6B on 1,536 A100: PTD-P vs ZeRO-3"].iloc[0]
+    assert zero3["hit"] and zero3["predicted_fastest"] == "tp8 pp12 dp16"
+    miss = rankings[rankings["comparison"] == "BLOOM search 13312x84 on 384 A100, batch 2048: 3 layouts"].iloc[0]
+    assert not miss["hit"] and miss["predicted_fastest"] == "tp8 pp6 dp8 mbs2"
     measured = dict(zip(miss["layouts"].split("; "), miss["measured_seconds"]))
-    assert miss["regret"] == pytest.approx(measured["tp1 pp1 dp1536 zero3"] / measured["tp8 pp12 dp16"] - 1)
+    assert miss["regret"] == pytest.approx(measured["tp8 pp6 dp8 mbs2"] / measured["tp4 pp12 dp8 mbs2"] - 1)
 
 
 def test_a_comparison_with_swapped_measurements_is_a_miss_with_its_regret(rankings):

@@ -278,7 +278,7 @@ def _zero_exposure(
         "reduce_scatter", params / units * setups.bytes_per_gradient, per_node, nodes, hw, eff
     )
     if traits_of(setups).per_block:  # the engine's block-by-block bound (cost.overlap, issue 27)
-        return zero_action_exposure(setups, params, gather, scatter, forward, backward)
+        return zero_action_exposure(setups, params, gather, scatter, forward, backward, eff.kernel_overhead_s)
     forward_exposed = np.where(zero == 3, np.maximum(gather - forward, 0.0), 0.0)
     backward_exposed = np.where(
         zero == 3,

@@ -6,6 +6,8 @@ prediction used before engines were a setting, so a ``Training`` that does not n
 
 - ``megatron``: Megatron-LM / Megatron-Core (NVIDIA), the engine of the calibration runs;
 - ``deepspeed``: DeepSpeed (Microsoft), ZeRO stages and its pipeline engine (Megatron-DeepSpeed);
+- ``deepspeed-0.3``: DeepSpeed as of its ZeRO-3 / ZeRO-Infinity release (v0.3.15, April 2021, on PyTorch 1.8),
+  whose ZeRO 3 collectives cost kernels per data-parallel rank (``EngineTraits.rank_copies``);
 - ``fsdp2``: torch's ``fully_shard`` (FSDP2) as torchtitan runs it, with ``torch.distributed.pipelining``.
 
 ``ENGINE_TRAITS`` says, per engine, what the step-time model does differently (``EngineTraits``; the sources are
@@ -14,6 +16,7 @@ cited there and in docs/step_time.md, section "Engines"); ``check_engine`` refus
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +24,7 @@ import numpy as np
 
 from ..errors import CostError
 
-ENGINES: tuple[str, ...] = ("megatron", "deepspeed", "fsdp2")
+ENGINES: tuple[str, ...] = ("megatron", "deepspeed", "fsdp2", "deepspeed-0.3")
 """The engines ``Training(engine=...)`` accepts."""
 
 DEFAULT_ENGINE = "megatron"
@@ -61,6 +64,9 @@ class EngineTraits:
       forward; ``False`` (torchtitan's default policy): they are gathered once per step and stay whole.
     - ``sync_last_microbatch_with_pipeline``: with ``pipeline_parallel > 1`` gradients are reduce-scattered on
       the last micro-batch's backward only (``torch.distributed.pipelining``), not once per micro-batch.
+    - ``rank_copies``: ZeRO 3 gathers and reduce-scatters each parameter tensor on its own, and each such call
+      launches this many copy kernels per rank of the data group (``overlap.copy_seconds``), none of them hidden;
+      ``0``: the call writes one flat buffer in place.
     """
 
     schedules: tuple[str, ...] | None
@@ -79,6 +85,7 @@ class EngineTraits:
     gather_after_step: bool
     reshard_with_pipeline: bool
     sync_last_microbatch_with_pipeline: bool
+    rank_copies: int = 0
 
 
 ENGINE_TRAITS: dict[str, EngineTraits] = {
@@ -122,6 +129,17 @@ ENGINE_TRAITS: dict[str, EngineTraits] = {
     ),
 }  # fmt: skip
 """``EngineTraits`` of each of ``ENGINES``."""
+
+# DeepSpeed v0.3.15 (microsoft/DeepSpeed 2c2a7f31, 2021-04-19), the ZeRO-3 of Narayanan et al. 2021's Table 2:
+# runtime/zero/stage3.py fetch_sub_module and prefetch_next_sub_modules gather with async_op=True, which
+# runtime/zero/partition_parameters.py _all_gather runs as one _allgather_param per parameter tensor: a
+# torch.cuda.synchronize(), then torch.distributed.all_gather into a list of world_size views; gradients are
+# reduce-scattered one tensor at a time (_reduce_scatter_gradient: torch.distributed.reduce_scatter from a list of
+# world_size views). PyTorch's ProcessGroupNCCL::allgather / reduce_scatter of that time (torch/lib/c10d/
+# ProcessGroupNCCL.cpp, PyTorch 1.8) flattens such a list: one copy_ per rank out of (into) its flat buffer. And
+# fetch_sub_module waits for every gather with comm_stream.synchronize() and torch.cuda.synchronize()
+# (_synchronize_communication) before the sub-module computes. The rest as ``deepspeed``.
+ENGINE_TRAITS["deepspeed-0.3"] = dataclasses.replace(ENGINE_TRAITS["deepspeed"], rank_copies=1)
 
 
 def check_engine(engine: str, schedule: str, pipeline_parallel: int = 1, zero_stage: int = 0) -> None:

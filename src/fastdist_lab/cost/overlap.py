@@ -19,6 +19,10 @@ It is never negative, never more than ``G + R`` and never less than ``G + R - P`
 tests/cost/test_engines.py). A DeepSpeed "block" is a sub-module (``EngineTraits.units_per_block``). ``Megatron``
 keeps its earlier pricing (``compute.stage_components``: the whole stage's gathers against the whole stage's
 compute); the engines whose ``EngineTraits.per_block`` is set use this.
+
+An engine with ``EngineTraits.rank_copies`` (DeepSpeed v0.3.15 on PyTorch 1.8) also pays ``copy_seconds``: each
+parameter tensor's gather and reduce-scatter launches a copy kernel per rank of the data group, behind a
+``torch.cuda.synchronize()``, so none of it hides; it grows with the data-parallel size at a fixed per-GPU batch.
 """
 
 from __future__ import annotations
@@ -84,15 +88,46 @@ def gathered_once(setups: Any) -> Any:
     return np.asarray(setups.zero_stage) >= 2
 
 
+def block_tensors(model: Any) -> int:
+    """Parameter tensors of one transformer block as a Megatron-style module holds them: four linears (fused QKV,
+    attention output, the MLP's two, SwiGLU's gate fused into the first), each with a bias in a LayerNorm
+    (GPT-3-style) model and none with RMSNorm (Llama-style), and the two norms' weights (and biases).
+
+    >>> from fastdist_lab.cost import Transformer
+    >>> block_tensors(Transformer.preset("gpt3-175b")), block_tensors(Transformer.preset("llama2-7b"))
+    (12, 6)
+    """
+    layer_norm = model.normalization == "LayerNorm"
+    return 4 * (2 if layer_norm else 1) + 2 * model.norm_size
+
+
+def copy_seconds(traits: EngineTraits, model: Any, layers: Any, data_parallel: Any, kernel_s: float) -> Any:
+    """Seconds of the per-rank copy kernels of one ZeRO 3 gather (or reduce-scatter) of ``layers`` blocks over a data
+    group of ``data_parallel`` ranks: ``rank_copies`` kernels of ``kernel_s`` per rank and parameter tensor (0 for an
+    engine without them, or one rank). Arrays broadcast.
+
+    >>> from fastdist_lab.cost import ENGINE_TRAITS, Transformer
+    >>> gpt = Transformer.preset("gpt3-175b")
+    >>> round(float(copy_seconds(ENGINE_TRAITS["deepspeed-0.3"], gpt, 96, 1536, 11.4e-6)), 2)  # 96 x 12 x 1536
+    20.17
+    >>> float(copy_seconds(ENGINE_TRAITS["deepspeed"], gpt, 96, 1536, 11.4e-6))
+    0.0
+    """
+    ranks = np.asarray(data_parallel, dtype=np.float64)
+    per_rank = traits.rank_copies * np.where(ranks > 1, ranks, 0.0) * kernel_s
+    return np.asarray(layers, dtype=np.float64) * block_tensors(model) * per_rank
+
+
 def zero_action_exposure(
     setups: Any, params: np.ndarray, gather: np.ndarray, scatter: np.ndarray, forward: np.ndarray,
-    backward: np.ndarray,
+    backward: np.ndarray, kernel_s: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """Exposed per-micro-batch ZeRO 2/3 seconds of each stage ``(set-ups, stages)``, forward and backward, for an
     engine with ``per_block`` (``compute.stage_components`` keeps Megatron's): ``gather`` and ``scatter`` are a
     stage's whole all-gather and reduce-scatter seconds, ``params`` its parameters per GPU. ZeRO 3 gathers block by
     block in the forward and again in the backward, reduce-scattering behind it; ZeRO 2 only reduce-scatters; rows
-    gathered once per step (``gathered_once``) show nothing here (``data_parallel_terms`` prices them per step)."""
+    gathered once per step (``gathered_once``) show nothing here (``data_parallel_terms`` prices them per step).
+    ``kernel_s``: seconds per kernel, what each of ``copy_seconds``' copies costs on top (ZeRO 3 only)."""
     traits = traits_of(setups)
     zero = setups.zero_stage[:, None]
     blocks = np.maximum(setups.chunk_layers[None, :], 1).astype(np.float64) * traits.units_per_block
@@ -102,6 +137,8 @@ def zero_action_exposure(
     backward3 = block_exposure(gather, scatter, backward, blocks, depth=depth, lead=not traits.keeps_last_block,
                                bucket=bucket)  # fmt: skip
     backward2 = block_exposure(0.0, scatter, backward, blocks, lead=False, bucket=bucket)
+    copies = copy_seconds(traits, setups.model, setups.chunk_layers[None, :], setups.data_parallel[:, None], kernel_s)
+    forward_exposed, backward3 = forward_exposed + copies, backward3 + 2 * copies  # the backward's gather + scatter
     once = gathered_once(setups)[:, None]
     forward_exposed = np.where((zero == 3) & ~once, forward_exposed, 0.0)
     backward_exposed = np.where(once, 0.0, np.where(zero == 3, backward3, np.where(zero == 2, backward2, 0.0)))

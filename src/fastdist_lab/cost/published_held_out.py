@@ -151,7 +151,7 @@ def _narayanan_table_2() -> list[PublishedRun]:
     common: dict[str, Any] = dict(flash_attention=False, recompute="full", bytes_per_gradient=2)
     for model, name, layers, hidden, batch, gpus, mbs, tflops in _ZERO3:
         runs.append(PublishedRun(
-            name=f"GPT {name} ZeRO-3 on {gpus:,}", engine="deepspeed",
+            name=f"GPT {name} ZeRO-3 on {gpus:,}", engine="deepspeed-0.3",
             source=f"Narayanan et al. 2021, Table 2, ZeRO-3 without model parallelism, {name}, {gpus} GPUs row",
             model=model, hardware="a100-sxm-80gb", gpus=gpus, tensor_parallel=1, pipeline_parallel=1,
             training=dict(common, zero_stage=3, micro_batch_size=mbs, num_microbatches=batch // (gpus * mbs)),
