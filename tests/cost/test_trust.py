@@ -139,6 +139,16 @@ def test_a_run_far_outside_a_table_is_reported():
     assert band_for("megatron", "hopper", "tp", 8, runs=()).reason == "no validated run at all"
 
 
+def test_a_dense_kind_rests_on_a_dense_run_before_a_mixture_of_experts_one():
+    dense = TrustRun("dense", "megatron", "hopper", "tp+pp+dp", 256, 0.02, 0.4)
+    experts = TrustRun("experts", "megatron", "hopper", "pp+dp+ep", 256, -0.2, 0.3)
+    band = band_for("megatron", "hopper", "pp+dp+sdp", 256, runs=(dense, experts))  # each two sizes away
+    assert band.runs == ("dense",) and not band.validated and band.reason.endswith("(nearest: tp+pp+dp)")
+    moe = band_for("megatron", "hopper", "pp+dp+sdp+ep", 256, runs=(dense, experts))
+    assert moe.runs == ("experts",)
+    assert band_for("megatron", "hopper", "pp+dp", 256, runs=(experts,)).runs == ("experts",)  # the only one there
+
+
 def test_setup_kind_and_its_vectorised_codes_agree():
     rows = [(8, 4, 64, 1, 1, 1), (1, 1, 16, 2, 1, 3), (2, 2, 4, 1, 4, 0), (1, 1, 1, 1, 1, 0)]
     frame = pd.DataFrame(rows, columns=["tensor_parallel", "pipeline_parallel", "data_parallel",

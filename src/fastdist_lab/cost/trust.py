@@ -7,7 +7,7 @@ error on it (``accuracy.validate``) and the MFU it measured. ``band_for(engine, 
 
 - the runs it rests on: those of the same engine, hardware family and kind, the nearest in scale (log2 GPUs) first,
   ``NEAREST`` of them (and any as near as the last); with no run of that kind, the nearest kind's (fewest sizes that
-  differ), and the set-up is *outside* what was validated;
+  differ, a dense kind and a mixture of experts' apart), and the set-up is *outside* what was validated;
 - the band: where the measured step fell around the prediction on those runs, ``measured / predicted - 1``, from
   the lowest to the highest, widened to at least ``BAND_FLOOR`` either side;
 - ``validated`` is false, with a one-line ``reason``, for an engine or hardware family without validated runs, a
@@ -98,6 +98,13 @@ def _parts(kind: str) -> set[str]:
     return set() if kind == "single" else set(kind.split("+"))
 
 
+def _kind_distance(mine: set[str], kind: str) -> int:
+    """The sizes that differ between two kinds; a dense set-up and a mixture of experts count as far apart (the
+    experts' grouped GEMMs and all-to-all err differently), so a dense band rests on a dense run where there is one."""
+    theirs = _parts(kind)
+    return len(mine ^ theirs) + (len(KIND_DIMS) if ("ep" in mine) != ("ep" in theirs) else 0)
+
+
 @dataclass(frozen=True)
 class ErrorBand:
     """Where the measured step may fall around a prediction: from ``seconds * (1 + low)`` to ``seconds * (1 +
@@ -166,8 +173,8 @@ def band_for(engine: str = DEFAULT_ENGINE, family: str = "hopper", kind: str = "
     same = [run for run in pool if run.kind == kind]
     if not same:
         mine = _parts(kind)
-        nearest = min(len(mine ^ _parts(run.kind)) for run in pool)
-        same = [run for run in pool if len(mine ^ _parts(run.kind)) == nearest]
+        nearest = min(_kind_distance(mine, run.kind) for run in pool)
+        same = [run for run in pool if _kind_distance(mine, run.kind) == nearest]
         if not reasons:
             kinds = ", ".join(sorted({run.kind for run in same}))
             reasons.append(f"no validated run of {kind} on {family} (nearest: {kinds})")
