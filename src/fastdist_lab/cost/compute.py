@@ -22,11 +22,14 @@ rank, ``t`` tensor parallel, ``a`` heads, ``g`` key/value groups, ``d`` head siz
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .efficiency import Efficiency
 from .hardware import Hardware
 from .links import collective_seconds
+from .model import Transformer
 from .moe import all_to_all_seconds, expert_parameters_per_gpu, moe_dense_parameters
 from .overlap import traits_of, zero_action_exposure
 from .setups import Setups
@@ -56,6 +59,34 @@ def streamed(moved: np.ndarray, kernels: int, hw: Hardware, eff: Efficiency) -> 
     return moved / (hw.memory_GBps * 1e9 * eff.memory_efficiency) + kernels * eff.kernel_overhead_s
 
 
+def elementwise_bytes(model: Transformer, norm_width: np.ndarray, t: np.ndarray, fused: bool) -> tuple[Any, int]:
+    """Bytes per token and kernels of one layer's forward element-wise work on a rank (the backward moves twice).
+
+    ``fused`` (Megatron, as calibrated): two norms of 4 bytes and two dropout + residual adds of 7 bytes per value
+    of ``norm_width``, GeLU 4 or SwiGLU 6 bytes per value of ``f / t``, 6 kernels. Unfused (torchtitan's Llama
+    code in eager mode, pytorch/torchtitan d4c86e3758 ``models/norms.py`` ``RMSNorm``, ``models/llama/model.py``),
+    read + written bytes: each RMSNorm is ``x.float()`` (2 + 4), ``pow`` (4 + 4), ``mean`` (4), ``x * rsqrt``
+    (4 + 4), ``type_as`` (4 + 2) and ``* weight`` (2 + 2): 36 bytes per value, 8 kernels (with ``+ eps`` and
+    ``rsqrt``); two residual adds of 6; SwiGLU's ``silu`` (2 + 2) then ``*`` (4 + 2): 10 per value of ``f / t``;
+    RoPE per query and key value (``(a + g) d / t``): ``float`` (2 + 4), the complex product (4 + 4), ``type_as``
+    (4 + 2): 20 bytes, 6 kernels; ``repeat_kv`` copies keys and values to every query head where ``g < a``
+    (2 per value read, 2 written: 4 per value of ``(a + g) d / t``, 2 kernels).
+
+    >>> from fastdist_lab.cost import Transformer
+    >>> m = Transformer.preset("llama3-8b")
+    >>> [float(elementwise_bytes(m, np.float64(4096), 1, fused)[0]) for fused in (True, False)]
+    [176128.0, 610304.0]
+    """
+    h, a, g, d, f = (model.hidden_size, model.num_attention_heads, model.num_query_groups, model.kv_channels,
+                     model.ffn_hidden_size)  # fmt: skip
+    if fused:
+        return 22.0 * norm_width + (6.0 if model.swiglu else 4.0) * f / t, 6
+    heads = (a + g) * d / t
+    repeat = 4.0 * heads if g < a else 0.0
+    moved = (2 * 36.0 + 2 * 6.0) * norm_width + (10.0 if model.swiglu else 4.0) * f / t + 20.0 * heads + repeat
+    return moved, 2 * 8 + 2 + (2 if model.swiglu else 1) + 6 + (2 if g < a else 0)
+
+
 def layer_times(setups: Setups, hw: Hardware, eff: Efficiency) -> dict[str, np.ndarray]:
     """One layer, one micro-batch, per set-up: compute and exposed communication of each pass (seconds)."""
     model = setups.model
@@ -81,7 +112,9 @@ def layer_times(setups: Setups, hw: Hardware, eff: Efficiency) -> dict[str, np.n
     core_fwd = np.where(setups.flash_attention, flash_fwd, batched + streamed(9.0 * scores, 2, hw, eff))
     core_bwd = np.where(setups.flash_attention, flash_bwd, 2 * batched + streamed(11.0 * scores, 2, hw, eff))
     norm_width = np.where(sp, h / t, h)
-    elementwise = streamed(tokens * (22.0 * norm_width + (6.0 if model.swiglu else 4.0) * f / t), 6, hw, eff)
+    fused = traits_of(setups).fused_elementwise  # the engine's (cost.engines, issue 27)
+    moved, kernels = elementwise_bytes(model, norm_width, t, fused)
+    elementwise = streamed(tokens * moved, kernels, hw, eff)
     compute_fwd = linear + core_fwd + elementwise
     compute_bwd = 2 * linear + core_bwd + 2 * elementwise
 
@@ -107,6 +140,7 @@ def layer_times(setups: Setups, hw: Hardware, eff: Efficiency) -> dict[str, np.n
 
     full, selective = setups.recompute == 2, setups.recompute == 1
     recompute = np.where(full, compute_fwd, np.where(selective & ~setups.flash_attention, core_fwd, 0.0))
+    recompute = recompute + np.where(selective & ~fused, elementwise, 0.0)  # torchtitan's op policy: not saved
     return {
         "forward": compute_fwd,
         "backward": compute_bwd,

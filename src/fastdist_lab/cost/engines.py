@@ -8,7 +8,10 @@ prediction used before engines were a setting, so a ``Training`` that does not n
 - ``deepspeed``: DeepSpeed (Microsoft), ZeRO stages and its pipeline engine (Megatron-DeepSpeed);
 - ``deepspeed-0.3``: DeepSpeed as of its ZeRO-3 / ZeRO-Infinity release (v0.3.15, April 2021, on PyTorch 1.8),
   whose ZeRO 3 collectives cost kernels per data-parallel rank (``EngineTraits.rank_copies``);
-- ``fsdp2``: torch's ``fully_shard`` (FSDP2) as torchtitan runs it, with ``torch.distributed.pipelining``.
+- ``fsdp2``: torch's ``fully_shard`` (FSDP2) as torchtitan runs it, with ``torch.distributed.pipelining``, its
+  Llama code in eager mode (no ``torch.compile``): every element-wise op its own kernel;
+- ``composer-fsdp``: torch FSDP as MosaicML's Composer runs llm-foundry's MPT (``fsdp2``'s overlap, with MPT's
+  one-kernel LayerNorm, GeLU and flash attention: element-wise work priced as Megatron's).
 
 ``ENGINE_TRAITS`` says, per engine, what the step-time model does differently (``EngineTraits``; the sources are
 cited there and in docs/step_time.md, section "Engines"); ``check_engine`` refuses what an engine cannot run.
@@ -24,7 +27,7 @@ import numpy as np
 
 from ..errors import CostError
 
-ENGINES: tuple[str, ...] = ("megatron", "deepspeed", "fsdp2", "deepspeed-0.3")
+ENGINES: tuple[str, ...] = ("megatron", "deepspeed", "fsdp2", "deepspeed-0.3", "composer-fsdp")
 """The engines ``Training(engine=...)`` accepts."""
 
 DEFAULT_ENGINE = "megatron"
@@ -67,6 +70,10 @@ class EngineTraits:
     - ``rank_copies``: ZeRO 3 gathers and reduce-scatters each parameter tensor on its own, and each such call
       launches this many copy kernels per rank of the data group (``overlap.copy_seconds``), none of them hidden;
       ``0``: the call writes one flat buffer in place.
+    - ``fused_elementwise``: the element-wise work around the GEMMs runs as fused kernels (Megatron's fused
+      norms, bias-SwiGLU / bias-GeLU, bias-dropout-add, fused RoPE); ``False``: as torchtitan's Llama code runs in
+      eager mode, one kernel per op (``compute.elementwise_bytes``), and its selective (``op``) recompute runs them
+      again in the backward.
     """
 
     schedules: tuple[str, ...] | None
@@ -86,6 +93,7 @@ class EngineTraits:
     reshard_with_pipeline: bool
     sync_last_microbatch_with_pipeline: bool
     rank_copies: int = 0
+    fused_elementwise: bool = True
 
 
 ENGINE_TRAITS: dict[str, EngineTraits] = {
@@ -125,7 +133,7 @@ ENGINE_TRAITS: dict[str, EngineTraits] = {
         all_reduce_with_pipeline=False, tensor_backward_hidden=False, per_block=True,
         units_per_block=1, prefetch_blocks=1.0, prefetch_elements=0.0, reduce_bucket_elements=0.0,
         keeps_last_block=True, overlaps_zero0=True, gather_after_step=False, reshard_with_pipeline=False,
-        sync_last_microbatch_with_pipeline=True,
+        sync_last_microbatch_with_pipeline=True, fused_elementwise=False,
     ),
 }  # fmt: skip
 """``EngineTraits`` of each of ``ENGINES``."""
@@ -140,6 +148,11 @@ ENGINE_TRAITS: dict[str, EngineTraits] = {
 # fetch_sub_module waits for every gather with comm_stream.synchronize() and torch.cuda.synchronize()
 # (_synchronize_communication) before the sub-module computes. The rest as ``deepspeed``.
 ENGINE_TRAITS["deepspeed-0.3"] = dataclasses.replace(ENGINE_TRAITS["deepspeed"], rank_copies=1)
+# torch FSDP under MosaicML's Composer, as llm-foundry's benchmarking runs MPT (mosaicml/llm-foundry 061f2c7ce6,
+# scripts/train/benchmarking): FSDP's overlap taken as fsdp2's (the closest the engines have), while MPT's blocks run
+# one-kernel element-wise work: ``low_precision_layernorm`` (one F.layer_norm), GeLU without bias, flash / triton
+# attention with ALiBi (no RoPE), no dropout: priced as Megatron's fused kernels (issue 27, brief eager27).
+ENGINE_TRAITS["composer-fsdp"] = dataclasses.replace(ENGINE_TRAITS["fsdp2"], fused_elementwise=True)
 
 
 def check_engine(engine: str, schedule: str, pipeline_parallel: int = 1, zero_stage: int = 0) -> None:

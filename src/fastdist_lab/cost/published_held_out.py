@@ -207,7 +207,7 @@ def _llm_foundry() -> list[PublishedRun]:
     runs = []
     for size, hidden, heads, layers, hardware, gpus, mbs, accum, batch, ac, grad, tokens, tps, table in _LLM_FOUNDRY:
         runs.append(PublishedRun(
-            name=f"MPT-{size} FSDP on {gpus} {hardware.split('-')[0].upper()}", engine="fsdp2",
+            name=f"MPT-{size} FSDP on {gpus} {hardware.split('-')[0].upper()}", engine="composer-fsdp",
             source=f"llm-foundry benchmarking README (061f2c7ce6), {table}, {size} seq 2048 {gpus} GPUs row",
             model=gpt_model(hidden, layers, heads, vocab=50368), hardware=hardware, gpus=gpus, tensor_parallel=1,
             pipeline_parallel=1,
