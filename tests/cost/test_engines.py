@@ -22,6 +22,7 @@ from fastdist_lab.cost import (
     estimate,
     search,
 )
+from fastdist_lab.cost.compute import elementwise_bytes
 from fastdist_lab.cost.engines import check_engine, engine_allows
 from fastdist_lab.errors import CostError
 
@@ -195,7 +196,7 @@ def test_cli_engine_flag_and_its_refusal():
     assert good.returncode == 0, good.stderr
 
 
-@pytest.mark.parametrize("engine", ["deepspeed", "fsdp2", "deepspeed-0.3"])
+@pytest.mark.parametrize("engine", ["deepspeed", "fsdp2", "deepspeed-0.3", "composer-fsdp"])
 def test_the_pruned_search_finds_the_rows_of_the_whole_one_for_every_engine(engine):
     # the floors (search_bounds) and step.lower_bound stay below every engine's simulated step
     limits = dict(hardware=H100, global_batch_size=32, tensor_parallel=(1, 2), micro_batch_size=(1, 2), engine=engine,
@@ -244,3 +245,55 @@ def test_deepspeed_2021_refusals_name_the_value():
         _report(1, 4, 3, 8, engine="deepspeed-0.3")
     with pytest.raises(CostError, match="engine='deepspeed-0.2'"):
         Training(engine="deepspeed-0.2")
+
+
+def _fsdp_step(engine: str, seq_length: int, hidden: int, recompute: str = "none"):
+    model = Transformer(num_layers=4, hidden_size=hidden, num_attention_heads=hidden // 128,
+                        num_query_groups=hidden // 512, ffn_hidden_size=3 * hidden, vocab_size=32000, seq_length=seq_length, swiglu=True)  # fmt: skip
+    layout = Layout(world_size=8, local_world_size=8)
+    training = Training(zero_stage=3, micro_batch_size=1, engine=engine, recompute=recompute)
+    return estimate(layout, model, training).step(H100).parts
+
+
+def _unfused_seconds(seq_length: int, hidden: int) -> float:
+    # the same FSDP overlap, element-wise work eager (fsdp2, torchtitan) against fused (composer-fsdp)
+    eager, fused = _fsdp_step("fsdp2", seq_length, hidden), _fsdp_step("composer-fsdp", seq_length, hidden)
+    return (eager["forward_seconds"] + eager["backward_seconds"]) - (
+        fused["forward_seconds"] + fused["backward_seconds"]
+    )
+
+
+def test_unfused_elementwise_time_grows_with_sequence_times_hidden_and_is_zero_for_fused_engines():
+    # torchtitan's eager Llama (d4c86e3758): per token and layer 84 h + 10 f + 24 (a + g) d bytes forward (RMSNorm
+    # as 6 kernels in fp32, SwiGLU, RoPE through complex fp32, repeat_kv) against Megatron's fused 22 h + 6 f
+    llama = Transformer.preset("llama3-8b")
+    assert elementwise_bytes(llama, np.float64(4096), 1, False) == (610304.0, 28)
+    assert elementwise_bytes(llama, np.float64(4096), 1, True) == (176128.0, 6)
+    # a fixed cost per kernel, then bytes in proportion to sequence x hidden
+    grown = {(s, h): _unfused_seconds(s, h) for s in (1024, 2048, 4096) for h in (2048, 4096)}
+    per_sequence = grown[2048, 2048] - grown[1024, 2048]
+    assert grown[1024, 2048] > 0 and per_sequence > 0
+    assert grown[4096, 2048] - grown[2048, 2048] == pytest.approx(2 * per_sequence, rel=0.02)
+    assert grown[2048, 4096] - grown[1024, 4096] == pytest.approx(2 * per_sequence, rel=0.02)
+    assert not ENGINE_TRAITS["fsdp2"].fused_elementwise
+    assert all(ENGINE_TRAITS[name].fused_elementwise for name in ENGINES if name != "fsdp2")
+    # the op policy of torchtitan's selective recompute saves GEMM and attention outputs only: the element-wise
+    # kernels run again in the backward; fused engines recompute nothing with flash attention
+    assert _fsdp_step("fsdp2", 1024, 2048, "selective")["recompute_seconds"] > 0
+    assert _fsdp_step("composer-fsdp", 1024, 2048, "selective")["recompute_seconds"] == 0
+    assert _fsdp_step("megatron", 1024, 2048, "selective")["recompute_seconds"] == 0
+
+
+@given(heads=st.integers(1, 16).map(lambda n: 8 * n), tp=st.sampled_from([1, 2, 4, 8]), swiglu=st.booleans())
+@settings(max_examples=40, deadline=None)
+def test_unfused_elementwise_bytes_exceed_the_fused_ones(heads, tp, swiglu):
+    model = Transformer(num_layers=2, hidden_size=heads * 128, num_attention_heads=heads, num_query_groups=8,
+                        ffn_hidden_size=4 * heads * 128, vocab_size=32000, seq_length=1024, swiglu=swiglu)  # fmt: skip
+    width = np.float64(model.hidden_size / tp)
+    eager, fused = elementwise_bytes(model, width, tp, False), elementwise_bytes(model, width, tp, True)
+    assert eager[0] > 3 * fused[0] and eager[1] > fused[1]
+
+
+def test_a_misspelt_engine_is_reported_by_name():
+    with pytest.raises(CostError, match="engine='composer_fsdp' must be one of .*composer-fsdp"):
+        Training(engine="composer_fsdp")
