@@ -249,7 +249,8 @@ def test_deepspeed_2021_refusals_name_the_value():
 
 def _fsdp_step(engine: str, seq_length: int, hidden: int, recompute: str = "none"):
     model = Transformer(num_layers=4, hidden_size=hidden, num_attention_heads=hidden // 128,
-                        num_query_groups=hidden // 512, ffn_hidden_size=3 * hidden, vocab_size=32000, seq_length=seq_length, swiglu=True)  # fmt: skip
+                        num_query_groups=hidden // 512, ffn_hidden_size=3 * hidden, vocab_size=32000,
+                        seq_length=seq_length, swiglu=True)  # fmt: skip
     layout = Layout(world_size=8, local_world_size=8)
     training = Training(zero_stage=3, micro_batch_size=1, engine=engine, recompute=recompute)
     return estimate(layout, model, training).step(H100).parts
