@@ -79,7 +79,7 @@ def test_training_takes_the_engine():
     assert training_of(run, {}) == Training(**run.training, engine="deepspeed")
 
 
-ISSUE_27_FIGURES = {"held out, issue 27 runs": (0.146, 0.373), "held out, issue 21 runs": (0.039, 0.089)}
+ISSUE_27_FIGURES = {"held out, issue 27 runs": (0.134, 0.373), "held out, issue 21 runs": (0.039, 0.089)}
 """(mean, worst) absolute error as produced today (docs/validation.md); the issue's target is 5% and 12%."""
 
 
