@@ -113,7 +113,10 @@ ENGINE_TRAITS: dict[str, EngineTraits] = {
     # is engine.buffered_allreduce_fallback (dist.all_reduce of the gradients in 5e8-element buffers), then
     # update_lp_params gathers the weights (runtime/bf16_optimizer.py, runtime/pipe/engine.py _exec_reduce_grads).
     # ZeRO 3 fetches each sub-module's parameters in its pre-forward hook and prefetches along the recorded trace
-    # up to the prefetch bucket (runtime/zero/partitioned_param_coordinator.py fetch_sub_module).
+    # up to the prefetch bucket (runtime/zero/partitioned_param_coordinator.py fetch_sub_module). Its rows ran
+    # Megatron-DeepSpeed, whose model code keeps Megatron's fused kernels (bigscience-workshop/Megatron-DeepSpeed
+    # megatron/model/fused_layer_norm.py, fused_softmax.py, transformer.py bias_dropout_add_fused_train and
+    # bias-GeLU): fused_elementwise stays True.
     "deepspeed": EngineTraits(
         schedules=("1f1b",), max_zero_stage_with_pipeline=1, blocking_pipeline=True, reduce_after_pipeline=True,
         all_reduce_with_pipeline=True, tensor_backward_hidden=True, per_block=True,
