@@ -72,3 +72,16 @@ def test_a_layout_with_experts_trains_a_mixture_of_experts(capsys):
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "expert_parallel=2" in out.splitlines()[0] and out.splitlines()[-1] == "result: OK"
+
+
+def test_another_engine_runs_the_same_step_and_says_it_only_prices(capsys):
+    """``--engine`` changes the price (``fastdist-lab cost``), not the step: the first line says so, the step agrees."""
+    assert main([*THREADS, "--engine", "deepspeed"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("engine: deepspeed is priced by `fastdist-lab cost`") and "do not depend" in lines[0]
+    assert lines[1].startswith("layout: ") and lines[-1] == "result: OK"
+
+
+def test_the_default_engine_adds_no_line(capsys):
+    assert main([*THREADS, "--engine", "megatron"]) == 0
+    assert capsys.readouterr().out.startswith("layout: ")

@@ -3,6 +3,9 @@ with ``--simulate threads``) against the same step in one process, with a mixtur
 experts (``--ep`` / ``--etp``, ``--num-experts``); prints the worst parameter rows and a count. The
 training set-up takes the same flags and defaults as ``fastdist-lab cost`` (``flags.add_training_arguments``), so a
 row of ``fastdist-lab search`` runs as it stands, e.g. ``--schedule zero-bubble --zero-stage 1 --recompute full``.
+``--engine`` is a pricing setting (``cost.ENGINE_TRAITS``: what each engine overlaps and fuses): the step runs the
+lab's own code, whose numbers are the same under every engine, and says so on its first line when the engine is not
+the default.
 
 Exit codes: 0 when every tensor agrees within the tolerance (with ``--dropout``: every dropout judgment passed),
 1 when something does not, 2 for bad input or a cluster that could not run the step (one line on stderr)."""
@@ -21,6 +24,12 @@ from .flags import (
     layout_from_args,
     training_from_args,
 )
+
+ENGINE_NOTE = (
+    "engine: {engine} is priced by `fastdist-lab cost` (its overlap and kernels); this step runs the lab's own code, "
+    "whose numbers do not depend on the engine"
+)
+"""The line ``train-step`` prints first for an engine other than the default (``--engine`` prices, it does not run)."""
 
 HELP = "run one training step of a small GPT on the layout's groups and compare it with one process"
 
@@ -66,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
     layout = layout_from_args(args, experts=True)  # LayoutError -> exit 2 in cli.main
     from ..checks import TinyGPT, check_training
     from ..checks.train_step import training_settings
+    from ..cost import DEFAULT_ENGINE
     from ..errors import ClusterError, CostError
 
     try:
@@ -84,5 +94,7 @@ def run(args: argparse.Namespace) -> int:
             result = check_training(cluster, layout, **options)
     except ClusterError as error:
         return _bad(error_line(error))
+    if training.engine != DEFAULT_ENGINE:
+        print(ENGINE_NOTE.format(engine=training.engine))
     print(result.summary(rows=args.rows))
     return 0 if result.ok else 1
