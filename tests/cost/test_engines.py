@@ -3,6 +3,7 @@ behaviour shown by a property, overlap bounded by what can hide it, refusals nam
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -16,13 +17,14 @@ from fastdist_lab.cost import (
     ENGINE_TRAITS,
     ENGINES,
     Efficiency,
+    Hardware,
     Training,
     Transformer,
     block_exposure,
     estimate,
     search,
 )
-from fastdist_lab.cost.compute import elementwise_bytes
+from fastdist_lab.cost.compute import elementwise_bytes, gemm, layer_times, second_mm_seconds
 from fastdist_lab.cost.engines import check_engine, engine_allows
 from fastdist_lab.errors import CostError
 
@@ -298,3 +300,50 @@ def test_unfused_elementwise_bytes_exceed_the_fused_ones(heads, tp, swiglu):
 def test_a_misspelt_engine_is_reported_by_name():
     with pytest.raises(CostError, match="engine='composer_fsdp' must be one of .*composer-fsdp"):
         Training(engine="composer_fsdp")
+
+
+def _llama_setups(engine: str, recompute: str, tp: int = 1, model: Transformer | None = None):
+    layout = Layout(world_size=8, local_world_size=8, tensor_parallel=tp)
+    training = Training(engine=engine, recompute=recompute, micro_batch_size=2)
+    return estimate(layout, model or Transformer.preset("llama3-8b"), training).setups
+
+
+def test_the_op_policy_recomputes_wk_wo_and_w3_a_third_of_the_linear_flops():
+    # torchtitan d4c86e3758 _custom_policy: every second aten.mm of a block is not saved. A Llama block calls wq, wk,
+    # wv, wo, w1, w3, w2: wk, wo and w3 run again, 36% of Llama 3.1 8B's linear FLOPs (4096 x 1024 + 4096^2 +
+    # 4096 x 14336 of 2 x 4096^2 + 2 x 4096 x 1024 + 3 x 4096 x 14336).
+    h, kv, f = 4096, 1024, 14336
+    assert (h * kv + h * h + h * f) / (2 * h * h + 2 * h * kv + 3 * h * f) == pytest.approx(0.365, abs=0.001)
+    hw, eff = Hardware.coerce(H100), Efficiency()
+    setups = _llama_setups("fsdp2", "selective")
+    tokens = setups.tokens * setups.micro_batch_size
+    wk, wo, w3 = gemm(tokens, kv, h, hw, eff), gemm(tokens, h, h, hw, eff), gemm(tokens, f, h, hw, eff)
+    assert second_mm_seconds(setups, hw, eff) == pytest.approx(wk + wo + w3)
+
+
+def test_only_fsdp2s_selective_recompute_runs_the_gemms_again(monkeypatch):
+    assert [n for n in ENGINES if ENGINE_TRAITS[n].recompute_every_second_mm] == ["fsdp2"]
+    hw, eff = Hardware.coerce(H100), Efficiency()
+    recompute = {(engine, r): layer_times(_llama_setups(engine, r), hw, eff)["recompute"]
+                 for engine in ("fsdp2", "composer-fsdp", "megatron") for r in ("selective", "full")}  # fmt: skip
+    setups = _llama_setups("fsdp2", "selective")
+    monkeypatch.setitem(ENGINE_TRAITS, "fsdp2", dataclasses.replace(ENGINE_TRAITS["fsdp2"],
+                                                                     recompute_every_second_mm=False))  # fmt: skip
+    without = layer_times(setups, hw, eff)["recompute"]
+    assert recompute["fsdp2", "selective"] == pytest.approx(without + second_mm_seconds(setups, hw, eff))
+    assert recompute["composer-fsdp", "selective"] == recompute["megatron", "selective"] == 0
+    full = layer_times(_llama_setups("fsdp2", "full"), hw, eff)
+    assert recompute["fsdp2", "full"] == pytest.approx(full["forward"])  # the whole forward, nothing more
+
+
+@given(heads=st.integers(1, 8).map(lambda n: 8 * n), tp=st.sampled_from([1, 2, 4, 8]), swiglu=st.booleans())
+@settings(max_examples=30, deadline=None)
+def test_every_second_mm_follows_the_blocks_call_order(heads, tp, swiglu):
+    model = Transformer(num_layers=2, hidden_size=heads * 128, num_attention_heads=heads, num_query_groups=8,
+                        ffn_hidden_size=4 * heads * 128, vocab_size=32000, seq_length=1024, swiglu=swiglu)  # fmt: skip
+    hw, eff = Hardware.coerce(H100), Efficiency()
+    setups = _llama_setups("fsdp2", "selective", tp, model)
+    tokens, h, f, kv = setups.tokens * setups.micro_batch_size, model.hidden_size, model.ffn_hidden_size, 8 * 128
+    wk, wo = gemm(tokens, kv // tp, h, hw, eff), gemm(tokens, h, h // tp, hw, eff)
+    third = gemm(tokens, f // tp, h, hw, eff) if swiglu else gemm(tokens, h, f // tp, hw, eff)  # w3, else w2
+    assert second_mm_seconds(setups, hw, eff) == pytest.approx(wk + wo + third)

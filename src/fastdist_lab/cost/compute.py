@@ -87,6 +87,21 @@ def elementwise_bytes(model: Transformer, norm_width: np.ndarray, t: np.ndarray,
     return moved, 2 * 8 + 2 + (2 if model.swiglu else 1) + 6 + (2 if g < a else 0)
 
 
+def second_mm_seconds(setups: Setups, hw: Hardware, eff: Efficiency) -> np.ndarray:
+    """Seconds of every second ``mm`` of one layer's forward on a rank, in the order torchtitan's Llama block calls
+    them (``wq``, ``wk``, ``wv``, ``wo``, then ``w1``, ``w3`` (SwiGLU only) and ``w2``): what its ``op`` selective
+    recompute runs again (``EngineTraits.recompute_every_second_mm``). For Llama 3.1 8B that is ``wk``, ``wo`` and
+    ``w3``, 36% of the block's linear FLOPs."""
+    model = setups.model
+    h, a, g, d, f = (model.hidden_size, model.num_attention_heads, model.num_query_groups, model.kv_channels,
+                     model.ffn_hidden_size)  # fmt: skip
+    t = setups.tensor_parallel
+    tokens = setups.tokens * setups.micro_batch_size
+    mlp = [(f // t, h)] * (2 if model.swiglu else 1) + [(h, f // t)]
+    mms = [(a * d // t, h), (g * d // t, h), (g * d // t, h), (h, a * d // t), *mlp]
+    return sum(gemm(tokens, n, k, hw, eff) for n, k in mms[1::2])
+
+
 def layer_times(setups: Setups, hw: Hardware, eff: Efficiency) -> dict[str, np.ndarray]:
     """One layer, one micro-batch, per set-up: compute and exposed communication of each pass (seconds)."""
     model = setups.model
@@ -141,6 +156,8 @@ def layer_times(setups: Setups, hw: Hardware, eff: Efficiency) -> dict[str, np.n
     full, selective = setups.recompute == 2, setups.recompute == 1
     recompute = np.where(full, compute_fwd, np.where(selective & ~setups.flash_attention, core_fwd, 0.0))
     recompute = recompute + np.where(selective & ~fused, elementwise, 0.0)  # torchtitan's op policy: not saved
+    if traits_of(setups).recompute_every_second_mm:  # ... nor every second mm (cost.engines, issue 27)
+        recompute = recompute + np.where(selective, second_mm_seconds(setups, hw, eff), 0.0)
     return {
         "forward": compute_fwd,
         "backward": compute_bwd,

@@ -74,6 +74,9 @@ class EngineTraits:
       norms, bias-SwiGLU / bias-GeLU, bias-dropout-add, fused RoPE); ``False``: as torchtitan's Llama code runs in
       eager mode, one kernel per op (``compute.elementwise_bytes``), and its selective (``op``) recompute runs them
       again in the backward.
+    - ``recompute_every_second_mm``: its selective recompute is torchtitan's ``op`` policy, which keeps every
+      compute op's output except every second ``mm`` of a block: those GEMMs run again in the backward
+      (``compute.second_mm_seconds``); ``False``: selective recompute redoes the attention core only (Megatron).
     """
 
     schedules: tuple[str, ...] | None
@@ -94,6 +97,7 @@ class EngineTraits:
     sync_last_microbatch_with_pipeline: bool
     rank_copies: int = 0
     fused_elementwise: bool = True
+    recompute_every_second_mm: bool = False
 
 
 ENGINE_TRAITS: dict[str, EngineTraits] = {
@@ -130,13 +134,15 @@ ENGINE_TRAITS: dict[str, EngineTraits] = {
     # backward_maybe_with_nosync: set_requires_gradient_sync(False) and set_reshard_after_backward(False) but on
     # the last backward. Its tensor parallel (torchtitan parallelize: ColwiseParallel / RowwiseParallel DTensor
     # plans) runs each backward collective as the backward of a redistribute, after the linear's input- and
-    # weight-gradient GEMMs, waited on by the next operation (asynchronous TP only under torch.compile).
+    # weight-gradient GEMMs, waited on by the next operation (asynchronous TP only under torch.compile). Its
+    # selective recompute is the "op" policy (torchtitan d4c86e3758, parallelisms/parallelize_llama.py _save_list,
+    # _custom_policy: "Saves output of all compute ops, except every second mm").
     "fsdp2": EngineTraits(
         schedules=None, max_zero_stage_with_pipeline=3, blocking_pipeline=False, reduce_after_pipeline=False,
         all_reduce_with_pipeline=False, tensor_backward_hidden=False, per_block=True,
         units_per_block=1, prefetch_blocks=1.0, prefetch_elements=0.0, reduce_bucket_elements=0.0,
         keeps_last_block=True, overlaps_zero0=True, gather_after_step=False, reshard_with_pipeline=False,
-        sync_last_microbatch_with_pipeline=True, fused_elementwise=False,
+        sync_last_microbatch_with_pipeline=True, fused_elementwise=False, recompute_every_second_mm=True,
     ),
 }  # fmt: skip
 """``EngineTraits`` of each of ``ENGINES``."""
@@ -155,7 +161,9 @@ ENGINE_TRAITS["deepspeed-0.3"] = dataclasses.replace(ENGINE_TRAITS["deepspeed"],
 # scripts/train/benchmarking): FSDP's overlap taken as fsdp2's (the closest the engines have), while MPT's blocks run
 # one-kernel element-wise work: ``low_precision_layernorm`` (one F.layer_norm), GeLU without bias, flash / triton
 # attention with ALiBi (no RoPE), no dropout: priced as Megatron's fused kernels (issue 27, brief eager27).
-ENGINE_TRAITS["composer-fsdp"] = dataclasses.replace(ENGINE_TRAITS["fsdp2"], fused_elementwise=True)
+ENGINE_TRAITS["composer-fsdp"] = dataclasses.replace(
+    ENGINE_TRAITS["fsdp2"], fused_elementwise=True, recompute_every_second_mm=False
+)
 
 
 def check_engine(engine: str, schedule: str, pipeline_parallel: int = 1, zero_stage: int = 0) -> None:
