@@ -16,7 +16,7 @@ from ..config import DEFAULT_SEED_SHIFTS, PhaseType
 from ..errors import LayoutError
 from ..formatting import TEXT_WIDTH, plural, wrap_lines
 from ..seeds import check_step, step_note
-from .flags import add_cluster_arguments, add_layout_arguments, cluster_from_args, error_line, layout_from_args
+from .flags import add_cluster_arguments, add_layout_arguments, cluster_from_args, layout_from_args, usage_error
 
 HELP = "show which ranks share each generator stream and check the seeds (--real: draw them on workers too)"
 
@@ -109,8 +109,7 @@ def _run(args: argparse.Namespace) -> int:
         try:
             real = _real(layout, args)
         except ClusterError as error:
-            sys.stderr.write(f"fastdist-lab streams: error: {error_line(error)}\n")
-            return 2
+            return usage_error(args, error)
     device = real.devices[real.generator_index("pp")] if real is not None else "cpu"
     predicted = predict(layout, args.step, args.phase, args.draws, device=device)
     report = real if real is not None else predicted
