@@ -157,10 +157,4 @@ def _three_digits(value: float) -> str:
     return f"{value:.3g}"
 
 
-_FORMATTERS = {
-    "bytes": format_bytes,
-    "seconds": format_seconds,
-    "count": format_count,
-    "rate": format_rate,
-    "ratio": format_ratio,
-}
+_FORMATTERS = dict(zip(UNITS, (format_bytes, format_seconds, format_count, format_rate, format_ratio)))
