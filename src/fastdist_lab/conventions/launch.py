@@ -23,9 +23,7 @@ from ..validation import check_int
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _ARRAY_START = re.compile(rf"^(?:export\s+)?({_NAME})(\+?)=\((.*)$", re.S)
-_CONTROL = frozenset(
-    {"if", "then", "fi", "else", "elif", "for", "do", "done", "while", "case", "esac", "set", "{", "}"}
-)
+_CONTROL = frozenset("if then fi else elif for do done while case esac set { }".split())
 
 
 @dataclass
