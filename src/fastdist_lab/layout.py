@@ -161,9 +161,7 @@ class Layout(LayoutFields):
     @classmethod
     def from_config(cls, config: DistributedConfig) -> Layout:
         """The layout of the world ``config`` belongs to."""
-        fields = config.fields()
-        fields.pop("rank")
-        return cls(**fields)
+        return cls(**{name: value for name, value in config.fields().items() if name != "rank"})
 
     # ----------------------------------------------------------------- sizes
     @property

@@ -74,14 +74,6 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-def _real(layout: Any, args: argparse.Namespace) -> Any:
-    from ..checks import draw_streams
-
-    with cluster_from_args(args, layout) as cluster:
-        cluster.apply(layout)
-        return draw_streams(cluster, args.step, args.phase, args.draws)
-
-
 def run(args: argparse.Namespace) -> int:
     """Predict (and with ``--real`` draw) the streams, print sharing and checks.
 
@@ -104,10 +96,13 @@ def _run(args: argparse.Namespace) -> int:
         raise LayoutError(f"--draws {args.draws} must be >= 1")
     real = None
     if args.real:
+        from ..checks import draw_streams
         from ..errors import ClusterError
 
         try:
-            real = _real(layout, args)
+            with cluster_from_args(args, layout) as cluster:
+                cluster.apply(layout)
+                real = draw_streams(cluster, args.step, args.phase, args.draws)
         except ClusterError as error:
             return usage_error(args, error)
     device = real.devices[real.generator_index("pp")] if real is not None else "cpu"

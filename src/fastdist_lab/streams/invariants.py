@@ -244,12 +244,11 @@ def check_init_generators(report: StreamCells) -> Row:
                     f"reproducible_init=True but {generator} differs across data/pipeline ranks: rank {first} has "
                     f"{_cell(report, first, generator)}, rank {other} has {_cell(report, other, generator)}",
                 )
-        shared = "tp_init is also one stream on every rank (the seed ignores tensor_rank then)"
         return _row(
             name,
             True,
             "reproducible_init=True: default_cpu, pp_init and tp_init are shared across data and pipeline ranks; "
-            + shared,
+            "tp_init is also one stream on every rank (the seed ignores tensor_rank then)",
         )
     for dim in ("data", "pipeline"):
         if layout.groups(dim).shape[1] > 1:
