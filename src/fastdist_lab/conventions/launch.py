@@ -319,13 +319,8 @@ def launch_parts(command: Command) -> Launch:
 
 
 def _launch(launcher: str, options: dict, program: str, located: list[tuple[str, int]]) -> Launch:
-    return Launch(
-        program,
-        [word for word, _ in located],
-        launcher=launcher,
-        argument_lines=[line for _, line in located],
-        options=options,
-    )
+    words, lines = [word for word, _ in located], [line for _, line in located]
+    return Launch(program, words, launcher=launcher, argument_lines=lines, options=options)
 
 
 def split_launch(command: Command) -> Launch:

@@ -160,14 +160,9 @@ def state_arguments(
         if key in values
     }
     tp = values.get("tensor_model_parallel_size", 1)
-    for shards, size, flag in (
-        ("tensor_parallel_num_weight_shards", tp, "--tensor-parallel-num-weight-shards"),
-        (
-            "expert_tensor_parallel_num_weight_shards",
-            values.get("expert_tensor_parallel_size") or tp,
-            "--expert-tensor-parallel-num-weight-shards",
-        ),
-    ):
+    etp = values.get("expert_tensor_parallel_size") or tp
+    for shards, size in (("tensor_parallel_num_weight_shards", tp), ("expert_tensor_parallel_num_weight_shards", etp)):
+        flag = "--" + shards.replace("_", "-")
         if values.get(shards) is not None and values[shards] != size:
             raise ConventionError(
                 f"line {at(shards)}: {flag} {values[shards]} asks for generalized tensor parallelism (a weight-remat "
