@@ -96,35 +96,29 @@ def _expert_view(layout: Layout | None, rank: int, num_experts: int | None) -> d
     }
 
 
+def _listed(dim: dict[str, Any]) -> dict[str, Any]:
+    """A dim of ``--rank``'s JSON: its members listed up to ``JSON_MEMBERS``, else ``None``."""
+    return {**dim, "members": [int(m) for m in dim["members"]] if dim["size"] <= JSON_MEMBERS else None}
+
+
 def _print_rank(config: DistributedConfig, fmt: str, layout: Layout | None = None, num_experts: int | None = None):
     experts = _expert_view(layout, config.rank, num_experts)
     expert_dims = experts["dims"] if experts is not None else []
     dims = [
-        {
-            "dim": d.name,
-            "size": d.size,
-            "rank": d.rank,
-            "members": [int(m) for m in d.global_ranks] if d.size <= JSON_MEMBERS else None,
-            "global_ranks": repr(d.global_ranks),
-        }
+        {"dim": d.name, "size": d.size, "rank": d.rank, "members": d.global_ranks}
         for d in config.distributed_dims.values()
     ]
     seeds = generator_seeds(config)
     if fmt == "json":
-        doc = {"coordinates": config.coordinates(), "dims": dims, "seeds": seeds}
+        dense = [{**_listed(d), "global_ranks": repr(d["members"])} for d in dims]
+        doc = {"coordinates": config.coordinates(), "dims": dense, "seeds": seeds}
         if experts is not None:
-            listed = [
-                {**d, "members": d["members"].tolist() if d["size"] <= JSON_MEMBERS else None} for d in expert_dims
-            ]
-            doc["experts"] = {**experts, "dims": listed}
+            doc["experts"] = {**experts, "dims": [_listed(d) for d in expert_dims]}
         print(json.dumps(doc, indent=2))
         return
     import pandas as pd
 
-    rows = [
-        {"dim": d.name, "size": d.size, "rank": d.rank, "members": members_text(d.global_ranks)}
-        for d in config.distributed_dims.values()
-    ] + [{**d, "members": members_text(d["members"])} for d in expert_dims]
+    rows = [{**d, "members": members_text(d["members"])} for d in dims + expert_dims]
     frame = pd.DataFrame(rows).set_index("dim")
     if fmt == "csv":
         frame.to_csv(sys.stdout)
