@@ -253,8 +253,8 @@ class MegatronParallelState(Megatron):
             )
         except ValueError as error:
             return None, f"no Layout: {error}"
-        if not equivalent(layout, self):
-            return None, f"no Layout: {equivalent(layout, self).reason}"
+        if not (result := equivalent(layout, self)):
+            return None, f"no Layout: {result.reason}"
         notes = ["the decoder groups are this Layout's (cp = sequence-data, dp = batch-data)"]
         mismatch = expert_mismatch(layout, self)
         if mismatch:
