@@ -136,8 +136,7 @@ def _run(args: argparse.Namespace) -> int:
     print()
     print("checks:")
     for row in checks.itertuples(index=False):
-        note = row.check.startswith("note:")
-        label = "note" if note else ("ok" if row.ok else "FAIL")
+        label = "note" if row.check.startswith("note:") else ("ok" if row.ok else "FAIL")
         name = row.check.removeprefix("note:").strip()
         print("\n".join(wrap_lines(f"  {label:<4}  {name}: {row.detail}", indent=" " * 8)))
     if diff is not None:

@@ -89,10 +89,7 @@ def shell_commands(text: str) -> list[Command]:
             word_lines.pop(0)
             env[key] = value
         if words and words[0] == "export":
-            words.pop(0)
-            for word in words:
-                key, _, value = word.partition("=")
-                scalars[key] = value
+            scalars.update(word.partition("=")[::2] for word in words[1:])  # NAME=value: (NAME, value)
             continue
         if not words:
             scalars.update(env)

@@ -251,8 +251,7 @@ def _answer(
 ) -> LoadedConfig:
     lines = [head, *(f"  {note}" for note in notes)]
     if layout is not None:
-        lines.append(f"Layout: {layout!r}")
-        lines.append(f"  {why}")
+        lines += [f"Layout: {layout!r}", f"  {why}"]
         return LoadedConfig(framework, name, layout, convention, "\n".join(lines))
     lines.append(f"No Layout reproduces it: {why.removeprefix('no Layout: ')}")
     return LoadedConfig(framework, name, None, convention, "\n".join(lines), why.removeprefix("no Layout: "))

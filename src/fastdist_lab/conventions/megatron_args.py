@@ -141,10 +141,9 @@ def state_arguments(
         return max(found) if found else line
 
     if values.get("model_parallel_size") is not None:
-        line = at("model_parallel_size")
         raise ConventionError(
-            f"line {line}: --model-parallel-size is no longer valid, use --tensor-model-parallel-size instead "
-            "(Megatron-LM refuses it)"
+            f"line {at('model_parallel_size')}: --model-parallel-size is no longer valid, use "
+            "--tensor-model-parallel-size instead (Megatron-LM refuses it)"
         )
     kwargs: dict[str, Any] = {
         key: values[key]
