@@ -324,12 +324,8 @@ class DistributedConfig(LayoutFields):
 
     def dim_pairs(self) -> dict[str, list[tuple[int, int]]]:
         """The (size, stride) pairs of each named dim, in the spec's order."""
-        tp, pp, sdp, bdp = (
-            self.tensor_parallel,
-            self.pipeline_parallel,
-            self.sequence_data_parallel,
-            self.batch_data_parallel,
-        )
+        tp, pp = self.tensor_parallel, self.pipeline_parallel
+        sdp, bdp = self.sequence_data_parallel, self.batch_data_parallel
         sds, bds, ps = self.sequence_data_stride, self.batch_data_stride, self.pipeline_stride
         if self.pipeline_first:
             model_and_sequence_data = [(tp, 1), (pp, ps), (sdp, sds)]

@@ -8,6 +8,7 @@ of its members. Pure Python: this is the per-rank reference the whole-world numb
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable
 from typing import Any
 
@@ -31,17 +32,7 @@ class DistributedDimNames:
     model_and_sequence_data = "model_and_sequence_data"
 
 
-DIM_NAMES: tuple[str, ...] = (
-    DistributedDimNames.world,
-    DistributedDimNames.data,
-    DistributedDimNames.pipeline,
-    DistributedDimNames.tensor,
-    DistributedDimNames.sequence_data,
-    DistributedDimNames.batch_data,
-    DistributedDimNames.tensor_and_sequence_data,
-    DistributedDimNames.tensor_and_data,
-    DistributedDimNames.model_and_sequence_data,
-)
+DIM_NAMES: tuple[str, ...] = tuple(v for k, v in DistributedDimNames.__dict__.items() if not k.startswith("_"))
 """The nine named dims, in the order the original ``Distributed`` creates their groups."""
 
 
@@ -54,6 +45,9 @@ def check_ranks_in_range(global_ranks: Iterable[int], start: int, stop: int) -> 
         low, high = min(ranks), max(ranks)
     if low < start or high >= stop:
         raise LayoutError(f"global ranks {low}..{high} are not all in [{start}, {stop})")
+
+
+_IDENTITY = operator.attrgetter("name", "size", "rank", "global_ranks")
 
 
 class DistributedDim:
@@ -134,12 +128,7 @@ class DistributedDim:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, DistributedDim):
             return NotImplemented
-        return (self.name, self.size, self.rank, self.global_ranks) == (
-            other.name,
-            other.size,
-            other.rank,
-            other.global_ranks,
-        )
+        return _IDENTITY(self) == _IDENTITY(other)
 
     def __hash__(self) -> int:
         return hash((self.name, self.size, self.rank, tuple(self.global_ranks)))

@@ -32,6 +32,12 @@ FASTLLM_COMMIT = "91b28fab"
 
 _SAME = "same field in this project"
 
+_DERIVED = (
+    "data_parallel model_parallel num_nodes batch_data_parallel data_rank pipeline_rank tensor_rank sequence_data_rank "
+    "batch_data_rank distributed_dims local_rank reference_config"
+).split()
+"""The fields Fast-LLM's ``DistributedConfig`` computes (and refuses in a config)."""
+
 FASTLLM_FIELDS: dict[str, tuple[str, str | None, str]] = {
     # name: (kind, Layout field or None, explanation)
     "world_size": ("layout", "world_size", _SAME + " (the argument, when given, wins)"),
@@ -59,23 +65,7 @@ FASTLLM_FIELDS: dict[str, tuple[str, str | None, str]] = {
     "training_dtype": ("ignored", None, "vintage before 2025-09: old name of compute_dtype; no effect on groups"),
     "use_cuda": ("ignored", None, "current vintage: device choice; no effect on groups or seeds"),
     "force_cpu_initialization": ("ignored", None, "current vintage: device choice; no effect on groups or seeds"),
-    **{
-        name: ("derived", None, "computed by Fast-LLM, which refuses it in a config")
-        for name in (
-            "data_parallel",
-            "model_parallel",
-            "num_nodes",
-            "batch_data_parallel",
-            "data_rank",
-            "pipeline_rank",
-            "tensor_rank",
-            "sequence_data_rank",
-            "batch_data_rank",
-            "distributed_dims",
-            "local_rank",
-            "reference_config",
-        )
-    },
+    **dict.fromkeys(_DERIVED, ("derived", None, "computed by Fast-LLM, which refuses it in a config")),
 }
 """Every key a Fast-LLM ``DistributedConfig`` has had, as (kind, Layout field, why): ``layout`` keys set a Layout
 field, ``ignored`` keys are accepted and have no effect on a Layout, ``derived`` keys are refused."""
@@ -216,17 +206,13 @@ def _parse_yaml(text: str, name: str) -> tuple[Any, str, dict[str, dict[str, int
     except yaml.YAMLError as error:
         raise LayoutError(f"{name}: not valid YAML: {error}") from None
     lines: dict[str, dict[str, int]] = {}
-    if isinstance(node, yaml.MappingNode):
-        _key_lines(node, "", lines, name)
-        model = _child(node, "model")
-        if isinstance(model, yaml.MappingNode):
-            _key_lines(model, "model", lines, name)
-            distributed = _child(model, "distributed")
-            if isinstance(distributed, yaml.MappingNode):
-                _key_lines(distributed, "model.distributed", lines, name)
-        distributed = _child(node, "distributed")
-        if isinstance(distributed, yaml.MappingNode):
-            _key_lines(distributed, "distributed", lines, name)
+    mappings: dict[str, Any] = {}  # the mapping nodes read so far, by path
+    for path in ("", "model", "model.distributed", "distributed"):
+        parent, _, key = path.rpartition(".")
+        child = node if not path else _child(mappings[parent], key) if parent in mappings else None
+        if isinstance(child, yaml.MappingNode):
+            mappings[path] = child
+            _key_lines(child, path, lines, name)
     return data, name, lines
 
 
@@ -256,9 +242,7 @@ def _find_section(data: Any, name: str, lines: dict[str, dict[str, int]] | None)
         raise LayoutError(f"{name}: expected a mapping (a Fast-LLM config), got {type(data).__name__}")
     top = (lines or {}).get("", {})
     if "model" in data:
-        model = data["model"]
-        if model is None:
-            model = {}
+        model = {} if data["model"] is None else data["model"]
         if not isinstance(model, Mapping):
             raise LayoutError(f"{name}: model{_line(top.get('model'))} must be a mapping")
         section = model.get("distributed", {})
@@ -273,8 +257,7 @@ def _find_section(data: Any, name: str, lines: dict[str, dict[str, int]] | None)
         raise LayoutError(
             f"{name}: no 'model: distributed:' section and no 'distributed:' mapping (top-level keys: {keys})"
         )
-    if section is None:
-        section = {}
+    section = {} if section is None else section
     if not isinstance(section, Mapping):
         raise LayoutError(f"{name}: {path}{_line(line)} must be a mapping, got {type(section).__name__}")
     return path, section, line

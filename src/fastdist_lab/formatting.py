@@ -11,6 +11,7 @@ Python.
 
 from __future__ import annotations
 
+import itertools
 import math
 import textwrap
 from collections.abc import Iterable, Sequence
@@ -38,16 +39,9 @@ def ranks_text(ranks: Iterable[int]) -> str:
     """A set of ranks, sorted, runs of three or more written as a span: ``"rank 3"``, ``"ranks 0-4, 6, 7"``."""
     ordered = sorted({int(rank) for rank in ranks})
     parts: list[str] = []
-    index = 0
-    while index < len(ordered):
-        end = index
-        while end + 1 < len(ordered) and ordered[end + 1] == ordered[end] + 1:
-            end += 1
-        if end - index >= 2:
-            parts.append(f"{ordered[index]}-{ordered[end]}")
-        else:
-            parts.extend(str(rank) for rank in ordered[index : end + 1])
-        index = end + 1
+    for _, pairs in itertools.groupby(enumerate(ordered), lambda pair: pair[1] - pair[0]):  # runs of consecutive ranks
+        run = [rank for _, rank in pairs]
+        parts.append(f"{run[0]}-{run[-1]}" if len(run) >= 3 else ", ".join(map(str, run)))
     return ("rank " if len(ordered) == 1 else "ranks ") + ", ".join(parts)
 
 
@@ -157,10 +151,4 @@ def _three_digits(value: float) -> str:
     return f"{value:.3g}"
 
 
-_FORMATTERS = {
-    "bytes": format_bytes,
-    "seconds": format_seconds,
-    "count": format_count,
-    "rate": format_rate,
-    "ratio": format_ratio,
-}
+_FORMATTERS = dict(zip(UNITS, (format_bytes, format_seconds, format_count, format_rate, format_ratio)))

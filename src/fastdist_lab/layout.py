@@ -61,11 +61,7 @@ DIM_AXES: dict[str, tuple[str, ...]] = {
 """The grid axes each named dim spans; its members follow the layout's axis order (``Layout.axes``)."""
 
 _COORDINATE_AXES: dict[str, tuple[str, ...]] = {
-    "tensor_rank": DIM_AXES[DistributedDimNames.tensor],
-    "data_rank": DIM_AXES[DistributedDimNames.data],
-    "pipeline_rank": DIM_AXES[DistributedDimNames.pipeline],
-    "sequence_data_rank": DIM_AXES[DistributedDimNames.sequence_data],
-    "batch_data_rank": DIM_AXES[DistributedDimNames.batch_data],
+    f"{dim}_rank": DIM_AXES[dim] for dim in ("tensor", "data", "pipeline", "sequence_data", "batch_data")
 }
 """Each parallel coordinate is a rank's position in its group of the matching dim."""
 
@@ -122,10 +118,8 @@ class Layout(LayoutFields):
             fields["world_size"] = env_int("WORLD_SIZE", 1)
         if fields.get("local_world_size") is None:
             world = fields["world_size"]
-            one_node = (
-                world if isinstance(world, int) and not is_bool(world) and world > 0 else 1
-            )  # else: say only that
-            fields["local_world_size"] = env_int("LOCAL_WORLD_SIZE", one_node)
+            one_node = world if isinstance(world, int) and not is_bool(world) and world > 0 else 1
+            fields["local_world_size"] = env_int("LOCAL_WORLD_SIZE", one_node)  # a bad world: its error alone
         experts = {name: fields.pop(name, None) for name in EXPERT_FIELDS}
         self._assign(fields)
         self._assign_experts(**experts)
@@ -167,9 +161,7 @@ class Layout(LayoutFields):
     @classmethod
     def from_config(cls, config: DistributedConfig) -> Layout:
         """The layout of the world ``config`` belongs to."""
-        fields = config.fields()
-        fields.pop("rank")
-        return cls(**fields)
+        return cls(**{name: value for name, value in config.fields().items() if name != "rank"})
 
     # ----------------------------------------------------------------- sizes
     @property
@@ -332,18 +324,10 @@ class Layout(LayoutFields):
         rows = []
         for name in self.group_dims:
             groups = self.groups(name)
-            size = groups.shape[1]
             spanned = nodes_spanned(groups, self.local_world_size)
-            rows.append(
-                {
-                    "dim": name,
-                    "group_size": size,
-                    "num_groups": self.world_size // size,
-                    "nodes_spanned": spanned,
-                    "intra_node": spanned == 1,
-                }
-            )
-        return pd.DataFrame(rows).set_index("dim")
+            rows.append((name, groups.shape[1], self.world_size // groups.shape[1], spanned, spanned == 1))
+        columns = ["dim", "group_size", "num_groups", "nodes_spanned", "intra_node"]
+        return pd.DataFrame(rows, columns=columns).set_index("dim")
 
     def seed_table(self, step: int = 0, phase: PhaseType | str = "training") -> pd.DataFrame:
         """The seed of every generator of every rank after ``set_step(step, phase)``: exact ``uint64`` columns."""

@@ -60,9 +60,7 @@ def lazy_attributes(
         if name in moved:
             module, spelling = moved[name]
             warn_deprecated(f"{package}.{name}", spelling, stacklevel=3)
-            if module is None:
-                return successor(spelling)
-            return getattr(importlib.import_module(module, package), name)
+            return successor(spelling) if module is None else getattr(importlib.import_module(module, package), name)
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
 
     def __dir__() -> list[str]:

@@ -98,9 +98,7 @@ def seed_arrays(
     def u64(value: int) -> np.uint64:
         return np.uint64(value % MAX_SEED)
 
-    t = tensor_rank.astype(np.uint64)
-    d = data_rank.astype(np.uint64)
-    p = pipeline_rank.astype(np.uint64)
+    t, d, p = (ranks.astype(np.uint64) for ranks in (tensor_rank, data_rank, pipeline_rank))
     with np.errstate(over="ignore"):
         seed = u64(fields["seed"])
         pp_base = seed + u64(fields["dp_seed_shift"]) * d + u64(fields["pp_seed_shift"]) * p

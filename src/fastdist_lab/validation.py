@@ -53,9 +53,7 @@ def check_number(name: str, value: Any, *, error: type[Exception] = LayoutError,
     """``value`` as a finite ``float`` > 0 (an int or a float, not a bool); else ``error`` naming ``name`` and
     ``value`` (and the ``unit``, e.g. ``"seconds"``)."""
     what = f"a finite number of {unit} > 0" if unit else "a finite number > 0"
-    if is_bool(value) or not isinstance(value, numbers.Real):
-        raise error(f"{name}={value!r} must be {what}")
-    if not (value > 0 and math.isfinite(value)):
+    if is_bool(value) or not isinstance(value, numbers.Real) or not (value > 0 and math.isfinite(value)):
         raise error(f"{name}={value!r} must be {what}")
     return float(value)
 

@@ -20,11 +20,11 @@ from collections.abc import Sequence
 from .checks import check_layout
 from .cli import OneLineParser, unrecognized
 from .commands.flags import add_layout_arguments, layout_from_args
-from .config import DistributedConfig
 from .errors import BackendUnavailable, ClusterError, LayoutError
 from .formatting import first_line
 from .runtime.backends import resolve_backend
 from .runtime.torchrun import LaunchedCluster
+from .validation import env_int
 
 PROG = "python -m fastdist_lab.worker"
 
@@ -53,16 +53,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, extras = parser.parse_known_args(argv)
     if extras:
         parser.error(unrecognized(extras, parser))
-    env_world = DistributedConfig.default_world_size()
-    if args.world_size is None:
-        args.world_size = env_world
-    elif "WORLD_SIZE" in os.environ and args.world_size != env_world:
-        return _fail(f"--world-size={args.world_size} but WORLD_SIZE={env_world}")
-    env_local = DistributedConfig.default_local_world_size()
-    if args.local_world_size is None:
-        args.local_world_size = env_local
-    elif "LOCAL_WORLD_SIZE" in os.environ and args.local_world_size != env_local:
-        return _fail(f"--local-world-size={args.local_world_size} but LOCAL_WORLD_SIZE={env_local}")
+    for name, variable in (("world_size", "WORLD_SIZE"), ("local_world_size", "LOCAL_WORLD_SIZE")):
+        from_env = env_int(variable, 1)  # as DistributedConfig's defaults read torchrun's variables
+        if getattr(args, name) is None:
+            setattr(args, name, from_env)
+        elif variable in os.environ and getattr(args, name) != from_env:
+            return _fail(f"--{name.replace('_', '-')}={getattr(args, name)} but {variable}={from_env}")
     if not args.timeout > 0:
         return _fail(f"--timeout={args.timeout} must be > 0")
     try:

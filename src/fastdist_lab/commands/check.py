@@ -7,9 +7,8 @@ ranks that do not fit on the machine as processes; the output says what such a c
 from __future__ import annotations
 
 import argparse
-import sys
 
-from .flags import add_cluster_arguments, add_layout_arguments, cluster_from_args, error_line, layout_from_args
+from .flags import add_cluster_arguments, add_layout_arguments, cluster_from_args, layout_from_args, usage_error
 
 HELP = "verify a layout with real process groups on a local cluster (gloo on CPU, NCCL on GPUs), or simulated"
 
@@ -26,8 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Check the layout; 0 when every group passed, 1 when one failed, 2 for bad input or a cluster failure."""
     if args.timeout is not None and not args.timeout > 0:
-        sys.stderr.write(f"fastdist-lab check: error: --timeout={args.timeout} must be > 0\n")
-        return 2
+        return usage_error(args, f"--timeout={args.timeout} must be > 0")
     layout = layout_from_args(args, experts=True)  # LayoutError -> exit 2 in cli.main
     from ..checks import check_layout
     from ..errors import ClusterError
@@ -36,8 +34,7 @@ def run(args: argparse.Namespace) -> int:
         with cluster_from_args(args, layout, progress=False if args.quiet else None) as cluster:
             result = check_layout(cluster, layout, timeout=args.timeout)
     except ClusterError as error:
-        sys.stderr.write(f"fastdist-lab check: error: {error_line(error)}\n")
-        return 2
+        return usage_error(args, error)
     print(result.to_text(verbose=args.verbose))
     if args.report:
         result.verification.save(args.report)

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..cost import HARDWARE_PRESETS, PRESETS
 from ..errors import CostError
-from .flags import add_layout_arguments, add_training_arguments, error_line, layout_from_args, training_from_args
+from .flags import add_layout_arguments, add_training_arguments, layout_from_args, training_from_args, usage_error
 
 HELP = (
     "estimate what one training step costs on a layout: memory per stage (and whether it fits), bytes per group, "
@@ -47,11 +47,11 @@ def run(args: argparse.Namespace) -> int:
     """Print the estimate; 0 on success, 2 for bad input (one line on stderr)."""
     layout = layout_from_args(args, experts=True)  # LayoutError -> exit 2 in cli.main
     if args.replay and layout.has_experts:
-        sys.stderr.write(
-            "fastdist-lab cost: error: --replay runs the step's collectives on the pool's groups, which has no expert "
-            f"groups yet; leave out --replay or --expert-parallel={layout.expert_parallel}\n"
+        return usage_error(
+            args,
+            "--replay runs the step's collectives on the pool's groups, which has no expert groups yet; leave out "
+            f"--replay or --expert-parallel={layout.expert_parallel}",
         )
-        return 2
     from ..cost import Transformer, estimate
 
     try:
@@ -60,19 +60,15 @@ def run(args: argparse.Namespace) -> int:
         training = training_from_args(args)
         report = estimate(layout, model, training)
     except CostError as error:
-        sys.stderr.write(f"fastdist-lab cost: error: {error}\n")
-        return 2
+        return usage_error(args, str(error))
     if args.scale is not None and not 0 < args.scale <= 1:
-        sys.stderr.write(f"fastdist-lab cost: error: --scale={args.scale} must be in (0, 1]\n")
-        return 2
+        return usage_error(args, f"--scale={args.scale} must be in (0, 1]")
     replayed = None
     if args.replay:
         try:
             replayed = _replay(args, layout, model, training)
         except Exception as error:  # CostError, ClusterError: one line, never a traceback
-            first = error_line(error)
-            sys.stderr.write(f"fastdist-lab cost: error: {first}\n")
-            return 2
+            return usage_error(args, error)
     if args.format == "json":
         document = report.to_dict(args.hardware)
         if replayed is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from ..config import DistributedConfig
@@ -160,14 +161,8 @@ def _factors(args: argparse.Namespace) -> tuple[dict[str, int], dict[str, int]]:
     """World size and parallel factors from the flags, defaults filled in (``layout_defaults``), and the fields left
     at their default with that default."""
     defaults = layout_defaults(args)
-    values, defaulted = {}, {}
-    for name in _DEFAULTED_FLAGS:
-        given = getattr(args, name)
-        if given is None:
-            values[name] = defaulted[name] = defaults[name]
-        else:
-            values[name] = given
-    return values, defaulted
+    defaulted = {name: defaults[name] for name in _DEFAULTED_FLAGS if getattr(args, name) is None}
+    return {name: getattr(args, name) for name in _DEFAULTED_FLAGS} | defaulted, defaulted
 
 
 def _with_defaults_named(error: LayoutError, defaulted: dict[str, int]) -> LayoutError:
@@ -231,6 +226,14 @@ def config_from_args(args: argparse.Namespace, rank: int) -> DistributedConfig:
         )
     except LayoutError as error:
         raise _with_defaults_named(error, defaulted) from None
+
+
+def usage_error(args: argparse.Namespace, problem: str | BaseException) -> int:
+    """Write ``problem`` as the command's one-line error on stderr (``fastdist-lab COMMAND: error: ...``, as
+    ``cli.main`` writes a ``LayoutError``; an exception as its ``error_line``) and return the exit code, 2."""
+    message = problem if isinstance(problem, str) else error_line(problem)
+    sys.stderr.write(f"fastdist-lab {args.command}: error: {message}\n")
+    return 2
 
 
 def error_line(error: BaseException) -> str:

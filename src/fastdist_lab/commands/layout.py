@@ -8,6 +8,7 @@ the framework's own groups are printed and the output says so.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -95,35 +96,29 @@ def _expert_view(layout: Layout | None, rank: int, num_experts: int | None) -> d
     }
 
 
+def _listed(dim: dict[str, Any]) -> dict[str, Any]:
+    """A dim of ``--rank``'s JSON: its members listed up to ``JSON_MEMBERS``, else ``None``."""
+    return {**dim, "members": [int(m) for m in dim["members"]] if dim["size"] <= JSON_MEMBERS else None}
+
+
 def _print_rank(config: DistributedConfig, fmt: str, layout: Layout | None = None, num_experts: int | None = None):
     experts = _expert_view(layout, config.rank, num_experts)
     expert_dims = experts["dims"] if experts is not None else []
     dims = [
-        {
-            "dim": d.name,
-            "size": d.size,
-            "rank": d.rank,
-            "members": [int(m) for m in d.global_ranks] if d.size <= JSON_MEMBERS else None,
-            "global_ranks": repr(d.global_ranks),
-        }
+        {"dim": d.name, "size": d.size, "rank": d.rank, "members": d.global_ranks}
         for d in config.distributed_dims.values()
     ]
     seeds = generator_seeds(config)
     if fmt == "json":
-        doc = {"coordinates": config.coordinates(), "dims": dims, "seeds": seeds}
+        dense = [{**_listed(d), "global_ranks": repr(d["members"])} for d in dims]
+        doc = {"coordinates": config.coordinates(), "dims": dense, "seeds": seeds}
         if experts is not None:
-            listed = [
-                {**d, "members": d["members"].tolist() if d["size"] <= JSON_MEMBERS else None} for d in expert_dims
-            ]
-            doc["experts"] = {**experts, "dims": listed}
+            doc["experts"] = {**experts, "dims": [_listed(d) for d in expert_dims]}
         print(json.dumps(doc, indent=2))
         return
     import pandas as pd
 
-    rows = [
-        {"dim": d.name, "size": d.size, "rank": d.rank, "members": members_text(d.global_ranks)}
-        for d in config.distributed_dims.values()
-    ] + [{**d, "members": members_text(d["members"])} for d in expert_dims]
+    rows = [{**d, "members": members_text(d["members"])} for d in dims + expert_dims]
     frame = pd.DataFrame(rows).set_index("dim")
     if fmt == "csv":
         frame.to_csv(sys.stdout)
@@ -177,11 +172,10 @@ def _load(args: argparse.Namespace) -> Any:
     if not args.from_config.strip():
         raise LayoutError("--from is empty: give a config file, its text or a launch line")
     world, local = args.world_size, args.local_world_size
+    load = functools.partial(load_config, args.from_config, version=args.torchtitan_version)
     try:
         try:
-            return load_config(
-                args.from_config, world_size=world, local_world_size=local, version=args.torchtitan_version
-            )
+            return load(world_size=world, local_world_size=local)
         except WorldSizeNeeded as needed:
             if world is not None or not os.environ.get("WORLD_SIZE", "").strip():
                 message = str(needed).split("; pass")[0]
@@ -189,9 +183,7 @@ def _load(args: argparse.Namespace) -> Any:
             world = _environment_size("WORLD_SIZE")
             if local is None and os.environ.get("LOCAL_WORLD_SIZE", "").strip():
                 local = _environment_size("LOCAL_WORLD_SIZE")
-            return load_config(
-                args.from_config, world_size=world, local_world_size=local, version=args.torchtitan_version
-            )
+            return load(world_size=world, local_world_size=local)
     except (ConventionError, LayoutError) as error:
         raise LayoutError(" ".join(str(error).split())) from None
     except OSError as error:
@@ -240,18 +232,14 @@ def run(args: argparse.Namespace) -> int:
         if args.format == "table":
             print(loaded.description)
             print()
-        if args.rank is not None:
-            _print_rank(layout.config(args.rank), args.format, layout, args.num_experts)
-            return 0
     elif args.rank is not None and args.expert_parallel == 1 and args.expert_tensor_parallel is None:
         _print_rank(config_from_args(args, args.rank), args.format, None, args.num_experts)  # any world size
         return 0
-    elif args.rank is not None:  # experts: the whole-world Layout holds the expert groups
+    else:  # with --rank and experts: the whole-world Layout holds the expert groups
         layout = layout_from_args(args, experts=True)
+    if args.rank is not None:
         _print_rank(layout.config(args.rank), args.format, layout, args.num_experts)
         return 0
-    else:
-        layout = layout_from_args(args, experts=True)
     if layout.world_size > SUMMARY_LIMIT and not args.all_rows:
         _summary(layout, args.format)
         return 0
@@ -271,8 +259,7 @@ def run(args: argparse.Namespace) -> int:
             if groups.shape[1] <= CSV_MEMBERS:
                 text = np.array([" ".join(map(str, row)) for row in groups.tolist()], dtype=object)
             else:  # one line per rank must stay a line: name the group instead of listing its members
-                size = groups.shape[1]
-                text = np.array([f"group {i} of {size} ranks" for i in range(groups.shape[0])], dtype=object)
+                text = np.array([f"group {i} of {groups.shape[1]} ranks" for i in range(len(groups))], dtype=object)
             frame[f"{name}_group"] = text[layout.group_index(name)]
         frame.to_csv(sys.stdout)
     else:

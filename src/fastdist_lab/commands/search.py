@@ -11,14 +11,13 @@ import textwrap
 from ..cost import DEFAULT_ENGINE, ENGINES, HARDWARE_PRESETS, LIMITS, PRESETS, RANKED_ROWS, RECOMPUTE, SCHEDULES
 from ..cost.hardware import DEFAULT_HARDWARE
 from ..errors import CostError
+from .flags import usage_error
 
 HELP = (
     "rank every layout and training set-up of a model on some GPUs (tensor, pipeline, virtual stages, "
     "sequence-data, data, micro-batch, recompute, sequence tensor parallel, ZeRO, schedule, rank order) that fits "
     "the GPU's memory, by predicted step time; exits 1 when none fits"
 )
-
-_BOTH = "; default: both are tried"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,17 +63,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=argparse.SUPPRESS,
         help="activation recompute (default: none and full; selective only without flash attention)",
     )
-    limits.add_argument("--sequence-tensor-parallel", choices=("on", "off"), nargs="?", const="on",
-                        default=argparse.SUPPRESS, help=f"sequence parallel in the tensor group on (the flag alone) "
-                        f"or off{_BOTH}")  # fmt: skip
-    limits.add_argument(
-        "--pipeline-first",
-        choices=("on", "off"),
-        nargs="?",
-        const="on",
-        default=argparse.SUPPRESS,
-        help=f"pipeline ranks vary before data ranks (the flag alone), or data first (off){_BOTH}",
-    )
+    on_off = {"choices": ("on", "off"), "nargs": "?", "const": "on", "default": argparse.SUPPRESS}
+    for flag, what in (
+        ("--sequence-tensor-parallel", "sequence parallel in the tensor group on (the flag alone) or off"),
+        ("--pipeline-first", "pipeline ranks vary before data ranks (the flag alone), or data first (off)"),
+    ):
+        limits.add_argument(flag, **on_off, help=f"{what}; default: both are tried")
     limits.add_argument("--engine", default=argparse.SUPPRESS, metavar="NAME",
                         help=f"training engine: {', '.join(ENGINES)} (default: {DEFAULT_ENGINE})")  # fmt: skip
     limits.add_argument("--expert-load-imbalance", type=float, default=argparse.SUPPRESS, metavar="X",
@@ -86,19 +80,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="where the batch does not divide over the data ranks, run the largest that does",
     )
     kernels = parser.add_argument_group("kernels and overlap (fixed for every set-up)")
-    for flag, name, what in (
-        ("--no-flash-attention", "flash_attention", "attention keeps its scores (no fused kernel)"),
-        ("--no-overlap-data-parallel", "overlap_data_parallel", "gradients reduced after the last backward"),
-        ("--no-overlap-pipeline-parallel", "overlap_pipeline_parallel", "blocking sends between stages"),
+    for flag, action, what in (
+        ("--no-flash-attention", "store_false", "attention keeps its scores (no fused kernel)"),
+        ("--no-overlap-data-parallel", "store_false", "gradients reduced after the last backward"),
+        ("--no-overlap-pipeline-parallel", "store_false", "blocking sends between stages"),
+        ("--overlap-tensor-parallel", "store_true", "tensor-parallel collectives overlap their GEMMs"),
     ):
-        kernels.add_argument(flag, dest=name, action="store_false", default=argparse.SUPPRESS, help=what)
-    kernels.add_argument(
-        "--overlap-tensor-parallel",
-        dest="overlap_tensor_parallel",
-        action="store_true",
-        default=argparse.SUPPRESS,
-        help="tensor-parallel collectives overlap their GEMMs",
-    )
+        name = flag.removeprefix("--no-").removeprefix("--").replace("-", "_")  # the Training field it sets
+        kernels.add_argument(flag, dest=name, action=action, default=argparse.SUPPRESS, help=what)
     output = parser.add_argument_group("output")
     output.add_argument("--top", type=int, default=RANKED_ROWS, help="rows to show (default: %(default)s)")
     output.add_argument("--format", choices=("table", "json", "csv"), default="table",
@@ -137,8 +126,7 @@ def run(args: argparse.Namespace) -> int:
         )
     except CostError as error:
         finish(progress)
-        sys.stderr.write(f"fastdist-lab search: error: {error}\n")
-        return 2
+        return usage_error(args, str(error))
     if args.format == "json":
         document = {
             "model": args.model,

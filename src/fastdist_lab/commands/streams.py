@@ -16,7 +16,7 @@ from ..config import DEFAULT_SEED_SHIFTS, PhaseType
 from ..errors import LayoutError
 from ..formatting import TEXT_WIDTH, plural, wrap_lines
 from ..seeds import check_step, step_note
-from .flags import add_cluster_arguments, add_layout_arguments, cluster_from_args, error_line, layout_from_args
+from .flags import add_cluster_arguments, add_layout_arguments, cluster_from_args, layout_from_args, usage_error
 
 HELP = "show which ranks share each generator stream and check the seeds (--real: draw them on workers too)"
 
@@ -74,14 +74,6 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-def _real(layout: Any, args: argparse.Namespace) -> Any:
-    from ..checks import draw_streams
-
-    with cluster_from_args(args, layout) as cluster:
-        cluster.apply(layout)
-        return draw_streams(cluster, args.step, args.phase, args.draws)
-
-
 def run(args: argparse.Namespace) -> int:
     """Predict (and with ``--real`` draw) the streams, print sharing and checks.
 
@@ -104,13 +96,15 @@ def _run(args: argparse.Namespace) -> int:
         raise LayoutError(f"--draws {args.draws} must be >= 1")
     real = None
     if args.real:
+        from ..checks import draw_streams
         from ..errors import ClusterError
 
         try:
-            real = _real(layout, args)
+            with cluster_from_args(args, layout) as cluster:
+                cluster.apply(layout)
+                real = draw_streams(cluster, args.step, args.phase, args.draws)
         except ClusterError as error:
-            sys.stderr.write(f"fastdist-lab streams: error: {error_line(error)}\n")
-            return 2
+            return usage_error(args, error)
     device = real.devices[real.generator_index("pp")] if real is not None else "cpu"
     predicted = predict(layout, args.step, args.phase, args.draws, device=device)
     report = real if real is not None else predicted
@@ -142,8 +136,7 @@ def _run(args: argparse.Namespace) -> int:
     print()
     print("checks:")
     for row in checks.itertuples(index=False):
-        note = row.check.startswith("note:")
-        label = "note" if note else ("ok" if row.ok else "FAIL")
+        label = "note" if row.check.startswith("note:") else ("ok" if row.ok else "FAIL")
         name = row.check.removeprefix("note:").strip()
         print("\n".join(wrap_lines(f"  {label:<4}  {name}: {row.detail}", indent=" " * 8)))
     if diff is not None:

@@ -20,9 +20,9 @@ from .flags import (
     add_layout_arguments,
     add_training_arguments,
     cluster_from_args,
-    error_line,
     layout_from_args,
     training_from_args,
+    usage_error,
 )
 
 ENGINE_NOTE = (
@@ -57,21 +57,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no start-up progress on stderr")
 
 
-def _bad(message: str) -> int:
-    sys.stderr.write(f"fastdist-lab train-step: error: {message}\n")
-    return 2
-
-
 def run(args: argparse.Namespace) -> int:
     """Run the step and compare; 0 when everything agrees, 1 when not, 2 for bad input or a cluster failure."""
     if args.timeout is not None and not args.timeout > 0:
-        return _bad(f"--timeout={args.timeout} must be > 0")
+        return usage_error(args, f"--timeout={args.timeout} must be > 0")
     if args.simulate == "fake":
-        return _bad("--simulate fake runs no collective, so no training step; use --simulate threads")
+        return usage_error(args, "--simulate fake runs no collective, so no training step; use --simulate threads")
     if args.rows < 0:
-        return _bad(f"--rows={args.rows} must be >= 0")
+        return usage_error(args, f"--rows={args.rows} must be >= 0")
     if not args.tolerance > 0:
-        return _bad(f"--tolerance={args.tolerance} must be > 0")
+        return usage_error(args, f"--tolerance={args.tolerance} must be > 0")
     layout = layout_from_args(args, experts=True)  # LayoutError -> exit 2 in cli.main
     from ..checks import TinyGPT, check_training
     from ..checks.train_step import training_settings
@@ -81,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         training = training_from_args(args)
     except CostError as error:
-        return _bad(str(error))
+        return usage_error(args, str(error))
     experts = max(4, 2 * layout.expert_parallel) if args.num_experts is None else args.num_experts
     base = TinyGPT(layers=args.layers, num_experts=experts if layout.has_experts else 0)
     model, _, _ = training_settings(layout, training, base, args.dropout)  # before any rank
@@ -93,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
                 sys.stderr.write(f"one training step on {layout.world_size} ranks and in this process...\n")
             result = check_training(cluster, layout, **options)
     except ClusterError as error:
-        return _bad(error_line(error))
+        return usage_error(args, error)
     if training.engine != DEFAULT_ENGINE:
         print(ENGINE_NOTE.format(engine=training.engine))
     print(result.summary(rows=args.rows))

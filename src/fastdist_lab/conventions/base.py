@@ -8,6 +8,7 @@ things. Pure numpy, no torch.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import combinations
 
@@ -20,6 +21,9 @@ from ..validation import check_int
 
 MAX_CONVENTION_WORLD_SIZE = 2**24
 """The largest world a convention materialises (as ``Layout`` does)."""
+
+
+_IDENTITY = operator.attrgetter("axes", "sizes", "aliases")
 
 
 class Convention:
@@ -154,12 +158,7 @@ class Convention:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Convention):
             return NotImplemented
-        return (type(self), self.axes, self.sizes, self.aliases) == (
-            type(other),
-            other.axes,
-            other.sizes,
-            other.aliases,
-        )
+        return type(self) is type(other) and _IDENTITY(self) == _IDENTITY(other)
 
     def __hash__(self) -> int:
         return hash((type(self).__name__, self.axes, self.sizes))
@@ -187,9 +186,8 @@ def normalise_mapping(
         a = tuple(sorted(left.expand(_as_names(key)), key=left.axes.index))
         b = tuple(sorted(right.expand(_as_names(value)), key=right.axes.index))
         entries.append((a, b))
-    used_a = [x for a, _ in entries for x in a]
-    used_b = [x for _, b in entries for x in b]
-    for used, conv in ((used_a, left), (used_b, right)):
+    for side, conv in enumerate((left, right)):
+        used = [axis for entry in entries for axis in entry[side]]
         if len(set(used)) != len(used):
             raise ConventionError(f"the mapping uses an axis of {conv.name} twice: {used}")
     if not entries:
@@ -199,14 +197,11 @@ def normalise_mapping(
 
 def default_mapping(left: Convention, right: Convention) -> dict[str, str | tuple[str, ...]]:
     """The mapping used when none is given: the pair's known one, else the axis names both share."""
-    known = getattr(right, "default_mapping_from", None)
-    if known is not None:
-        found = known(left)
-        if found is not None:
-            return found
-    known = getattr(left, "default_mapping_to", None)
-    if known is not None:
-        found = known(right)
+    for known, other in (
+        (getattr(right, "default_mapping_from", None), left),
+        (getattr(left, "default_mapping_to", None), right),
+    ):
+        found = None if known is None else known(other)
         if found is not None:
             return found
     shared = [a for a in left.axes if a in right.axes]

@@ -3,10 +3,9 @@
 ``init_device_mesh(device, shape, mesh_dim_names=names)`` numbers ranks like ``torch.arange(n).view(shape)``:
 the LAST mesh dim varies fastest. The group of a dim holds the ranks that differ only along it; a flattened
 group (``mesh[("a", "b")]._flatten()``) runs over the named dims row-major (last named fastest). Presets:
-picotron's process-group grid
-``(dp, pp, cp, tp)`` and DeepSpeed's ``PipeModelDataParallelTopology`` axes ``(pipe, data, model)``
-(a row-major cartesian product, last axis fastest). torchtitan's meshes, which change with its vintage, are in
-``torchtitan_dims``.
+picotron's process-group grid ``(dp, pp, cp, tp)`` and DeepSpeed's ``PipeModelDataParallelTopology`` axes
+``(pipe, data, model)`` (a row-major cartesian product, last axis fastest). torchtitan's meshes, which change with
+its vintage, are in ``torchtitan_dims``.
 """
 
 from __future__ import annotations

@@ -66,10 +66,7 @@ class Equivalence:
     @property
     def difference(self) -> GroupDifference | None:
         """The first differing group, or ``None``."""
-        for result in self.results:
-            if result.difference is not None:
-                return result.difference
-        return None
+        return next((result.difference for result in self.results if result.difference is not None), None)
 
     def to_frame(self) -> pd.DataFrame:
         """One row per checked set of axes: both specs, same or not, how many ranks differ, first difference."""
@@ -173,14 +170,8 @@ def equivalent(
     right = as_convention(convention)
     entries = normalise_mapping(left, right, mapping)
     if left.world_size != right.world_size:
-        return Equivalence(
-            False,
-            left.name,
-            right.name,
-            entries,
-            (),
-            f"world sizes differ: {left.world_size} vs {right.world_size}",
-        )
+        reason = f"world sizes differ: {left.world_size} vs {right.world_size}"
+        return Equivalence(False, left.name, right.name, entries, (), reason)
     results = []
     for subset in axis_subsets(entries):
         la = tuple(x for i in subset for x in entries[i][0])

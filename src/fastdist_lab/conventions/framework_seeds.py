@@ -267,12 +267,9 @@ def sharing_table(
     for stream, meaning in STREAMS.items():
         ids = stream_ids(frame[stream], device)
         counts = np.bincount(ids)
-        row: dict[str, Any] = {"stream": stream, "distinct": int(counts.size)}
-        row["ranks_per_stream"] = (
-            str(int(counts[0])) if (counts == counts[0]).all() else f"{counts.min()}..{counts.max()}"
-        )
-        for axis in AXES:
-            row[axis] = _along(ids, layout.groups(axis))
+        spread = str(int(counts[0])) if (counts == counts[0]).all() else f"{counts.min()}..{counts.max()}"
+        row: dict[str, Any] = {"stream": stream, "distinct": int(counts.size), "ranks_per_stream": spread}
+        row.update({axis: _along(ids, layout.groups(axis)) for axis in AXES})
         row["what"] = meaning
         rows.append(row)
     return pd.DataFrame(rows).set_index("stream")

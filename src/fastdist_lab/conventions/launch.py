@@ -23,9 +23,7 @@ from ..validation import check_int
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _ARRAY_START = re.compile(rf"^(?:export\s+)?({_NAME})(\+?)=\((.*)$", re.S)
-_CONTROL = frozenset(
-    {"if", "then", "fi", "else", "elif", "for", "do", "done", "while", "case", "esac", "set", "{", "}"}
-)
+_CONTROL = frozenset("if then fi else elif for do done while case esac set { }".split())
 
 
 @dataclass
@@ -91,10 +89,7 @@ def shell_commands(text: str) -> list[Command]:
             word_lines.pop(0)
             env[key] = value
         if words and words[0] == "export":
-            words.pop(0)
-            for word in words:
-                key, _, value = word.partition("=")
-                scalars[key] = value
+            scalars.update(word.partition("=")[::2] for word in words[1:])  # NAME=value: (NAME, value)
             continue
         if not words:
             scalars.update(env)
@@ -321,13 +316,8 @@ def launch_parts(command: Command) -> Launch:
 
 
 def _launch(launcher: str, options: dict, program: str, located: list[tuple[str, int]]) -> Launch:
-    return Launch(
-        program,
-        [word for word, _ in located],
-        launcher=launcher,
-        argument_lines=[line for _, line in located],
-        options=options,
-    )
+    words, lines = [word for word, _ in located], [line for _, line in located]
+    return Launch(program, words, launcher=launcher, argument_lines=lines, options=options)
 
 
 def split_launch(command: Command) -> Launch:

@@ -92,10 +92,11 @@ def detect_framework(text: str, name: str = "the text") -> str:
         raise ConventionError(_python_refused(name))
     if _TOML_TABLE.search(text):
         return "torchtitan"
-    mapping = _yaml_mapping(text)
+    parses, data = _yaml_load(text)
+    mapping = data if isinstance(data, Mapping) else None
     if mapping is not None and set(map(str, mapping)) & _FASTLLM_KEYS:
         return "fastllm"
-    if mapping is None and _YAML_KEY.match(text) and not _parses_as_yaml(text):
+    if mapping is None and _YAML_KEY.match(text) and not parses:
         return "fastllm"  # a mapping that YAML cannot read: Fast-LLM's reader names the line at fault
     try:
         commands = shell_commands(text)
@@ -147,25 +148,14 @@ def _is_python(text: str) -> bool:
 _YAML_KEY = re.compile(r"^(\s*(#.*)?\n)*\s*(model|distributed|" + "|".join(FASTLLM_FIELDS) + r")\s*:(\s|$)")
 
 
-def _parses_as_yaml(text: str) -> bool:
+def _yaml_load(text: str) -> tuple[bool, Any]:
+    """Whether ``text`` parses as YAML, and what it parses to (``None`` when it does not)."""
     import yaml
 
     try:
-        yaml.safe_load(text)
+        return True, yaml.safe_load(text)
     except yaml.YAMLError:
-        return False
-    return True
-
-
-def _yaml_mapping(text: str) -> Mapping[str, Any] | None:
-    """``text`` parsed as YAML when that gives a mapping, else None."""
-    import yaml
-
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return None
-    return data if isinstance(data, Mapping) else None
+        return False, None
 
 
 def _program(command: Any) -> str:
@@ -261,8 +251,7 @@ def _answer(
 ) -> LoadedConfig:
     lines = [head, *(f"  {note}" for note in notes)]
     if layout is not None:
-        lines.append(f"Layout: {layout!r}")
-        lines.append(f"  {why}")
+        lines += [f"Layout: {layout!r}", f"  {why}"]
         return LoadedConfig(framework, name, layout, convention, "\n".join(lines))
     lines.append(f"No Layout reproduces it: {why.removeprefix('no Layout: ')}")
     return LoadedConfig(framework, name, None, convention, "\n".join(lines), why.removeprefix("no Layout: "))

@@ -101,11 +101,7 @@ class Megatron(Convention):
 
     def __init__(self, tp: int = 1, pp: int = 1, dp: int = 1, cp: int = 1, ep: int = 1, order: str = DEFAULT_ORDER):
         sizes = {
-            "tp": check_size("tp", tp),
-            "pp": check_size("pp", pp),
-            "dp": check_size("dp", dp),
-            "ep": check_size("ep", ep),
-            "cp": check_size("cp", cp),
+            name: check_size(name, size) for name, size in zip(("tp", "pp", "dp", "ep", "cp"), (tp, pp, dp, ep, cp))
         }
         if sizes["ep"] > 1 and sizes["cp"] > 1:
             raise ConventionError(
@@ -114,7 +110,7 @@ class Megatron(Convention):
             )
         if not isinstance(order, str):
             raise ConventionError(f"order={order!r} must be a string such as 'tp-cp-ep-dp-pp'")
-        tokens = [t for t in order.lower().split("-")]  # Megatron lower-cases the order string too
+        tokens = order.lower().split("-")  # Megatron lower-cases the order string too
         bad = [t for t in tokens if t not in MEGATRON_TOKENS]
         if bad:
             raise ConventionError(f"order={order!r}: unknown token(s) {bad}; use {'-'.join(MEGATRON_TOKENS)}")
@@ -198,14 +194,7 @@ def megatron_dim_table(layout: Any, megatron: Megatron | None = None) -> pd.Data
     rows = []
     for dim, token in LAYOUT_DIM_TOKENS.items():
         result = compare_groups(ours, DIM_AXES[dim], theirs, token.split("-"))
-        rows.append(
-            {
-                "dim": dim,
-                "megatron_token": token,
-                "megatron_group": token_names.get(token, ""),
-                "group_size": ours.groups(dim).shape[1],
-                "same": result.same,
-                "first_difference": "" if result.difference is None else result.difference.describe(),
-            }
-        )
-    return pd.DataFrame(rows).set_index("dim")
+        difference = "" if result.difference is None else result.difference.describe()
+        rows.append((dim, token, token_names.get(token, ""), ours.groups(dim).shape[1], result.same, difference))
+    columns = ["dim", "megatron_token", "megatron_group", "group_size", "same", "first_difference"]
+    return pd.DataFrame(rows, columns=columns).set_index("dim")

@@ -141,10 +141,9 @@ def state_arguments(
         return max(found) if found else line
 
     if values.get("model_parallel_size") is not None:
-        line = at("model_parallel_size")
         raise ConventionError(
-            f"line {line}: --model-parallel-size is no longer valid, use --tensor-model-parallel-size instead "
-            "(Megatron-LM refuses it)"
+            f"line {at('model_parallel_size')}: --model-parallel-size is no longer valid, use "
+            "--tensor-model-parallel-size instead (Megatron-LM refuses it)"
         )
     kwargs: dict[str, Any] = {
         key: values[key]
@@ -160,14 +159,9 @@ def state_arguments(
         if key in values
     }
     tp = values.get("tensor_model_parallel_size", 1)
-    for shards, size, flag in (
-        ("tensor_parallel_num_weight_shards", tp, "--tensor-parallel-num-weight-shards"),
-        (
-            "expert_tensor_parallel_num_weight_shards",
-            values.get("expert_tensor_parallel_size") or tp,
-            "--expert-tensor-parallel-num-weight-shards",
-        ),
-    ):
+    etp = values.get("expert_tensor_parallel_size") or tp
+    for shards, size in (("tensor_parallel_num_weight_shards", tp), ("expert_tensor_parallel_num_weight_shards", etp)):
+        flag = "--" + shards.replace("_", "-")
         if values.get(shards) is not None and values[shards] != size:
             raise ConventionError(
                 f"line {at(shards)}: {flag} {values[shards]} asks for generalized tensor parallelism (a weight-remat "

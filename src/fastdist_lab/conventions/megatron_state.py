@@ -91,9 +91,8 @@ class MegatronParallelState(Megatron):
         if not isinstance(order, str):
             raise ConventionError(f"order={order!r} must be a string such as 'tp-cp-ep-dp-pp'")
         if world % (tp * pp * cp):
-            model = tp * pp * cp
             raise _refuse(
-                f"world_size ({world}) is not divisible by {model} (tensor {tp} x pipeline {pp} x context {cp})"
+                f"world_size ({world}) is not divisible by {tp * pp * cp} (tensor {tp} x pipeline {pp} x context {cp})"
             )
         dp = world // (tp * pp * cp)
         if virtual_pipeline_model_parallel_size is not None:
@@ -254,8 +253,8 @@ class MegatronParallelState(Megatron):
             )
         except ValueError as error:
             return None, f"no Layout: {error}"
-        if not equivalent(layout, self):
-            return None, f"no Layout: {equivalent(layout, self).reason}"
+        if not (result := equivalent(layout, self)):
+            return None, f"no Layout: {result.reason}"
         notes = ["the decoder groups are this Layout's (cp = sequence-data, dp = batch-data)"]
         mismatch = expert_mismatch(layout, self)
         if mismatch:

@@ -55,22 +55,20 @@ class StreamCells:
         self.source = source
         self.origins = None if origins is None else np.asarray(origins, dtype=object)
         world, count = layout.world_size, len(self.generators)
+        cells = f"{world} ranks x {count} generators"
         if self.seeds.shape != (world, count) or len(self.devices) != count:
-            raise ValueError(
-                f"seeds of shape {self.seeds.shape} and {len(self.devices)} devices do not fit "
-                f"{world} ranks x {count} generators"
-            )
+            raise ValueError(f"seeds of shape {self.seeds.shape} and {len(self.devices)} devices do not fit {cells}")
         if self.origins is not None and self.origins.shape != self.seeds.shape:
-            raise ValueError(f"origins of shape {self.origins.shape} do not fit {world} ranks x {count} generators")
+            raise ValueError(f"origins of shape {self.origins.shape} do not fit {cells}")
         if self.values.ndim != 3 or self.values.shape[:2] != (world, count):
-            raise ValueError(f"values of shape {self.values.shape} do not fit {world} ranks x {count} generators")
+            raise ValueError(f"values of shape {self.values.shape} do not fit {cells}")
         if numbering is None:
             names = sorted(set(self.devices))
             codes = np.array([names.index(d) for d in self.devices], dtype=np.int64)
             numbering = number_streams(stream_keys(self.seeds, self.devices), np.broadcast_to(codes, self.seeds.shape))
         ids, first, counts = numbering
         if ids.shape != self.seeds.shape:
-            raise ValueError(f"stream ids of shape {ids.shape} do not fit {world} ranks x {count} generators")
+            raise ValueError(f"stream ids of shape {ids.shape} do not fit {cells}")
         self.stream_ids: np.ndarray = ids
         """The stream id of every (rank, generator) cell, numbered by first appearance (rank-major)."""
         self.stream_first: np.ndarray = first
@@ -244,12 +242,11 @@ def check_init_generators(report: StreamCells) -> Row:
                     f"reproducible_init=True but {generator} differs across data/pipeline ranks: rank {first} has "
                     f"{_cell(report, first, generator)}, rank {other} has {_cell(report, other, generator)}",
                 )
-        shared = "tp_init is also one stream on every rank (the seed ignores tensor_rank then)"
         return _row(
             name,
             True,
             "reproducible_init=True: default_cpu, pp_init and tp_init are shared across data and pipeline ranks; "
-            + shared,
+            "tp_init is also one stream on every rank (the seed ignores tensor_rank then)",
         )
     for dim in ("data", "pipeline"):
         if layout.groups(dim).shape[1] > 1:

@@ -26,9 +26,7 @@ class StreamReport(StreamCells):
         ids = self.stream_ids[:, self.generator_index(generator)]
         order = np.argsort(ids, kind="stable")
         cuts = np.flatnonzero(np.diff(ids[order])) + 1
-        groups = [tuple(part.tolist()) for part in np.split(order, cuts)] if order.size else []
-        groups.sort()
-        return groups
+        return sorted(tuple(part.tolist()) for part in np.split(order, cuts)) if order.size else []
 
     # ------------------------------------------------------------------ tables
     def to_frame(self) -> pd.DataFrame:
@@ -83,18 +81,13 @@ class StreamReport(StreamCells):
             return False
         return not any(part.any() for part in self._mismatch(other).values())
 
-    def _suffixes(self, other: StreamReport) -> tuple[str, str]:
-        if self.source != other.source:
-            return self.source, other.source
-        return "self", "other"
-
     def compare(self, other: StreamReport) -> pd.DataFrame:
         """Every (rank, generator) side by side with ``other``: device, seed and draws of both, ``ok``, ``differs``."""
         import pandas as pd
 
         mismatch = self._mismatch(other)
         world, count = self.seeds.shape
-        a, b = self._suffixes(other)
+        a, b = (self.source, other.source) if self.source != other.source else ("self", "other")
         differs = np.full(self.seeds.shape, "", dtype=object)
         for name in ("draws", "seed", "device"):
             part = mismatch[name]
