@@ -151,7 +151,7 @@ class ClusterPanel(Panel):
             self.show_grid = False
         self.follow(layout=layout)
         self.observe(self._on_verification, names="last_verification")
-        self.observe(self._on_state, names=["layout", "cluster"])
+        self.observe(lambda _: self._refresh(), names=["layout", "cluster"])
         self.mode.observe(lambda change: None if self._busy else self._refresh(), names="value")
         self._refresh()
 
@@ -182,9 +182,6 @@ class ClusterPanel(Panel):
     def message(self) -> str:
         """The status line as plain text."""
         return html.unescape(re.sub(r"<[^>]+>", "", self.status.value))
-
-    def _on_state(self, change: dict) -> None:
-        self._refresh()
 
     def _refresh(self) -> None:
         layout, running = self.layout, self.running

@@ -173,9 +173,9 @@ class LayoutPanel(Panel):
         self._drawn: tuple[Any, ...] | None = None
         self._redraw = Debouncer(self._render, debounce)
         for name in _CONTROLS:
-            getattr(self, name).observe(self._on_layout_control, names="value")
+            getattr(self, name).observe(lambda _: None if self._busy else self._update(), names="value")
         for control in (self.dim, self.rank):
-            control.observe(self._on_view_control, names="value")
+            control.observe(lambda _: None if self._busy else self._redraw.schedule(), names="value")
         self._update()
         self._redraw.flush()
 
@@ -319,14 +319,6 @@ class LayoutPanel(Panel):
         return self._verified[1] if self._verified is not None and self._verified[0] == self.layout else None
 
     # ----------------------------------------------------------------- reactions
-    def _on_layout_control(self, change: dict) -> None:
-        if not self._busy:
-            self._update()
-
-    def _on_view_control(self, change: dict) -> None:
-        if not self._busy:
-            self._redraw.schedule()
-
     def _offer_options(self) -> None:
         world = self.world_size.value
         local = self.local_world_size.value
