@@ -35,9 +35,7 @@ def schedule_times(source: StepTime | PipelineSchedule) -> dict[str, Any]:
     elif isinstance(source, PipelineSchedule):
         table = source
         graph = table_graph(table.kind, table.pipeline_parallel, table.num_microbatches, table.virtual_pipeline_stages)
-        durations = np.zeros((1, table.num_stages, len(ACTION_KINDS)))
-        for i, kind in enumerate(ACTION_KINDS):
-            durations[..., i] = UNIT_SECONDS[kind]
+        durations = np.tile([UNIT_SECONDS[kind] for kind in ACTION_KINDS], (1, table.num_stages, 1))
         timeline = run(graph, durations, np.zeros((1, table.pipeline_parallel)))
         start, end, unit = timeline.start[0], timeline.end[0], "time (forward = 1)"
     else:
