@@ -241,18 +241,10 @@ class AdvisorPanel(Panel):
         training and hardware into ``cost_panel`` (a ``CostPanel``: one estimate for both changes) and its training
         into ``cluster_panel``'s *Train step* (a ``ClusterPanel``), which *Train this row* then runs
         (``ClusterPanel.train_row``)."""
-        if cluster_panel is not None:
-
-            def offer(change: dict) -> None:
-                if change["new"] is not None:
-                    cluster_panel.train.load(change["new"].training)
-
-            def train(change: dict) -> None:
-                if change["new"] is not None:
-                    cluster_panel.train_row(change["new"].training)
-
-            self.observe(offer, names="choice")
-            self.observe(train, names="to_train")
+        if cluster_panel is not None:  # a choice is offered to Train step; a row to train is trained
+            for trait, act in (("choice", cluster_panel.train.load), ("to_train", cluster_panel.train_row)):
+                self.observe(lambda change, act=act: None if change["new"] is None else act(change["new"].training),
+                             names=trait)  # fmt: skip
 
         def load(change: dict) -> None:
             choice: Choice | None = change["new"]

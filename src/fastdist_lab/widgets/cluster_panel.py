@@ -21,7 +21,7 @@ from ..viz import grid_picture, verdict_marks
 from .grid_view import GridView
 from .layout_panel import LayoutPanel
 from .panel_parts import TABLE_STYLE, Panel, error_html, frame_table, short_error
-from .rank_card import CARD_HINT, hover_text, rank_card_html, rank_verdicts
+from .rank_card import card_html, hover_text
 from .train_view import TrainStepView
 
 if TYPE_CHECKING:
@@ -397,11 +397,7 @@ class ClusterPanel(Panel):
         picture = grid_picture(layout, self.grid_dim, self._highlight, ranks=self._zoom, marks=self._marks)
         self.view.show(picture)
         self.view.set_world(layout, self._zoom)
-        if self._highlight is None:
-            self.view.card.value = CARD_HINT
-        else:
-            failures, checked = rank_verdicts(verification, self._highlight)
-            self.view.card.value = rank_card_html(layout, self._highlight, self.grid_dim, failures, checked=checked)
+        self.view.card.value = card_html(layout, self._highlight, self.grid_dim, verification)
         self.view.widget.layout.display = "flex"
 
     def _select(self, rank: int | None) -> None:

@@ -23,7 +23,7 @@ from ..viz.layout_picture import check_ranks
 from .config_box import ConfigBox, ConfigLoad
 from .grid_view import GridView
 from .panel_parts import TABLE_STYLE, Debouncer, FactorDropdown, Panel, error_html, html_table, number_box
-from .rank_card import CARD_HINT, hover_text, rank_card_html, rank_verdicts
+from .rank_card import card_html, hover_text
 
 MAX_WORLD_SIZE = 65536
 """The largest world the panel accepts."""
@@ -384,11 +384,7 @@ class LayoutPanel(Panel):
         self.view.show(picture)
         self.view.set_world(layout, self._zoom)
         self.geometry = picture.geometry
-        if highlight is None:
-            self.card.value = CARD_HINT
-        else:
-            failures, checked = rank_verdicts(verification, highlight) if verification is not None else (None, None)
-            self.card.value = rank_card_html(layout, highlight, dim, failures, checked=checked)
+        self.card.value = card_html(layout, highlight, dim, verification)
         if self._drawn is None or self._drawn[0] != layout:
             self.ranks_table.value = ranks_html(layout)
             self.topology_table.value = topology_html(layout)
