@@ -109,8 +109,7 @@ class AdvisorPanel(Panel):
         self.gpus_per_node = number_box(gpus_per_node, "per node", "130px", "fdl-advisor-gpus-per-node", min=1,
                                         max=1024)  # fmt: skip
         self.hardware = widgets.Dropdown(options=list(HARDWARE_PRESETS), value=hardware, description="hardware",
-                                         style=style)  # fmt: skip
-        self.hardware.add_class("fdl-advisor-hardware")
+                                         style=style).add_class("fdl-advisor-hardware")  # fmt: skip
         self.engine = widgets.Dropdown(options=list(ENGINES), value=engine, description="engine", style=style,
                                        tooltip="cost.Training.engine: the engine every row is priced for")  # fmt: skip
         self.engine.add_class("fdl-advisor-engine")

@@ -146,16 +146,10 @@ class LayoutPanel(Panel):
         self.ranks_table = widgets.HTML().add_class("fdl-ranks-table")
         self.groups_table = widgets.HTML().add_class("fdl-groups")
         self.topology_table = widgets.HTML().add_class("fdl-topology")
-        scroll = {"max_height": "520px", "overflow": "auto"}
-        self.tabs = widgets.Tab(
-            children=[
-                self.view.widget,
-                widgets.Box([self.ranks_table], layout=widgets.Layout(**scroll)),
-                widgets.Box([self.groups_table], layout=widgets.Layout(**scroll)),
-                self.topology_table,
-            ],
-            titles=("Grid", "Ranks table", "Groups", "Topology"),
-        )
+        scrolled = [widgets.Box([table], layout=widgets.Layout(max_height="520px", overflow="auto"))
+                    for table in (self.ranks_table, self.groups_table)]  # fmt: skip
+        self.tabs = widgets.Tab(children=[self.view.widget, *scrolled, self.topology_table],
+                                titles=("Grid", "Ranks table", "Groups", "Topology"))  # fmt: skip
         factors = [self.world_size, self.local_world_size, self.tensor_parallel, self.pipeline_parallel,
                    self.sequence_data_parallel, self.expert_parallel, self.expert_tensor_parallel, self.pipeline_first]
         factors = widgets.HBox(factors, layout=widgets.Layout(flex_flow="row wrap", align_items="center"))
