@@ -266,7 +266,8 @@ class AdvisorPanel(Panel):
     def _start(self) -> None:
         self._generation += 1
         job = (self._generation, self.inputs())
-        self._show_start()
+        self.searching = True
+        self.status.value = "searching ..."
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -327,10 +328,6 @@ class AdvisorPanel(Panel):
         except Exception as error:  # shown in the panel, never as a traceback
             return None, error, time.monotonic() - started
         return result, None, time.monotonic() - started
-
-    def _show_start(self) -> None:
-        self.searching = True
-        self.status.value = html.escape("searching ...")
 
     def _show_progress(self, generation: int, done: int, total: int) -> None:
         if generation != self._generation:

@@ -170,12 +170,8 @@ class ClusterPanel(Panel):
             self.status.value = html.escape(text)
             return
         head, _, rest = text.partition("\n")
-        more = ""
-        if rest.strip():
-            more = (
-                "<details><summary>details</summary>"
-                f"<pre style='font-size:11px;max-height:300px;overflow:auto'>{html.escape(rest)}</pre></details>"
-            )
+        pre = f"<pre style='font-size:11px;max-height:300px;overflow:auto'>{html.escape(rest)}</pre>"
+        more = f"<details><summary>details</summary>{pre}</details>" if rest.strip() else ""
         self.status.value = error_html(head) + more
 
     @property
