@@ -380,8 +380,7 @@ class ClusterPanel(Panel):
     def _on_verification(self, change: dict) -> None:
         verification = change["new"]
         self._marks = verdict_marks(verification) if verification is not None else None
-        self._highlight = None
-        self._zoom = None
+        self._highlight = self._zoom = None
         self.draw_verdicts()
 
     def draw_verdicts(self) -> None:

@@ -212,12 +212,9 @@ class StreamsPanel(ClusterFollower):
             self.grid_view.show(None, png=to_png(figure))
             self.grid_view.set_world(None, None)
             figure.clear()
-        if self.highlight is None:
-            self.grid_view.card.value = _CARD_HINT
-        else:
-            marks = self.marks
-            differs = marks.notes[self.highlight] if marks is not None and marks.bad[self.highlight] else ""
-            self.grid_view.card.value = stream_card_html(report, self.highlight, differs)
+        marks, rank = self.marks, self.highlight
+        differs = marks.notes[rank] if rank is not None and marks is not None and marks.bad[rank] else ""
+        self.grid_view.card.value = _CARD_HINT if rank is None else stream_card_html(report, rank, differs)
         self.sharing.value = sharing_html(report, self.generator.value)
         self.checks.value = checks_html(report.check())
         self._drawn = key
