@@ -7,18 +7,15 @@ import colorsys
 
 import numpy as np
 
+from .canvas import hex_rgb
+
 _PALETTE_HEX: tuple[str, ...] = (
     "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#dbdb8d",
     "#9edae5", "#d9d9d9", "#8dd3c7", "#ffffb3", "#bebada", "#fdb462", "#b3de69", "#fccde5",
     "#ccebc5", "#ffed6f", "#80b1d3", "#fb8072",
 )  # fmt: skip
 
-
-def _hex_to_rgb(code: str) -> tuple[float, float, float]:
-    return tuple(int(code[i : i + 2], 16) / 255 for i in (1, 3, 5))  # type: ignore[return-value]
-
-
-PALETTE: np.ndarray = np.array([_hex_to_rgb(c) for c in _PALETTE_HEX])
+PALETTE: np.ndarray = np.array([hex_rgb(c) for c in _PALETTE_HEX])
 """The 20 light colours used first (text in black stays readable on each)."""
 
 DISTINCT_COLORS = len(PALETTE)

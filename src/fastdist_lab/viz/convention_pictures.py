@@ -125,15 +125,11 @@ def plot_conventions(
     if figsize is None:
         figsize = (min(16.0, 1.6 + 0.75 * ncols) * 2, min(12.0, 1.2 + 0.55 * rows))
     fig = InlineFigure(figsize=figsize, layout="constrained")
-    axes = fig.subplots(1, 2)
-    pos_a = a.rank_grid.group_rank(left_axes)
-    pos_b = b.rank_grid.group_rank(right_axes)
-    show_text = world <= TEXT_LIMIT
-    labels_a = [f"{r}\n#{pos_a[r]}" for r in range(world)] if show_text else None
-    labels_b = [f"{r}\n#{pos_b[r]}" for r in range(world)] if show_text else None
-    outline = differs if differs.any() else None
-    _draw_panel(axes[0], ids_a, labels_a, rows, ncols, outline, f"{a.name}: {'+'.join(left_axes)}")
-    _draw_panel(axes[1], colour_b, labels_b, rows, ncols, outline, f"{b.name}: {'-'.join(right_axes)}")
+    panels = ((a, left_axes, ids_a, "+"), (b, right_axes, colour_b, "-"))
+    for ax, (convention, axes, ids, joint) in zip(fig.subplots(1, 2), panels):
+        position = convention.rank_grid.group_rank(axes)
+        labels = [f"{r}\n#{position[r]}" for r in range(world)] if world <= TEXT_LIMIT else None
+        _draw_panel(ax, ids, labels, rows, ncols, differs, f"{convention.name}: {joint.join(axes)}")
     count = int(differs.sum())
     verdict = "same groups" if count == 0 else f"{count} of {world} ranks in a different group (red)"
     fig.suptitle(f"{'+'.join(left_axes)} vs {'-'.join(right_axes)}: {verdict}", fontsize=11)

@@ -126,9 +126,8 @@ def zoom_note(layout: Layout, start: int, stop: int) -> str:
     """The title line of a zoomed picture: which ranks (and nodes) of the world it shows."""
     if (start, stop) == (0, layout.world_size):
         return ""
-    local = layout.local_world_size
-    nodes = f"node {start // local}" if start // local == (stop - 1) // local else f"nodes {start // local}-"
-    nodes += "" if start // local == (stop - 1) // local else str((stop - 1) // local)
+    first, last = start // layout.local_world_size, (stop - 1) // layout.local_world_size
+    nodes = f"node {first}" if first == last else f"nodes {first}-{last}"
     return f"zoomed: ranks {start}-{stop - 1} ({nodes}) of {layout.world_size}"
 
 

@@ -237,34 +237,21 @@ def fade_pixels(area: np.ndarray) -> None:
     area[...] = faded
 
 
-def stamp_lines(
-    image: np.ndarray, lines: Sequence[tuple[str, tuple[float, float, float]]], size_pt: float, x: int, y: int
-) -> int:
-    """Write ``(text, colour)`` lines left-aligned from pixel (x, y) down; returns the y below the last line."""
-    glyphs = atlas(size_pt, DPI)
-    for text, color in lines:
-        if text:
-            alpha = np.zeros((glyphs.line_height + 2, image.shape[1]), dtype=np.uint8)
-            glyphs.stamp(alpha, [text], x, alpha.shape[0] / 2, align="left")
-            blend(image[y : y + alpha.shape[0]], alpha[: image.shape[0] - y], color)
-        y += glyphs.line_height + 2
-    return y
-
-
-def title_width(lines: Sequence[tuple[str, Any]], size_pt: float) -> int:
-    """The width in pixels of the widest title line."""
-    glyphs = atlas(size_pt, DPI)
-    return max((glyphs.width(text) for text, _ in lines), default=0)
-
-
 def with_title(body: np.ndarray, lines: Sequence[tuple[str, tuple[float, float, float]]]) -> tuple[np.ndarray, int]:
-    """``body`` below a white band holding the title ``lines``; returns (image, band height)."""
+    """``body`` below a white band holding the title ``lines`` (``(text, colour)``, left-aligned, one per row); returns
+    (image, band height)."""
     glyphs = atlas(8.5, DPI)
     band = 6 + len(lines) * (glyphs.line_height + 2) + 4
-    width = max(body.shape[1], title_width(lines, 8.5) + 16, 420)
+    width = max(body.shape[1], max((glyphs.width(text) for text, _ in lines), default=0) + 16, 420)
     image = np.full((band + body.shape[0], width, 3), 255, dtype=np.uint8)
     image[band:, : body.shape[1]] = body
-    stamp_lines(image, lines, 8.5, 8, 6)
+    y = 6
+    for text, color in lines:
+        if text:
+            alpha = np.zeros((glyphs.line_height + 2, width), dtype=np.uint8)
+            glyphs.stamp(alpha, [text], 8, alpha.shape[0] / 2, align="left")
+            blend(image[y : y + alpha.shape[0]], alpha[: image.shape[0] - y], color)
+        y += glyphs.line_height + 2
     return image, band
 
 

@@ -29,19 +29,15 @@ UNIT_SECONDS = {"F": 1.0, "B": 2.0, "I": 1.0, "W": 1.0}
 def schedule_times(source: StepTime | PipelineSchedule) -> dict[str, Any]:
     """Start, end, rank, stage, kind and micro-batch of every action, the makespan and the x-axis unit."""
     if isinstance(source, StepTime):
-        timeline = source.timeline
-        table = source.schedule
-        start, end, unit = timeline.start[0], timeline.end[0], "seconds"
+        timeline, table, unit = source.timeline, source.schedule, "seconds"
     elif isinstance(source, PipelineSchedule):
         table = source
         graph = table_graph(table.kind, table.pipeline_parallel, table.num_microbatches, table.virtual_pipeline_stages)
-        durations = np.zeros((1, table.num_stages, len(ACTION_KINDS)))
-        for i, kind in enumerate(ACTION_KINDS):
-            durations[..., i] = UNIT_SECONDS[kind]
-        timeline = run(graph, durations, np.zeros((1, table.pipeline_parallel)))
-        start, end, unit = timeline.start[0], timeline.end[0], "time (forward = 1)"
+        durations = np.tile([UNIT_SECONDS[kind] for kind in ACTION_KINDS], (1, table.num_stages, 1))
+        timeline, unit = run(graph, durations, np.zeros((1, table.pipeline_parallel))), "time (forward = 1)"
     else:
         raise TypeError(f"plot_schedule() needs a StepTime or a PipelineSchedule, got {source!r}")
+    start, end = timeline.start[0], timeline.end[0]
     graph = timeline.graph
     return {
         "table": table,

@@ -20,7 +20,7 @@ from ..seeds import number_streams
 from .colors import group_colors
 from .grid import check_highlight, describe
 from .layout_picture import check_ranks, compose
-from .picture import TEXT_DARK, Colouring, GridPicture, Marks
+from .picture import TEXT_DARK, Colouring, GridPicture, LayerCache, Marks
 from .render import InlineFigure
 
 if TYPE_CHECKING:
@@ -134,23 +134,18 @@ def plot_sharing(report: StreamReport, generator: str = "tp", *, max_ranks: int 
     return fig
 
 
-_COLOURINGS: dict[tuple[int, str], tuple[StreamReport, Colouring]] = {}
+_COLOURINGS = LayerCache(8)
 
 
 def stream_colouring(report: StreamReport, generator: str) -> Colouring:
     """Every rank's stream of ``generator`` (numbered 0.. by first appearance), with ``#n`` as cell text."""
-    key = (id(report), generator)
-    cached = _COLOURINGS.get(key)
-    if cached is not None and cached[0] is report:
-        return cached[1]
-    column = report.generator_index(generator)
-    _, ids = np.unique(report.stream_ids[:, column], return_inverse=True)
-    ids = ids.reshape(-1)
-    colouring = Colouring(ids, f"{generator} stream", lambda rank: f"{rank}\n{generator} #{ids[rank]}")
-    if len(_COLOURINGS) >= 8:
-        _COLOURINGS.pop(next(iter(_COLOURINGS)))
-    _COLOURINGS[key] = (report, colouring)  # the report is held, so its id is not reused while cached
-    return colouring
+
+    def make() -> Colouring:
+        _, ids = np.unique(report.stream_ids[:, report.generator_index(generator)], return_inverse=True)
+        ids = ids.reshape(-1)
+        return Colouring(ids, f"{generator} stream", lambda rank: f"{rank}\n{generator} #{ids[rank]}")
+
+    return _COLOURINGS.get((report, generator), make)  # one object per report: the picture cache keys by it
 
 
 def stream_picture(

@@ -42,7 +42,7 @@ from ..layout import Layout
 from ..runtime.progress import bar_delay
 from ..validation import check_int
 from ..viz import SearchPicture
-from .panel_parts import Debouncer, Panel, error_html, short_error
+from .panel_parts import Debouncer, Panel, error_html, number_box, short_error
 
 SEARCH_DELAY = 0.4
 """Seconds the inputs must rest, in a kernel, before they are searched."""
@@ -103,25 +103,19 @@ class AdvisorPanel(Panel):
         super().__init__()
         self.widget.add_class("fdl-advisor-panel")
         style = {"description_width": "initial"}
-
-        def number(value: int, maximum: int, description: str, css: str, width: str = "170px") -> widgets.Widget:
-            box = widgets.BoundedIntText(value=value, min=1, max=maximum, description=description, style=style,
-                                         continuous_update=False, layout=widgets.Layout(width=width))  # fmt: skip
-            box.add_class(css)
-            return box
-
         self.model = widgets.Dropdown(options=list(PRESETS), value=model, description="model", style=style)
         self.model.add_class("fdl-advisor-model")
-        self.gpus = number(gpus, 1 << 16, "GPUs", "fdl-advisor-gpus", "150px")
-        self.gpus_per_node = number(gpus_per_node, 1024, "per node", "fdl-advisor-gpus-per-node", "130px")
+        self.gpus = number_box(gpus, "GPUs", "150px", "fdl-advisor-gpus", min=1, max=1 << 16)
+        self.gpus_per_node = number_box(gpus_per_node, "per node", "130px", "fdl-advisor-gpus-per-node", min=1,
+                                        max=1024)  # fmt: skip
         self.hardware = widgets.Dropdown(options=list(HARDWARE_PRESETS), value=hardware, description="hardware",
-                                         style=style)  # fmt: skip
-        self.hardware.add_class("fdl-advisor-hardware")
+                                         style=style).add_class("fdl-advisor-hardware")  # fmt: skip
         self.engine = widgets.Dropdown(options=list(ENGINES), value=engine, description="engine", style=style,
                                        tooltip="cost.Training.engine: the engine every row is priced for")  # fmt: skip
         self.engine.add_class("fdl-advisor-engine")
-        self.global_batch_size = number(global_batch_size, 1 << 24, "global batch", "fdl-advisor-batch")
-        self.top = number(top, 1000, "rows", "fdl-advisor-top", "120px")
+        self.global_batch_size = number_box(global_batch_size, "global batch", "170px", "fdl-advisor-batch", min=1,
+                                            max=1 << 24)  # fmt: skip
+        self.top = number_box(top, "rows", "120px", "fdl-advisor-top", min=1, max=1000)
         self.search_button = widgets.Button(description="Search", icon="search", layout=widgets.Layout(width="auto"))
         self.search_button.add_class("fdl-advisor-search")
         self.train_button = widgets.Button(description="Train this row", icon="graduation-cap", disabled=True,
@@ -169,7 +163,6 @@ class AdvisorPanel(Panel):
         self._worker: threading.Thread | None = None
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._busy = False
         self._request = Debouncer(self._start, debounce)
         for name in _INPUTS:
             getattr(self, name).observe(lambda _: self._request.schedule(), names="value")
@@ -247,18 +240,10 @@ class AdvisorPanel(Panel):
         training and hardware into ``cost_panel`` (a ``CostPanel``: one estimate for both changes) and its training
         into ``cluster_panel``'s *Train step* (a ``ClusterPanel``), which *Train this row* then runs
         (``ClusterPanel.train_row``)."""
-        if cluster_panel is not None:
-
-            def offer(change: dict) -> None:
-                if change["new"] is not None:
-                    cluster_panel.train.load(change["new"].training)
-
-            def train(change: dict) -> None:
-                if change["new"] is not None:
-                    cluster_panel.train_row(change["new"].training)
-
-            self.observe(offer, names="choice")
-            self.observe(train, names="to_train")
+        if cluster_panel is not None:  # a choice is offered to Train step; a row to train is trained
+            for trait, act in (("choice", cluster_panel.train.load), ("to_train", cluster_panel.train_row)):
+                self.observe(lambda change, act=act: None if change["new"] is None else act(change["new"].training),
+                             names=trait)  # fmt: skip
 
         def load(change: dict) -> None:
             choice: Choice | None = change["new"]
@@ -281,7 +266,8 @@ class AdvisorPanel(Panel):
     def _start(self) -> None:
         self._generation += 1
         job = (self._generation, self.inputs())
-        self._show_start()
+        self.searching = True
+        self.status.value = "searching ..."
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -343,10 +329,6 @@ class AdvisorPanel(Panel):
             return None, error, time.monotonic() - started
         return result, None, time.monotonic() - started
 
-    def _show_start(self) -> None:
-        self.searching = True
-        self.status.value = html.escape("searching ...")
-
     def _show_progress(self, generation: int, done: int, total: int) -> None:
         if generation != self._generation:
             return
@@ -392,25 +374,19 @@ class AdvisorPanel(Panel):
     def _set_rows(self, lines: list[str], legend: str = RANKED_LEGEND) -> None:
         """Show ``lines`` (a header, then one line per row; none: no result, and no picture either) and the
         ``legend`` of their column titles."""
-        self._busy = True
-        try:
+        with self._quiet():
             self.header.value = ROWS_STYLE + (f"<pre>{html.escape(lines[0])}</pre>" if lines else "")
             self.rows.options = [(line, index) for index, line in enumerate(lines[1:])]
             self.rows.value = None
             self.rows.rows = max(2, min(12, len(lines) - 1))
-        finally:
-            self._busy = False
         self.legend.value = f"<small>{html.escape(legend)}</small>" if lines else ""
         if not lines:
             self.picture.value = b""
             self._pixels = np.zeros((0, 2))
 
     def _set_row(self, row: int | None) -> None:
-        self._busy = True
-        try:
+        with self._quiet():
             self.rows.value = row
-        finally:
-            self._busy = False
 
     def _on_row(self, change: dict) -> None:
         if not self._busy and change["new"] is not None:

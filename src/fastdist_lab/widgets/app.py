@@ -33,25 +33,16 @@ class Lab(widgets.VBox):
         cost_panel: CostPanel | None = None,
         advisor_panel: AdvisorPanel | None = None,
     ):
-        def header(text: str) -> widgets.HTML:
-            return widgets.HTML(f"<h3 style='margin:0.6em 0 0.2em 0'>{text}</h3>")
-
-        advisor = []
+        children = []
         if advisor_panel is not None:
-            advisor = [widgets.Accordion([advisor_panel.widget], titles=("Advisor: which layout should I run?",))]
-            advisor[0].add_class("fdl-advisor")
-        super().__init__(
-            [
-                *advisor,
-                header("Layout"),
-                layout_panel.widget,
-                header("Cluster (real process groups)"),
-                cluster_panel.widget,
-                header("Generator streams"),
-                streams_panel.widget,
-                *([header("What a training step costs"), cost_panel.widget] if cost_panel is not None else []),
-            ]
-        )
+            children = [widgets.Accordion([advisor_panel.widget], titles=("Advisor: which layout should I run?",))]
+            children[0].add_class("fdl-advisor")
+        titled = (("Layout", layout_panel), ("Cluster (real process groups)", cluster_panel),
+                  ("Generator streams", streams_panel), ("What a training step costs", cost_panel))  # fmt: skip
+        for title, panel in titled:
+            if panel is not None:  # the cost panel is optional
+                children += [widgets.HTML(f"<h3 style='margin:0.6em 0 0.2em 0'>{title}</h3>"), panel.widget]
+        super().__init__(children)
         self.add_class("fdl-lab")
         self.layout_panel = layout_panel
         self.cluster_panel = cluster_panel

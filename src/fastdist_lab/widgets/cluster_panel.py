@@ -5,6 +5,7 @@ and run one real training step against one process (*Train step*, ``train_view.T
 from __future__ import annotations
 
 import html
+import re
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -20,7 +21,7 @@ from ..viz import grid_picture, verdict_marks
 from .grid_view import GridView
 from .layout_panel import LayoutPanel
 from .panel_parts import TABLE_STYLE, Panel, error_html, frame_table, short_error
-from .rank_card import CARD_HINT, hover_text, rank_card_html, rank_verdicts
+from .rank_card import card_html, hover_text
 from .train_view import TrainStepView
 
 if TYPE_CHECKING:
@@ -107,7 +108,6 @@ class ClusterPanel(Panel):
         """Why the panel proposed another mode (empty when it did not)."""
         self._fits: dict[int, str] = {}
         self._note_world: int | None = None
-        self._proposing = False
         self.start_button = widgets.Button(description="Start cluster", icon="play", button_style="success")
         self.apply_button = widgets.Button(description="Apply layout", icon="check").add_class("fdl-cluster-apply")
         self.stop_button = widgets.Button(description="Stop", icon="stop", button_style="danger")
@@ -151,8 +151,8 @@ class ClusterPanel(Panel):
             self.show_grid = False
         self.follow(layout=layout)
         self.observe(self._on_verification, names="last_verification")
-        self.observe(self._on_state, names=["layout", "cluster"])
-        self.mode.observe(lambda change: None if self._proposing else self._refresh(), names="value")
+        self.observe(lambda _: self._refresh(), names=["layout", "cluster"])
+        self.mode.observe(lambda change: None if self._busy else self._refresh(), names="value")
         self._refresh()
 
     def __repr__(self) -> str:
@@ -170,21 +170,14 @@ class ClusterPanel(Panel):
             self.status.value = html.escape(text)
             return
         head, _, rest = text.partition("\n")
-        more = ""
-        if rest.strip():
-            more = (
-                "<details><summary>details</summary>"
-                f"<pre style='font-size:11px;max-height:300px;overflow:auto'>{html.escape(rest)}</pre></details>"
-            )
+        pre = f"<pre style='font-size:11px;max-height:300px;overflow:auto'>{html.escape(rest)}</pre>"
+        more = f"<details><summary>details</summary>{pre}</details>" if rest.strip() else ""
         self.status.value = error_html(head) + more
 
     @property
     def message(self) -> str:
         """The status line as plain text."""
-        return html.unescape(_strip_tags(self.status.value))
-
-    def _on_state(self, change: dict) -> None:
-        self._refresh()
+        return html.unescape(re.sub(r"<[^>]+>", "", self.status.value))
 
     def _refresh(self) -> None:
         layout, running = self.layout, self.running
@@ -229,11 +222,8 @@ class ClusterPanel(Panel):
                 "'processes' is still yours to choose)"
             )
             self._note_world = world_size
-            self._proposing = True
-            try:
+            with self._quiet():
                 self.mode.value = proposed
-            finally:
-                self._proposing = False
 
     # ----------------------------------------------------------------- actions
     def _progress(self, done: int, total: int, message: str) -> None:
@@ -241,16 +231,18 @@ class ClusterPanel(Panel):
         self.progress.value = min(done, self.progress.max)
         self._say(f"starting: {message}")
 
-    def _guard(self, action: Callable[[], Any]) -> bool:
+    def _guard(self, action: Callable[[], Any]) -> Any:
+        """``action()``'s value, or None (and the error in the status line) when it raises; then the buttons."""
         for button in (self.start_button, self.apply_button, self.stop_button, self.train.button):
             button.disabled = True
         try:
-            action()
-            return True
+            return action()
         except Exception as error:  # shown in the panel, never as a traceback
             self._refresh()
             self._say(short_error(error), error=True)
-            return False
+            return None
+        finally:
+            self._refresh_buttons()
 
     def start(self) -> bool:
         """Start a cluster of the layout's world size (and apply the layout); returns whether it worked."""
@@ -262,7 +254,7 @@ class ClusterPanel(Panel):
             self._refresh()
             return True
 
-        def action() -> None:
+        def action() -> bool:
             from ..runtime import open_cluster
 
             mode = self.mode.value
@@ -283,12 +275,10 @@ class ClusterPanel(Panel):
                 f"running: {cluster.world_size} rank(s) as {mode}, backend {cluster.backend}, "
                 f"started in {time.perf_counter() - begin:.1f} s"
             )
+            return True
 
-        ok = self._guard(action)
-        self._refresh_buttons()
-        if ok and self.apply_on_start:
-            return self.apply()
-        return ok
+        ok = self._guard(action) is not None
+        return self.apply() if ok and self.apply_on_start else ok
 
     def apply(self) -> bool:
         """Apply the current layout to the running cluster and show the verification; returns whether all is ok."""
@@ -302,9 +292,8 @@ class ClusterPanel(Panel):
         if cluster.world_size != layout.world_size:
             self._refresh()
             return False
-        outcome: dict[str, Any] = {}
 
-        def action() -> None:
+        def action() -> bool:
             self._say(f"applying the layout to {cluster.world_size} rank(s)...")
             verification = verify_groups(cluster, layout)
             self.verification.value = verification_html(verification)
@@ -314,37 +303,32 @@ class ClusterPanel(Panel):
             self.rank_output.value = results_html(results)
             self.verified_layout = layout
             self.last_verification = verification
-            outcome["ok"] = bool(verification.ok)
             verdict = "every group ok" if verification.ok else "some checks FAILED"
             self._say(
                 f"running: {cluster.world_size} rank(s), backend {cluster.backend}; layout applied: {verdict} "
                 "(each rank's verdict is on the grid; the table is under 'groups checked')"
             )
+            return bool(verification.ok)
 
-        done = self._guard(action)
-        self._refresh_buttons()
-        return done and outcome.get("ok", False)
+        return bool(self._guard(action))
 
     def run(self, fn: Callable[..., Any], *args: Any, timeout: float | None = None) -> RankResults | None:
         """Run ``fn(ctx, *args)`` on every rank and show the per-rank output; None (and a message) on failure."""
         if not self.running:
             self._say("the cluster is not running: click Start first", error=True)
             return None
-        outcome: dict[str, Any] = {}
 
-        def action() -> None:
+        def action() -> RankResults:
             results = self.cluster.run(fn, *args, timeout=timeout)
             self.last_results = results
             self.rank_output.value = results_html(results)
-            outcome["results"] = results
             self._say(
                 f"ran {getattr(fn, '__name__', 'function')} on {self.cluster.world_size} rank(s): "
                 f"{'ok' if results.ok else 'some ranks failed'}"
             )
+            return results
 
-        self._guard(action)
-        self._refresh_buttons()
-        return outcome.get("results")
+        return self._guard(action)
 
     def train_step(self, **options: Any) -> Any:
         """One training step of the layout on the running cluster against one process (``check_training``;
@@ -357,16 +341,14 @@ class ClusterPanel(Panel):
         if cluster.world_size != layout.world_size:
             self._refresh()
             return None
-        outcome: dict[str, Any] = {}
 
-        def action() -> None:
-            outcome["check"] = check = self.train.run(cluster, layout, **options)
+        def action() -> Any:
+            check = self.train.run(cluster, layout, **options)
             verdict = "everything agrees with one process" if check.ok else "something differs (see Train step)"
             self._say(f"running: {cluster.world_size} rank(s); train step: {verdict}")
+            return check
 
-        self._guard(action)
-        self._refresh_buttons()
-        return outcome.get("check")
+        return self._guard(action)
 
     def train_row(self, training: Any) -> Any:
         """One training step of the panel's layout with ``training`` (an Advisor row's ``cost.Training``, loaded into
@@ -393,14 +375,12 @@ class ClusterPanel(Panel):
 
         self._guard(action)
         self.cluster = None
-        self._refresh_buttons()
 
     # ----------------------------------------------------------------- the panel's own verdict grid
     def _on_verification(self, change: dict) -> None:
         verification = change["new"]
         self._marks = verdict_marks(verification) if verification is not None else None
-        self._highlight = None
-        self._zoom = None
+        self._highlight = self._zoom = None
         self.draw_verdicts()
 
     def draw_verdicts(self) -> None:
@@ -412,11 +392,7 @@ class ClusterPanel(Panel):
         picture = grid_picture(layout, self.grid_dim, self._highlight, ranks=self._zoom, marks=self._marks)
         self.view.show(picture)
         self.view.set_world(layout, self._zoom)
-        if self._highlight is None:
-            self.view.card.value = CARD_HINT
-        else:
-            failures, checked = rank_verdicts(verification, self._highlight)
-            self.view.card.value = rank_card_html(layout, self._highlight, self.grid_dim, failures, checked=checked)
+        self.view.card.value = card_html(layout, self._highlight, self.grid_dim, verification)
         self.view.widget.layout.display = "flex"
 
     def _select(self, rank: int | None) -> None:
@@ -432,22 +408,14 @@ class ClusterPanel(Panel):
         return hover_text(layout, ranks, self.grid_dim) if layout is not None else ""
 
     def _refresh_buttons(self) -> None:
-        running = self.running
-        layout = self.layout
+        running, layout = self.running, self.layout
         self.train.enable(running and layout is not None)
         self.start_button.disabled = running or layout is None
         self.stop_button.disabled = not running
-        self.apply_button.disabled = (
-            not running or layout is None or (running and self.cluster.world_size != layout.world_size)
-        )
+        self.apply_button.disabled = not running or layout is None or self.cluster.world_size != layout.world_size
 
     def close(self) -> None:
         """Stop the cluster and close the widgets."""
         self.stop()
         self.widget.close()
 
-
-def _strip_tags(text: str) -> str:
-    import re
-
-    return re.sub(r"<[^>]+>", "", text)

@@ -91,11 +91,6 @@ def groups_table_html(loaded: LoadedConfig, first: int = 2) -> str:
     return TABLE_STYLE + title + html_table(("group", "groups", "ranks each", "first groups"), rows)
 
 
-def _text_html(text: str, css: str = "fdl-config-message") -> str:
-    style = "white-space:pre-wrap;font-family:var(--jp-code-font-family,monospace);font-size:12px;line-height:1.4"
-    return f"<div class='{css}' style='{style}'>{html.escape(text)}</div>"
-
-
 class ConfigBox:
     """The collapsible box of a ``LayoutPanel``: a text area, *Load*, a torchtitan version choice, what was read.
 
@@ -205,12 +200,10 @@ class ConfigBox:
 
     # ------------------------------------------------------------------ showing
     def _show(self, result: ConfigLoad) -> None:
-        parts = []
-        if result.error:
-            parts.append(f"<div class='fdl-config-error' style='line-height:1.4'>{error_html(result.error)}</div>")
-        if result.message:
-            parts.append(_text_html(result.message))
-        self.status.value = "".join(parts)
+        style = "white-space:pre-wrap;font-family:var(--jp-code-font-family,monospace);font-size:12px;line-height:1.4"
+        error = f"<div class='fdl-config-error' style='line-height:1.4'>{error_html(result.error)}</div>"
+        message = f"<div class='fdl-config-message' style='{style}'>{html.escape(result.message)}</div>"
+        self.status.value = (error if result.error else "") + (message if result.message else "")
         self.groups.value = (
             groups_table_html(result.loaded) if result.status == "no layout" and result.loaded is not None else ""
         )

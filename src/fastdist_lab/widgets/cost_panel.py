@@ -31,7 +31,7 @@ from ..layout import Layout
 from ..viz import to_png
 from ..viz.cost_pictures import plot_memory, plot_traffic, traffic_dim, traffic_title
 from .layout_panel import LayoutPanel
-from .panel_parts import TABLE_STYLE, ZERO_CHOICES, ClusterFollower, Debouncer, frame_table, short_error
+from .panel_parts import TABLE_STYLE, ZERO_CHOICES, ClusterFollower, Debouncer, frame_table, number_box, short_error
 from .step_view import StepView
 
 _VIEWS = (("this layout", "single"), ("data-first vs pipeline-first", "compare"))
@@ -71,14 +71,13 @@ def comparison_html(reports: list[CostReport], hardware: Any) -> str:
 
 def replay_html(frame: Any) -> str:
     """A replay's per-dim table (a ``UnitFrame``: seconds in ms / µs, bytes in binary units, GB/s) as HTML."""
-    shown = frame.formatted()
     attrs = frame.attrs
     head = (
         f"<b>Replayed on the cluster</b> ({html.escape(str(attrs.get('backend')))}, messages x "
         f"{attrs.get('scale', 0):.3g}, median of {attrs.get('iterations')} timed calls; prediction on "
         f"{html.escape(attrs['hardware'].name)})"
     )
-    return TABLE_STYLE + head + frame_table(shown, index=True)
+    return TABLE_STYLE + head + frame_table(frame.formatted(), index=True)
 
 
 class CostPanel(ClusterFollower):
@@ -106,28 +105,17 @@ class CostPanel(ClusterFollower):
         super().__init__()
         self.widget.add_class("fdl-cost-panel")
         style = {"description_width": "initial"}
-        small = widgets.Layout(width="190px")
         preset = Transformer.preset(model)
         self.model = widgets.Dropdown(options=list(PRESETS), value=model, description="model", style=style)
-        self.seq_length = widgets.BoundedIntText(
-            value=preset.seq_length, min=1, max=1 << 22, description="sequence length", continuous_update=False,
-            style=style, layout=small,
-        )  # fmt: skip
-        self.micro_batch_size = widgets.BoundedIntText(
-            value=1, min=1, max=4096, description="micro-batch", continuous_update=False, style=style, layout=small
-        )
-        self.num_microbatches = widgets.BoundedIntText(
-            value=0, min=0, max=1 << 16, description="micro-batches (0: stages)", continuous_update=False,
-            style=style, layout=widgets.Layout(width="230px"),
-        )  # fmt: skip
+        self.seq_length = number_box(preset.seq_length, "sequence length", "190px", min=1, max=1 << 22)
+        self.micro_batch_size = number_box(1, "micro-batch", "190px", min=1, max=4096)
+        self.num_microbatches = number_box(0, "micro-batches (0: stages)", "230px", min=0, max=1 << 16)
         self.zero_stage = widgets.Dropdown(options=list(ZERO_CHOICES), value=0, description="ZeRO", style=style)
         self.sequence_tensor_parallel = widgets.Checkbox(value=False, description="sequence tensor parallel",
                                                          indent=False)  # fmt: skip
         self.recompute = widgets.Dropdown(options=list(RECOMPUTE), value="none", description="recompute", style=style)
         self.schedule = widgets.Dropdown(options=list(SCHEDULES), value="1f1b", description="schedule", style=style)
-        self.virtual_pipeline_stages = widgets.BoundedIntText(
-            value=1, min=1, max=128, description="virtual stages", continuous_update=False, style=style, layout=small
-        )
+        self.virtual_pipeline_stages = number_box(1, "virtual stages", "190px", min=1, max=128)
         self.hardware = widgets.Dropdown(options=list(HARDWARE_PRESETS), value="dgx-h100", description="hardware",
                                          style=style)  # fmt: skip
         self.engine = widgets.Dropdown(options=list(ENGINES), value=DEFAULT_ENGINE, description="engine", style=style,
@@ -184,12 +172,8 @@ class CostPanel(ClusterFollower):
         self._stale = False
         self._redraw = Debouncer(self._render, debounce)
         self.model.observe(self._on_model, names="value")
-        for control in (
-            self.seq_length, self.micro_batch_size, self.num_microbatches, self.zero_stage,
-            self.sequence_tensor_parallel, self.recompute, self.hardware, self.view, self.schedule,
-            self.virtual_pipeline_stages, self.expert_load_imbalance, self.engine,
-        ):  # fmt: skip
-            control.observe(lambda _: self._estimate(), names="value")
+        for name in ("seq_length", "num_microbatches", "hardware", "view", *_CONTROLS):
+            getattr(self, name).observe(lambda _: self._estimate(), names="value")
         self.replay_button.on_click(lambda _: self.replay())
         self.observe(lambda _: self._estimate(), names="layout")
         self.observe(lambda _: self._refresh_button(), names="cluster")

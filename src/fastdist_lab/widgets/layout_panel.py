@@ -22,8 +22,8 @@ from ..viz import grid_picture, verdict_marks
 from ..viz.layout_picture import check_ranks
 from .config_box import ConfigBox, ConfigLoad
 from .grid_view import GridView
-from .panel_parts import TABLE_STYLE, Debouncer, FactorDropdown, Panel, error_html, html_table
-from .rank_card import CARD_HINT, hover_text, rank_card_html, rank_verdicts
+from .panel_parts import TABLE_STYLE, Debouncer, FactorDropdown, Panel, error_html, html_table, number_box
+from .rank_card import card_html, hover_text
 
 MAX_WORLD_SIZE = 65536
 """The largest world the panel accepts."""
@@ -119,16 +119,7 @@ class LayoutPanel(Panel):
         super().__init__()
         self.widget.add_class("fdl-layout-panel")
         local = world_size if local_world_size is None else local_world_size
-        style = {"description_width": "initial"}
-        self.world_size = widgets.BoundedIntText(
-            value=world_size,
-            min=1,
-            max=MAX_WORLD_SIZE,
-            description="world size",
-            continuous_update=False,
-            style=style,
-            layout=widgets.Layout(width="150px"),
-        ).add_class("fdl-world-size")
+        self.world_size = number_box(world_size, "world size", "150px", "fdl-world-size", min=1, max=MAX_WORLD_SIZE)
         self.local_world_size = self._factor("GPUs per node", local, "fdl-local-world-size")
         self.tensor_parallel = self._factor("tensor", tensor_parallel, "fdl-tensor-parallel")
         self.pipeline_parallel = self._factor("pipeline", pipeline_parallel, "fdl-pipeline-parallel")
@@ -139,21 +130,10 @@ class LayoutPanel(Panel):
         etp = 0 if expert_tensor_parallel is None else expert_tensor_parallel
         self.expert_tensor_parallel = self._factor("expert tensor", etp, "fdl-expert-tensor-parallel", ETP_DEFAULT)
         self.pipeline_first = widgets.Checkbox(value=bool(pipeline_first), description="pipeline first", indent=False)
-        self.seed = widgets.IntText(
-            value=seed, description="seed", continuous_update=False, style=style, layout=widgets.Layout(width="170px")
-        ).add_class("fdl-seed")
-        self.dim = widgets.Dropdown(
-            options=[*DIM_NAMES, *EXPERT_DIM_NAMES], value=dim, description="colour by", style=style
-        ).add_class("fdl-dim")
-        self.rank = widgets.BoundedIntText(
-            value=rank,
-            min=-1,
-            max=max(0, world_size - 1),
-            description="highlight rank",
-            continuous_update=False,
-            style=style,
-            layout=widgets.Layout(width="170px"),
-        ).add_class("fdl-rank")
+        self.seed = number_box(seed, "seed", "170px", "fdl-seed", widgets.IntText)
+        self.dim = widgets.Dropdown(options=[*DIM_NAMES, *EXPERT_DIM_NAMES], value=dim, description="colour by",
+                                    style={"description_width": "initial"}).add_class("fdl-dim")  # fmt: skip
+        self.rank = number_box(rank, "highlight rank", "170px", "fdl-rank", min=-1, max=max(0, world_size - 1))
         self.pipeline_first.add_class("fdl-pipeline-first")
 
         self.message = widgets.HTML().add_class("fdl-error")
@@ -166,29 +146,13 @@ class LayoutPanel(Panel):
         self.ranks_table = widgets.HTML().add_class("fdl-ranks-table")
         self.groups_table = widgets.HTML().add_class("fdl-groups")
         self.topology_table = widgets.HTML().add_class("fdl-topology")
-        scroll = {"max_height": "520px", "overflow": "auto"}
-        self.tabs = widgets.Tab(
-            children=[
-                self.view.widget,
-                widgets.Box([self.ranks_table], layout=widgets.Layout(**scroll)),
-                widgets.Box([self.groups_table], layout=widgets.Layout(**scroll)),
-                self.topology_table,
-            ],
-            titles=("Grid", "Ranks table", "Groups", "Topology"),
-        )
-        factors = widgets.HBox(
-            [
-                self.world_size,
-                self.local_world_size,
-                self.tensor_parallel,
-                self.pipeline_parallel,
-                self.sequence_data_parallel,
-                self.expert_parallel,
-                self.expert_tensor_parallel,
-                self.pipeline_first,
-            ],
-            layout=widgets.Layout(flex_flow="row wrap", align_items="center"),
-        )
+        scrolled = [widgets.Box([table], layout=widgets.Layout(max_height="520px", overflow="auto"))
+                    for table in (self.ranks_table, self.groups_table)]  # fmt: skip
+        self.tabs = widgets.Tab(children=[self.view.widget, *scrolled, self.topology_table],
+                                titles=("Grid", "Ranks table", "Groups", "Topology"))  # fmt: skip
+        factors = [self.world_size, self.local_world_size, self.tensor_parallel, self.pipeline_parallel,
+                   self.sequence_data_parallel, self.expert_parallel, self.expert_tensor_parallel, self.pipeline_first]
+        factors = widgets.HBox(factors, layout=widgets.Layout(flex_flow="row wrap", align_items="center"))
         view = widgets.HBox([self.dim, self.rank, self.seed], layout=widgets.Layout(flex_flow="row wrap"))
         self.config_box = ConfigBox(self)
         self.widget.children = [factors, view, self.config_box.widget, self.message, self.summary, self.tabs]
@@ -200,13 +164,12 @@ class LayoutPanel(Panel):
         self.geometry = None
         self._zoom: tuple[int, int] | None = None
         self._verified: tuple[Layout, Any, Any] | None = None  # (layout, verification, marks)
-        self._busy = False
         self._drawn: tuple[Any, ...] | None = None
         self._redraw = Debouncer(self._render, debounce)
         for name in _CONTROLS:
-            getattr(self, name).observe(self._on_layout_control, names="value")
+            getattr(self, name).observe(lambda _: None if self._busy else self._update(), names="value")
         for control in (self.dim, self.rank):
-            control.observe(self._on_view_control, names="value")
+            control.observe(lambda _: None if self._busy else self._redraw.schedule(), names="value")
         self._update()
         self._redraw.flush()
 
@@ -253,22 +216,16 @@ class LayoutPanel(Panel):
         unknown = sorted(set(values) - set(self.values()) - {"dim", "rank"})
         if unknown:
             raise TypeError(f"LayoutPanel.set got unknown control(s) {', '.join(unknown)}")
-        self._busy = True
-        try:
+        with self._quiet():
             if "world_size" in values:
                 self.world_size.value = values["world_size"]
             tensor = values.get("tensor_parallel", self.tensor_parallel.value)
             if values.get("expert_tensor_parallel", 0) in (None, tensor):  # the same layout as "= tensor" (a loaded
                 values = {**values, "expert_tensor_parallel": 0}  # config's resolved size): keep following tensor
-            factors = ("local_world_size", "tensor_parallel", "pipeline_parallel", "sequence_data_parallel")
-            for name in (*factors, "expert_parallel", "expert_tensor_parallel"):
+            for name in ("local_world_size", "tensor_parallel", "pipeline_parallel", "sequence_data_parallel",
+                         "expert_parallel", "expert_tensor_parallel", "pipeline_first", "seed", "dim"):  # fmt: skip
                 if name in values:
                     getattr(self, name).value = values[name]
-            for name in ("pipeline_first", "seed", "dim"):
-                if name in values:
-                    getattr(self, name).value = values[name]
-        finally:
-            self._busy = False
         self._update()
         if "rank" in values:
             self.rank.value = values["rank"]
@@ -356,14 +313,6 @@ class LayoutPanel(Panel):
         return self._verified[1] if self._verified is not None and self._verified[0] == self.layout else None
 
     # ----------------------------------------------------------------- reactions
-    def _on_layout_control(self, change: dict) -> None:
-        if not self._busy:
-            self._update()
-
-    def _on_view_control(self, change: dict) -> None:
-        if not self._busy:
-            self._redraw.schedule()
-
     def _offer_options(self) -> None:
         world = self.world_size.value
         local = self.local_world_size.value
@@ -383,22 +332,19 @@ class LayoutPanel(Panel):
 
     def _update(self) -> None:
         """Recompute options, ``layout`` and ``error`` from the controls (synchronous), then ask for a redraw."""
-        self._busy = True
-        try:
+        with self._quiet():
             self._offer_options()
-        finally:
-            self._busy = False
         try:
             layout: Layout | None = Layout(**{**self.other_fields, "backend": "gloo", **self.values()})
             error = ""
         except LayoutError as exc:
             layout, error = None, str(exc)
-        if layout is not None and self.rank.value >= layout.world_size:
-            self.rank.value = -1
         if layout is not None:
+            if self.rank.value >= layout.world_size:
+                self.rank.value = -1
             self._offer_dims(layout.group_dims)
-        if layout is not None and self._zoom is not None and self._zoom[1] > layout.world_size:
-            self._zoom = None
+            if self._zoom is not None and self._zoom[1] > layout.world_size:
+                self._zoom = None
         self.message.value = error_html(error)
         self.error = error
         self.layout = layout
@@ -410,12 +356,9 @@ class LayoutPanel(Panel):
         if tuple(self.dim.options) == dims:
             return
         current = self.dim.value
-        self._busy = True
-        try:
+        with self._quiet():
             self.dim.options = list(dims)
             self.dim.value = current if current in dims else "tensor"
-        finally:
-            self._busy = False
 
     def _render(self) -> None:
         """Draw the grid picture, the card and the tables of the current layout (nothing while invalid)."""
@@ -435,11 +378,7 @@ class LayoutPanel(Panel):
         self.view.show(picture)
         self.view.set_world(layout, self._zoom)
         self.geometry = picture.geometry
-        if highlight is None:
-            self.card.value = CARD_HINT
-        else:
-            failures, checked = rank_verdicts(verification, highlight) if verification is not None else (None, None)
-            self.card.value = rank_card_html(layout, highlight, dim, failures, checked=checked)
+        self.card.value = card_html(layout, highlight, dim, verification)
         if self._drawn is None or self._drawn[0] != layout:
             self.ranks_table.value = ranks_html(layout)
             self.topology_table.value = topology_html(layout)

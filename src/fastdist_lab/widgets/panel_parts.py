@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import html
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import ipywidgets as widgets
@@ -20,6 +21,8 @@ class Panel(traitlets.HasTraits):
 
     Displaying a panel displays its widget; ``repr`` stays short and deterministic.
     """
+
+    _busy = False  # while True, the panel's observers leave alone what its own code changes (``_quiet``)
 
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)
@@ -44,6 +47,14 @@ class Panel(traitlets.HasTraits):
         """Add a CSS class to the panel's widget."""
         self.widget.add_class(name)
         return self
+
+    @contextmanager
+    def _quiet(self) -> Iterator[None]:
+        self._busy = True
+        try:
+            yield
+        finally:
+            self._busy = False
 
 
 class ClusterFollower(Panel):
@@ -81,6 +92,15 @@ class ClusterFollower(Panel):
             self._say("the cluster runs another layout: Apply this layout in the cluster panel first", error=True)
             return False
         return True
+
+
+def number_box(value: float, description: str, width: str, css: str = "", kind: type = widgets.BoundedIntText,
+               **options: Any) -> Any:  # fmt: skip
+    """A number box (``kind``, ``options`` such as ``min`` and ``max`` to it) whose value changes on Enter or when it
+    loses focus, its description in full, ``width`` wide, with the CSS class ``css`` when one is given."""
+    box = kind(value=value, description=description, continuous_update=False, style={"description_width": "initial"},
+               layout=widgets.Layout(width=width), **options)  # fmt: skip
+    return box.add_class(css) if css else box
 
 
 ZERO_CHOICES = (("0: none", 0), ("1: distributed optimizer", 1), ("2: + gradients", 2), ("3: + weights", 3))
@@ -155,11 +175,10 @@ class Debouncer:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
+        self.cancel()
         if loop is None or self.delay <= 0:
-            self.cancel()
             self._fn()
             return
-        self.cancel()
         self._handle = loop.call_later(self.delay, self._fire)
 
     def _fire(self) -> None:
@@ -188,11 +207,8 @@ def html_table(columns: Sequence[str], rows: Iterable[Sequence[Any]], css_class:
 
 def frame_table(frame: Any, css_class: str = "fdl-table", index: bool = False) -> str:
     """A pandas DataFrame as ``html_table`` (index as first column when ``index``)."""
-    columns = list(frame.columns)
-    values = frame.itertuples(index=index, name=None)
-    if index:
-        columns = [frame.index.name or ""] + columns
-    return html_table(columns, values, css_class)
+    columns = ([frame.index.name or ""] if index else []) + list(frame.columns)
+    return html_table(columns, frame.itertuples(index=index, name=None), css_class)
 
 
 def error_html(message: str) -> str:

@@ -76,11 +76,16 @@ def hover_text(layout: Layout, ranks: range, dim: str) -> str:
     return f"{where}: ranks {ranks.start}-{ranks.stop - 1} · {plural(len(groups), dim + ' group')}: {listed}"
 
 
-def rank_verdicts(verification: Any, rank: int) -> tuple[list[str], set[str]]:
-    """What a ``Verification`` says of ``rank`` for its card: what failed on it (``rank_failures``) and the dims
-    whose groups were checked at all (a dim the check did not cover, such as an expert dim of a pool without expert
-    groups, is "not checked" on the card rather than "ok")."""
-    return verification.rank_failures()[rank], {row["dim"] for row in verification.rows}
+def card_html(layout: Layout, rank: int | None, dim: str, verification: Any = None) -> str:
+    """The card of ``rank`` (``CARD_HINT`` for None) with what a ``Verification`` says of it, when one is given: what
+    failed on it (``rank_failures``), and the dims whose groups were checked at all (a dim the check did not cover,
+    such as an expert dim of a pool without expert groups, is "not checked" on the card rather than "ok")."""
+    if rank is None:
+        return CARD_HINT
+    if verification is None:
+        return rank_card_html(layout, rank, dim)
+    checked = {row["dim"] for row in verification.rows}
+    return rank_card_html(layout, rank, dim, verification.rank_failures()[rank], checked=checked)
 
 
 def rank_card_html(

@@ -14,7 +14,7 @@ from ..seeds import GENERATORS
 from ..viz import plot_sharing, plot_streams, stream_marks, stream_picture, to_png
 from .grid_view import GridView
 from .layout_panel import LayoutPanel
-from .panel_parts import TABLE_STYLE, ClusterFollower, Debouncer, frame_table, html_table, short_error
+from .panel_parts import TABLE_STYLE, ClusterFollower, Debouncer, frame_table, html_table, number_box, short_error
 
 _VIEWS = (
     ("grid coloured by stream", "grid"),
@@ -85,19 +85,15 @@ class StreamsPanel(ClusterFollower):
         super().__init__()
         self.widget.add_class("fdl-streams-panel")
         self.draws = draws
-        style = {"description_width": "initial"}
-        self.step = widgets.BoundedIntText(
-            value=0, min=0, max=10**12, description="step", continuous_update=False, style=style,
-            layout=widgets.Layout(width="160px"),
-        )  # fmt: skip
+        self.step = number_box(0, "step", "160px", "fdl-streams-step", min=0, max=10**12)
         self.phase = widgets.Dropdown(options=[p.name for p in PhaseType], value="training", description="phase")
+        self.phase.add_class("fdl-streams-phase")
         self.generator = widgets.Dropdown(options=list(GENERATORS), value="tp", description="generator")
-        self.view = widgets.Dropdown(options=list(_VIEWS), value="grid", description="picture", style=style)
+        self.generator.add_class("fdl-streams-generator")
+        self.view = widgets.Dropdown(options=list(_VIEWS), value="grid", description="picture",
+                                     style={"description_width": "initial"})  # fmt: skip
         self.draw_button = self._cluster_button = widgets.Button(description="Draw on cluster", icon="random")
         self.draw_button.add_class("fdl-streams-draw")
-        self.step.add_class("fdl-streams-step")
-        self.phase.add_class("fdl-streams-phase")
-        self.generator.add_class("fdl-streams-generator")
         self.status = widgets.HTML().add_class("fdl-streams-status")
         self.grid_view = GridView(self.select_rank, self._zoom_to, self._hover_text)
         self.grid_view.card.value = _CARD_HINT
@@ -216,12 +212,9 @@ class StreamsPanel(ClusterFollower):
             self.grid_view.show(None, png=to_png(figure))
             self.grid_view.set_world(None, None)
             figure.clear()
-        if self.highlight is None:
-            self.grid_view.card.value = _CARD_HINT
-        else:
-            marks = self.marks
-            differs = marks.notes[self.highlight] if marks is not None and marks.bad[self.highlight] else ""
-            self.grid_view.card.value = stream_card_html(report, self.highlight, differs)
+        marks, rank = self.marks, self.highlight
+        differs = marks.notes[rank] if rank is not None and marks is not None and marks.bad[rank] else ""
+        self.grid_view.card.value = _CARD_HINT if rank is None else stream_card_html(report, rank, differs)
         self.sharing.value = sharing_html(report, self.generator.value)
         self.checks.value = checks_html(report.check())
         self._drawn = key
