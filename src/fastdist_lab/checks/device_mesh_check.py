@@ -69,11 +69,7 @@ def mesh_worker(
         os.environ["GLOO_SOCKET_IFNAME"] = loopback  # gloo listens on loopback only, like the pool
     try:
         dist.init_process_group(
-            backend,
-            store=store,
-            rank=ctx.rank,
-            world_size=ctx.world_size,
-            timeout=datetime.timedelta(seconds=timeout),
+            backend, store=store, rank=ctx.rank, world_size=ctx.world_size, timeout=datetime.timedelta(seconds=timeout)
         )
         try:
             mesh = init_device_mesh(device.type, shape, mesh_dim_names=names)

@@ -102,11 +102,7 @@ class LayoutCheck:
         what = WHAT_IS_CHECKED.get(self.mode, WHAT_IS_CHECKED["processes"])
         if self.layout.has_experts:
             what += "; " + (EXPERTS_CHECKED if self.mode != "fake" else "the expert dims' groups as the dense ones")
-        lines = [
-            *wrap_lines(f"layout: {self.layout!r}"),
-            *textwrap.wrap(f"checked: {what}.", TEXT_WIDTH),
-            "",
-        ]
+        lines = [*wrap_lines(f"layout: {self.layout!r}"), *textwrap.wrap(f"checked: {what}.", TEXT_WIDTH), ""]
         lines.extend(wrap_lines(verification.summary()))
         lines.append(self.dim_summary().to_string())
         failures = [row for row in verification.rows if not row["ok"]]
@@ -119,8 +115,7 @@ class LayoutCheck:
         if verbose:
             frame = verification.to_frame()
             frame = frame.assign(
-                members=[members_text(m) for m in frame["members"]],
-                seconds=[f"{s:.3f}" for s in frame["seconds"]],
+                members=[members_text(m) for m in frame["members"]], seconds=[f"{s:.3f}" for s in frame["seconds"]]
             )[["dim", "group", "members", "size", "ok", "seconds", "detail"]]
             if self.mode == "fake":  # the pools' membership was checked; no collective ran
                 frame = frame.rename(columns={"ok": "membership_ok", "seconds": "collectives"}).assign(

@@ -131,11 +131,7 @@ def draw_streams(
 
 
 def compare_streams(
-    cluster: Any,
-    step: int = 0,
-    phase: PhaseType | str = "training",
-    draws: int = 4,
-    timeout: float | None = None,
+    cluster: Any, step: int = 0, phase: PhaseType | str = "training", draws: int = 4, timeout: float | None = None
 ) -> pd.DataFrame:
     """Draw on ``cluster`` and compare with the prediction for its layout on the workers' device type.
 

@@ -40,15 +40,7 @@ from .channel import Call, Reply, outcome_to_result
 from .cluster_facts import ClusterFacts
 from .procs import hold_interrupts
 from .progress import ProgressCallback, finish, resolve_progress
-from .results import (
-    GROUPS_INTERRUPTED,
-    STATUS_OK,
-    RankError,
-    RankResult,
-    RankResults,
-    call_failure,
-    rank_coordinates,
-)
+from .results import GROUPS_INTERRUPTED, STATUS_OK, RankError, RankResult, RankResults, call_failure, rank_coordinates
 from .verification import Verification, expected_groups
 
 DEATH_GRACE = 1.0
@@ -96,8 +88,7 @@ def held(lock: threading.RLock, limit: float, label: str) -> Iterator[float]:
     begin = time.monotonic()
     if not lock.acquire(timeout=limit):
         raise ClusterTimeout(
-            f"{label} timed out after {limit:g} s waiting for another call on this cluster (still running)",
-            ranks=[],
+            f"{label} timed out after {limit:g} s waiting for another call on this cluster (still running)", ranks=[]
         )
     try:
         yield time.monotonic() - begin
@@ -224,10 +215,7 @@ def _groups_interrupted(state: CallState) -> bool:
 
 
 def perform_call(
-    transport: CallTransport,
-    state: CallState,
-    coordinates: Any = None,
-    progress: ProgressCallback | None = None,
+    transport: CallTransport, state: CallState, coordinates: Any = None, progress: ProgressCallback | None = None
 ) -> RankResults:
     """Send ``state.call`` to every rank and return every rank's result (see the module docstring for failures).
 

@@ -22,14 +22,7 @@ from typing import Any
 import torch
 import torch.distributed
 
-from ..config import (
-    DIM_NAMES,
-    DistributedBackend,
-    DistributedConfig,
-    DistributedDim,
-    PhaseType,
-    check_ranks_in_range,
-)
+from ..config import DIM_NAMES, DistributedBackend, DistributedConfig, DistributedDim, PhaseType, check_ranks_in_range
 from ..errors import BackendUnavailable, ClusterError
 from ..formatting import first_line, members_text
 from ..layout import Layout
@@ -115,10 +108,7 @@ class ProcessGroupPool:
                 # No init_process_group: the groups are built directly on a store.
                 self.store, _, _ = next(
                     torch.distributed.rendezvous(
-                        init_method,
-                        self._rank,
-                        self._world_size,
-                        timeout=datetime.timedelta(seconds=self._timeout),
+                        init_method, self._rank, self._world_size, timeout=datetime.timedelta(seconds=self._timeout)
                     )
                 )
 
