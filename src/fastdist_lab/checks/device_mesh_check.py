@@ -26,10 +26,7 @@ if TYPE_CHECKING:
 
 def _loopback_interface() -> str | None:
     names = {name for _, name in socket.if_nameindex()}
-    for name in ("lo", "lo0"):
-        if name in names:
-            return name
-    return None
+    return next((name for name in ("lo", "lo0") if name in names), None)
 
 
 def mesh_of_dim(mesh: Any, dim: str, mesh_dims: tuple[str, ...]) -> Any:
