@@ -171,10 +171,7 @@ class Verification:
     @property
     def seeds_ok(self) -> bool:
         """Whether every rank's generators hold the seeds ``generator_seeds`` predicts."""
-        for record in self.results:
-            if not (record.ok and isinstance(record.value, dict) and record.value.get("seeds_ok", False)):
-                return False
-        return True
+        return all(r.ok and isinstance(r.value, dict) and r.value.get("seeds_ok", False) for r in self.results)
 
     @property
     def ok(self) -> bool:
