@@ -84,10 +84,8 @@ class RankResult:
             what = f"value={value[:REPR_CHARS]}{'...' if len(value) > REPR_CHARS else ''}"
         else:
             what = f"{self.status}: {self.error or self.status}"
-        parts = [f"rank={self.rank}", what]
-        parts += [
-            f"{name}: {_output_summary(text)}" for name, text in (("stdout", self.stdout), ("stderr", self.stderr))
-        ]
+        outputs = (("stdout", self.stdout), ("stderr", self.stderr))
+        parts = [f"rank={self.rank}", what, *(f"{name}: {_output_summary(text)}" for name, text in outputs)]
         if self.seconds is not None:
             parts.append(f"{self.seconds:.3f} s")
         return f"RankResult({', '.join(parts)})"

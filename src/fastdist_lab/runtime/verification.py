@@ -97,19 +97,9 @@ def judged_rows(expected: dict[str, list[list[int]]], results: RankResults, judg
                 problems += judge(rank, row, members, dim_index)
             if skipped and not problems:
                 problems.append("not checked: the group was skipped")
-            rows.append(
-                {
-                    "dim": dim,
-                    "group": index,
-                    "members": list(members),
-                    "size": len(members),
-                    "ok": not problems,
-                    "seconds": seconds_max,
-                    "create_seconds": create_max,
-                    "created": created,
-                    "detail": "; ".join(problems[:4]) + (" ..." if len(problems) > 4 else ""),
-                }
-            )
+            detail = "; ".join(problems[:4]) + (" ..." if len(problems) > 4 else "")
+            cells = (dim, index, list(members), len(members), not problems, seconds_max, create_max, created, detail)
+            rows.append(dict(zip(VERIFICATION_COLUMNS, cells)))
     return rows
 
 
