@@ -28,20 +28,9 @@ _LAZY: dict[str, str] = {
 """The public names that import torch and their modules (served on first use)."""
 
 __all__ = [
-    "LayoutCheck",
-    "TinyGPT",
-    "TrainingCheck",
-    "TrainingFault",
-    "bandwidth",
-    "check_layout",
-    "check_training",
-    "compare_streams",
-    "device_mesh_check",
-    "draw_streams",
-    "rank_summary",
-    "replay",
-    "verify_groups",
-]
+    "LayoutCheck", "check_layout", "compare_streams", "device_mesh_check", "draw_streams", "rank_summary",
+    "verify_groups", *_LAZY,
+]  # fmt: skip
 
 
 __getattr__, __dir__ = lazy_attributes(

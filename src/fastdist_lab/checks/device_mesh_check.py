@@ -26,10 +26,7 @@ if TYPE_CHECKING:
 
 def _loopback_interface() -> str | None:
     names = {name for _, name in socket.if_nameindex()}
-    for name in ("lo", "lo0"):
-        if name in names:
-            return name
-    return None
+    return next((name for name in ("lo", "lo0") if name in names), None)
 
 
 def mesh_of_dim(mesh: Any, dim: str, mesh_dims: tuple[str, ...]) -> Any:
@@ -69,11 +66,7 @@ def mesh_worker(
         os.environ["GLOO_SOCKET_IFNAME"] = loopback  # gloo listens on loopback only, like the pool
     try:
         dist.init_process_group(
-            backend,
-            store=store,
-            rank=ctx.rank,
-            world_size=ctx.world_size,
-            timeout=datetime.timedelta(seconds=timeout),
+            backend, store=store, rank=ctx.rank, world_size=ctx.world_size, timeout=datetime.timedelta(seconds=timeout)
         )
         try:
             mesh = init_device_mesh(device.type, shape, mesh_dim_names=names)

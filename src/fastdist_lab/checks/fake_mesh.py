@@ -72,9 +72,7 @@ def _one_rank(layout: Layout, rank: int, device_type: str, dims: dict[str, tuple
 
 
 def fake_device_mesh_check(
-    layout: Layout,
-    device_types: Iterable[str] = MESH_DEVICE_TYPES,
-    ranks: Iterable[int] | str | None = None,
+    layout: Layout, device_types: Iterable[str] = MESH_DEVICE_TYPES, ranks: Iterable[int] | str | None = None
 ) -> pd.DataFrame:
     """Build the ``DeviceMesh`` of ``layout.device_mesh_spec()`` with fake process groups, as each of ``ranks``
     (default ``sample_ranks(layout)``; ``"all"`` for every rank) and for each of ``device_types``, and compare

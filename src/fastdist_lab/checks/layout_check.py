@@ -102,13 +102,8 @@ class LayoutCheck:
         what = WHAT_IS_CHECKED.get(self.mode, WHAT_IS_CHECKED["processes"])
         if self.layout.has_experts:
             what += "; " + (EXPERTS_CHECKED if self.mode != "fake" else "the expert dims' groups as the dense ones")
-        lines = [
-            *wrap_lines(f"layout: {self.layout!r}"),
-            *textwrap.wrap(f"checked: {what}.", TEXT_WIDTH),
-            "",
-        ]
-        lines.extend(wrap_lines(verification.summary()))
-        lines.append(self.dim_summary().to_string())
+        lines = [*wrap_lines(f"layout: {self.layout!r}"), *textwrap.wrap(f"checked: {what}.", TEXT_WIDTH), ""]
+        lines += [*wrap_lines(verification.summary()), self.dim_summary().to_string()]
         failures = [row for row in verification.rows if not row["ok"]]
         if failures:
             lines += ["", f"failed groups ({len(failures)}):"]
@@ -119,8 +114,7 @@ class LayoutCheck:
         if verbose:
             frame = verification.to_frame()
             frame = frame.assign(
-                members=[members_text(m) for m in frame["members"]],
-                seconds=[f"{s:.3f}" for s in frame["seconds"]],
+                members=[members_text(m) for m in frame["members"]], seconds=[f"{s:.3f}" for s in frame["seconds"]]
             )[["dim", "group", "members", "size", "ok", "seconds", "detail"]]
             if self.mode == "fake":  # the pools' membership was checked; no collective ran
                 frame = frame.rename(columns={"ok": "membership_ok", "seconds": "collectives"}).assign(
@@ -128,15 +122,10 @@ class LayoutCheck:
                 )
             lines += ["", "every group:", frame.to_string(index=False, line_width=TEXT_WIDTH)]
         if self.mesh is not None:
-            lines.append("")
-            lines.append(_mesh_text(self.mesh))
-        lines.append("")
-        if self.streams is None:
-            lines.append("generator streams: not drawn (the groups failed)")
-        else:
-            lines.append(comparison_text(self.streams))
-        lines.append("")
-        lines.append("result: OK" if self.ok else "result: FAILED")
+            lines += ["", _mesh_text(self.mesh)]
+        drawn = self.streams is not None
+        lines += ["", comparison_text(self.streams) if drawn else "generator streams: not drawn (the groups failed)"]
+        lines += ["", "result: OK" if self.ok else "result: FAILED"]
         return "\n".join(lines)
 
     def __repr__(self) -> str:

@@ -13,9 +13,7 @@ from typing import Any
 def rank_summary(ctx: Any) -> str:
     """Run on every rank after ``apply``: prints the rank's coordinates; returns the sizes of its real groups."""
     config, dist = ctx.config, ctx.distributed
-    sizes = []
-    for name in ("tensor", "pipeline", "data"):
-        group = dist.group(name)
-        sizes.append(f"{name} group {1 if group is None else group.size()}")
+    groups = {name: dist.group(name) for name in ("tensor", "pipeline", "data")}
+    sizes = [f"{name} group {1 if group is None else group.size()}" for name, group in groups.items()]
     print(f"rank {ctx.rank} (pid {os.getpid()}): t{config.tensor_rank} d{config.data_rank} p{config.pipeline_rank}")
     return ", ".join(sizes)

@@ -305,10 +305,8 @@ def replay(
     """
     if per not in ("dim", "collective"):
         raise CostError(f"per={per!r} must be 'dim' or 'collective'")
-    iterations, warmup = (
-        check_int("iterations", iterations, minimum=1, error=CostError),
-        check_int("warmup", warmup, minimum=1, error=CostError),
-    )
+    iterations = check_int("iterations", iterations, minimum=1, error=CostError)
+    warmup = check_int("warmup", warmup, minimum=1, error=CostError)
     max_message = check_int("max_message_bytes", max_message_bytes, minimum=1, error=CostError)
     hw = Hardware.coerce(hardware)
     layout = _check_cluster(cluster, layout)
@@ -435,10 +433,8 @@ def bandwidth(
         check_int("size", size, minimum=1, error=CostError)
         if size > MAX_MESSAGE:
             raise CostError(f"size={size!r} is over {format_bytes(MAX_MESSAGE)} per message")
-    iterations, warmup = (
-        check_int("iterations", iterations, minimum=1, error=CostError),
-        check_int("warmup", warmup, minimum=1, error=CostError),
-    )
+    iterations = check_int("iterations", iterations, minimum=1, error=CostError)
+    warmup = check_int("warmup", warmup, minimum=1, error=CostError)
     layout = _check_cluster(cluster, None)
     groups = layout.groups(dim)
     if groups.shape[1] == 1:

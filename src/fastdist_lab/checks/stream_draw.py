@@ -32,29 +32,20 @@ if TYPE_CHECKING:
     import pandas as pd
     import torch
 
-_ATTRIBUTES = {
-    "default_cpu": "default_cpu_generator",
-    "pp_init": "pp_init_generator",
-    "tp_init": "tp_init_generator",
-    "pp": "pp_generator",
-    "tp": "tp_generator",
-}
+_ATTRIBUTES = {name: f"{name}_generator" for name in ("default_cpu", "pp_init", "tp_init", "pp", "tp")}
 """Generator name -> attribute of ``Distributed``."""
 
 
 def _copy(generator: torch.Generator) -> torch.Generator:
     import torch
 
-    twin = torch.Generator(device=generator.device)
-    twin.set_state(generator.get_state())
-    return twin
+    return torch.Generator(device=generator.device).set_state(generator.get_state())
 
 
 def _untouched(generator: torch.Generator) -> bool:
     import torch
 
-    fresh = torch.Generator(device=generator.device)
-    fresh.manual_seed(generator.initial_seed())
+    fresh = torch.Generator(device=generator.device).manual_seed(generator.initial_seed())
     return bool(torch.equal(fresh.get_state(), generator.get_state()))
 
 
@@ -86,9 +77,7 @@ def rank_streams(ctx: Any, step: int, phase: str, draws: int) -> dict[str, Any]:
             if _untouched(generator):
                 twin, origin = _copy(generator), "untouched"
             else:
-                twin = torch.Generator(device=generator.device)
-                twin.manual_seed(seed)
-                origin = "initial_seed"
+                twin, origin = torch.Generator(device=generator.device).manual_seed(seed), "initial_seed"
         seeds.append(int(seed))
         devices.append(device_type(generator.device))
         origins.append(origin)
@@ -118,24 +107,13 @@ def draw_streams(
     devices = {tuple(row["devices"]) for row in rows}
     if len(devices) != 1:
         raise RuntimeError(f"ranks disagree on their generators' device types: {sorted(devices)}")
-    return StreamReport(
-        layout,
-        step,
-        phase,
-        np.array([row["seeds"] for row in rows], dtype=np.uint64),
-        devices.pop(),
-        np.stack([row["values"] for row in rows]),
-        source="real",
-        origins=np.array([row["origins"] for row in rows], dtype=object),
-    )
+    seeds = np.array([row["seeds"] for row in rows], dtype=np.uint64)
+    values, origins = np.stack([row["values"] for row in rows]), np.array([row["origins"] for row in rows], object)
+    return StreamReport(layout, step, phase, seeds, devices.pop(), values, source="real", origins=origins)
 
 
 def compare_streams(
-    cluster: Any,
-    step: int = 0,
-    phase: PhaseType | str = "training",
-    draws: int = 4,
-    timeout: float | None = None,
+    cluster: Any, step: int = 0, phase: PhaseType | str = "training", draws: int = 4, timeout: float | None = None
 ) -> pd.DataFrame:
     """Draw on ``cluster`` and compare with the prediction for its layout on the workers' device type.
 

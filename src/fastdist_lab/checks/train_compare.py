@@ -25,17 +25,9 @@ RELATIVE_TOLERANCE = 1e-5
 FLOOR = 1e-3
 """A tensor's scale is at least this fraction of the largest scale of its kind."""
 RANK_COLUMNS = (
-    "rank",
-    "name",
-    "split",
-    "tensor_shard",
-    "grad_abs",
-    "grad_rel",
-    "weight_abs",
-    "weight_rel",
-    "initial_abs",
+    "rank", "name", "split", "tensor_shard", "grad_abs", "grad_rel", "weight_abs", "weight_rel", "initial_abs",
     "zero_grad",
-)
+)  # fmt: skip
 """Columns of ``TrainingCheck.tensors``: one row per (rank, parameter tensor)."""
 
 

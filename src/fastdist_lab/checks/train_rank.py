@@ -30,6 +30,7 @@ from ..config import DistributedConfig, PhaseType
 from ..cost import SCHEDULE_KINDS, Training
 from ..seeds import generator_seeds
 from .moe_layer import is_expert, is_tensor_partial
+from .parallel_ops import all_gather, all_reduce, reduce_scatter
 from .pipeline_carrier import build_stages, make_schedule, pipeline_carrier, registered
 from .tiny_gpt import Parallel, Recorder, StageModule, TinyGPT, split_dim, token_losses
 
@@ -144,12 +145,7 @@ def _metas(plan: TrainingPlan, stage: int, stages: int, par: Parallel, device: t
     if stage == 0:
         inputs = torch.zeros(batch, length, dtype=torch.long, device=device)
         return {"input_args": inputs, "output_args": output, "output_grads": output_grad}
-    return {
-        "input_args": hidden(True),
-        "output_args": output,
-        "input_grads": hidden(False),
-        "output_grads": output_grad,
-    }
+    return dict(input_args=hidden(True), output_args=output, input_grads=hidden(False), output_grads=output_grad)
 
 
 def _generators(ctx: Any, fault: TrainingFault) -> dict[str, torch.Generator]:
@@ -188,30 +184,19 @@ def _reduce(params: list[torch.nn.Parameter], group: Any, group_rank: int, plan:
     reduced = own.clone()
     if plan.training.zero_stage == 0:
         first = 0
-        if group is not None:
-            options = torch.distributed.AllreduceOptions()
-            options.reduceOp = torch.distributed.ReduceOp.SUM
-            group.allreduce([reduced], options).wait()
+        all_reduce(reduced, group)
         reduced = own if keep_own else reduced
         _unflatten(reduced, [param.grad for param in params])
         torch.optim.SGD(params, lr=plan.learning_rate).step()
     else:
         chunk = own.numel() // size
         first = group_rank * chunk
-        if group is not None:
-            piece = torch.empty(chunk, dtype=own.dtype, device=own.device)
-            options = torch.distributed.ReduceScatterOptions()
-            options.reduceOp = torch.distributed.ReduceOp.SUM
-            group.reduce_scatter([piece], [list(own.chunk(size))], options).wait()
+        piece = reduce_scatter(own, group, 0)
         reduced = own[first : first + chunk] if keep_own or group is None else piece
         shard = torch.nn.Parameter(_flat(params, size)[first : first + chunk].clone())
         shard.grad = reduced.clone()
         torch.optim.SGD([shard], lr=plan.learning_rate).step()
-        gathered = [shard.detach()]
-        if group is not None:
-            gathered = [torch.empty_like(shard.detach()) for _ in range(size)]
-            group.allgather([gathered], [shard.detach()]).wait()
-        _unflatten(torch.cat(gathered), params)
+        _unflatten(all_gather(shard.detach(), group, 0), params)
     pieces, offset, last = [], 0, first + reduced.numel()
     for param in params:
         begin, end = max(offset, first), min(offset + param.numel(), last)
@@ -233,13 +218,10 @@ def _sharded_weights(modules: dict[int, torch.nn.Module], group: Any, group_rank
         with torch.no_grad():
             for param in params:
                 param.zero_()
-        gathered = [mine]
-        if group is not None:
-            gathered = [torch.empty_like(mine) for _ in range(size)]
-            group.allgather([gathered], [mine]).wait()
+        gathered = all_gather(mine, group, 0)
         if keep_own:
-            gathered = [mine if part == group_rank else torch.zeros_like(mine) for part in range(size)]
-        _unflatten(torch.cat(gathered), params)
+            gathered = torch.cat([mine if part == group_rank else torch.zeros_like(mine) for part in range(size)])
+        _unflatten(gathered, params)
 
 
 def _place(param: torch.Tensor, par: Parallel) -> tuple[int, int]:
@@ -326,8 +308,7 @@ def train_rank(ctx: Any, plan: TrainingPlan) -> dict[str, Any]:
     if par.tensor is not None:
         for param in params:  # each tensor rank saw other tokens: the gradient is partial
             if (par.sequence_tensor_parallel and split_dim(param) is None) or is_tensor_partial(param):
-                options = torch.distributed.AllreduceOptions()
-                par.tensor.allreduce([param.grad], options).wait()
+                all_reduce(param.grad, par.tensor)
     keep_own = fault.unreduced == ctx.rank
     dense = [param for param in params if not is_expert(param)]
     expert = [param for param in params if is_expert(param)]

@@ -34,24 +34,7 @@ _LAZY: dict[str, str] = {
 ``runtime.results`` need no torch, so the ``checks`` and ``widgets`` layers stay light until a cluster runs)."""
 
 
-__all__ = [
-    "CLUSTER_MODES",
-    "MODE_PROVES",
-    "Distributed",
-    "LocalCluster",
-    "ProcessGroupPool",
-    "RankContext",
-    "RankError",
-    "RankResult",
-    "RankResults",
-    "SimulatedCluster",
-    "Verification",
-    "check_capacity",
-    "load_report",
-    "open_cluster",
-    "prewarm",
-    "suggested_mode",
-]
+__all__ = [*_LAZY]
 
 
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, __all__)

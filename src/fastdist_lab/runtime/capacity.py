@@ -207,12 +207,8 @@ def check_capacity(world_size: int, mode: str = "processes", machine: Machine | 
     alternative = next((m for m in ("threads", "fake") if m != mode and fits(world_size, m, machine)), None)
     if alternative == "threads" and mode == "fake":
         alternative = None
-    advice = (
-        ""
-        if alternative is None
-        else f"; simulate it in one process instead (--simulate {alternative}; SimulatedCluster(mode={alternative!r}))"
-    )
-    message = f"{needs.what} need {'; '.join(problems)}{advice}"
+    advice = f"; simulate it in one process instead (--simulate {alternative}; SimulatedCluster(mode={alternative!r}))"
+    message = f"{needs.what} need {'; '.join(problems)}{advice if alternative is not None else ''}"
     raise CapacityError(message, problems, alternative)
 
 

@@ -40,15 +40,7 @@ from .channel import Call, Reply, outcome_to_result
 from .cluster_facts import ClusterFacts
 from .procs import hold_interrupts
 from .progress import ProgressCallback, finish, resolve_progress
-from .results import (
-    GROUPS_INTERRUPTED,
-    STATUS_OK,
-    RankError,
-    RankResult,
-    RankResults,
-    call_failure,
-    rank_coordinates,
-)
+from .results import GROUPS_INTERRUPTED, STATUS_OK, RankError, RankResult, RankResults, call_failure, rank_coordinates
 from .verification import Verification, expected_groups
 
 DEATH_GRACE = 1.0
@@ -96,8 +88,7 @@ def held(lock: threading.RLock, limit: float, label: str) -> Iterator[float]:
     begin = time.monotonic()
     if not lock.acquire(timeout=limit):
         raise ClusterTimeout(
-            f"{label} timed out after {limit:g} s waiting for another call on this cluster (still running)",
-            ranks=[],
+            f"{label} timed out after {limit:g} s waiting for another call on this cluster (still running)", ranks=[]
         )
     try:
         yield time.monotonic() - begin
@@ -224,10 +215,7 @@ def _groups_interrupted(state: CallState) -> bool:
 
 
 def perform_call(
-    transport: CallTransport,
-    state: CallState,
-    coordinates: Any = None,
-    progress: ProgressCallback | None = None,
+    transport: CallTransport, state: CallState, coordinates: Any = None, progress: ProgressCallback | None = None
 ) -> RankResults:
     """Send ``state.call`` to every rank and return every rank's result (see the module docstring for failures).
 
@@ -399,32 +387,23 @@ class Cluster(ClusterFacts):
         if self._in_flight is not None:
             self._in_flight = None
             if self._ranks is not None and not self._ranks.stopped:
-                warnings.warn(
-                    f"an interrupted call left the {word} in an unknown state; starting fresh {word} "
-                    "(per-rank state is lost)",
-                    RuntimeWarning,
-                    stacklevel=4,
-                )
+                self._warn_fresh(f"an interrupted call left the {word} in an unknown state")
                 self._stop_ranks()
         if self._discarded:
             self._discarded = False
-            warnings.warn(
-                f"the interrupted call stopped the {word} (they could no longer agree); starting fresh {word} "
-                "(per-rank state is lost)",
-                RuntimeWarning,
-                stacklevel=4,
-            )
+            self._warn_fresh(f"the interrupted call stopped the {word} (they could no longer agree)")
         if not self.running or (self._pending is not None and not self._restarting):  # a restart was cut short
             ranks = self._ranks
             if ranks is not None and not ranks.stopped and not self.running:
                 gone = ranks.gone(set(ranks.ranks))
                 what = f"{ranks_text(gone)} died" if gone else "the worker server died"  # only processes have one
-                warnings.warn(
-                    f"{what} since the last call; starting fresh {word} (per-rank state is lost)",
-                    RuntimeWarning,
-                    stacklevel=4,
-                )
+                self._warn_fresh(f"{what} since the last call")
             self.restart()
+
+    def _warn_fresh(self, why: str) -> None:
+        """Warn from ``_ensure_running`` (at the caller of ``run`` / ``apply``) that fresh ranks replace the last."""
+        message = f"{why}; starting fresh {self._ranks_word} (per-rank state is lost)"
+        warnings.warn(message, RuntimeWarning, stacklevel=5)
 
     def _layout_to_restore(self) -> Layout | None:
         """At the start of a restart: the layout to re-apply, kept pending until it is, so that an interrupt during

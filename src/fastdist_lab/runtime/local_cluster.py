@@ -197,8 +197,7 @@ class LocalCluster(Cluster):
             finally:
                 self._ranks = None
                 self._server.stop()
-                self._layout = self._pending = None
-                self._in_flight = None
+                self._layout = self._pending = self._in_flight = None
                 self._closed = True
                 _LIVE.discard(self)
 

@@ -22,14 +22,7 @@ from typing import Any
 import torch
 import torch.distributed
 
-from ..config import (
-    DIM_NAMES,
-    DistributedBackend,
-    DistributedConfig,
-    DistributedDim,
-    PhaseType,
-    check_ranks_in_range,
-)
+from ..config import DIM_NAMES, DistributedBackend, DistributedConfig, DistributedDim, PhaseType, check_ranks_in_range
 from ..errors import BackendUnavailable, ClusterError
 from ..formatting import first_line, members_text
 from ..layout import Layout
@@ -115,10 +108,7 @@ class ProcessGroupPool:
                 # No init_process_group: the groups are built directly on a store.
                 self.store, _, _ = next(
                     torch.distributed.rendezvous(
-                        init_method,
-                        self._rank,
-                        self._world_size,
-                        timeout=datetime.timedelta(seconds=self._timeout),
+                        init_method, self._rank, self._world_size, timeout=datetime.timedelta(seconds=self._timeout)
                     )
                 )
 
@@ -186,22 +176,19 @@ class ProcessGroupPool:
         try:
             # torch names the gloo options, their timeout and devices privately; they are the only way to set them.
             if self._backend == DistributedBackend.gloo:
-                gloo = torch.distributed.ProcessGroupGloo
+                kind = torch.distributed.ProcessGroupGloo
                 if self._gloo_device is None:
                     self._gloo_device = self._gloo_devices()
-                options = gloo._Options()  # noqa: SLF001
-                options._timeout = timeout  # noqa: SLF001
+                options = kind._Options()  # noqa: SLF001
                 options._devices = self._gloo_device  # noqa: SLF001
-                options.global_ranks_in_group = list(members)
-                options.group_name = name
-                return gloo(store, group_rank, len(members), options)
-            nccl = torch.distributed.ProcessGroupNCCL
-            options = nccl.Options()
-            options.is_high_priority_stream = False
+            else:
+                kind = torch.distributed.ProcessGroupNCCL
+                options = kind.Options()
+                options.is_high_priority_stream = False
             options._timeout = timeout  # noqa: SLF001
             options.global_ranks_in_group = list(members)
             options.group_name = name
-            return nccl(store, group_rank, len(members), options)
+            return kind(store, group_rank, len(members), options)
         except Exception as error:  # gloo and NCCL throw whatever their parsers hit (bad_alloc, _M_create, ...)
             raise ClusterError(
                 f"rank {self._rank} could not create the {self._backend.value} group {name!r} of ranks "
@@ -363,10 +350,8 @@ class Distributed:
         self.default_cpu_generator.manual_seed(seeds["default_cpu"])
         self.pp_generator = torch.Generator(device=self.device)
         self.tp_generator = torch.Generator(device=self.device)
-        self.pp_init_generator = torch.Generator(device=self.device)
-        self.tp_init_generator = torch.Generator(device=self.device)
-        self.pp_init_generator.manual_seed(seeds["pp_init"])
-        self.tp_init_generator.manual_seed(seeds["tp_init"])
+        self.pp_init_generator = torch.Generator(device=self.device).manual_seed(seeds["pp_init"])
+        self.tp_init_generator = torch.Generator(device=self.device).manual_seed(seeds["tp_init"])
         self.set_step(0, PhaseType.training)
 
     @property

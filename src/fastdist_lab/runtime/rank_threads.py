@@ -147,16 +147,21 @@ class _Runner:
         self._call_id: int | None = None
         self._answered = 0
         self._complete = threading.Event()
+        self._calls: queue.SimpleQueue = queue.SimpleQueue()  # read by the dispatcher, or by the one runner thread
 
     @property
     def ranks(self) -> list[int]:
         """Every rank."""
         return [ctx.rank for ctx in self.contexts]
 
-    def _expect(self, call: Call) -> None:
+    def send(self, call: Call) -> set[int]:
+        """Hand ``call`` to the rank threads (through the dispatcher, or to the one thread running every rank in rank
+        order); returns the ranks whose thread ended."""
         with self._lock:
             self._call_id, self._answered = call.call_id, 0
             self._complete.clear()
+        self._calls.put(call)
+        return self.gone(set(self.ranks))
 
     def receive(self, pending: set[int], timeout: float) -> list[tuple[int, Reply | None]]:
         """The replies that arrived, waiting at most ``timeout`` (and ``POLL``) seconds unless the call is complete."""
@@ -198,7 +203,6 @@ class ThreadPerRank(_Runner):
         self._release = release
         self.turns = turns.Turns()
         self.inboxes: list[queue.SimpleQueue] = [queue.SimpleQueue() for _ in contexts]
-        self._dispatch: queue.SimpleQueue = queue.SimpleQueue()
         previous = threading.stack_size()
         threading.stack_size(THREAD_STACK_BYTES)
         try:
@@ -215,7 +219,7 @@ class ThreadPerRank(_Runner):
 
     def _dispatcher(self) -> None:
         while True:
-            call = self._dispatch.get()
+            call = self._calls.get()
             if call is _STOP:
                 return
             for inbox in self.inboxes:
@@ -242,12 +246,6 @@ class ThreadPerRank(_Runner):
                 if self.stopped:  # it may fire just after the thread took its stop message: end, never wait again
                     return
 
-    def send(self, call: Call) -> set[int]:
-        """Hand ``call`` to every rank thread (through the dispatcher); returns the ranks whose thread ended."""
-        self._expect(call)
-        self._dispatch.put(call)
-        return self.gone(set(self.ranks))
-
     def gone(self, ranks: set[int]) -> set[int]:
         """Those of ``ranks`` whose thread ended."""
         return {rank for rank in ranks if not self.threads[rank].is_alive()}
@@ -272,7 +270,7 @@ class ThreadPerRank(_Runner):
         if self.stopped:
             return
         self.stopped = True
-        self._dispatch.put(_STOP)
+        self._calls.put(_STOP)
         for inbox in self.inboxes:
             inbox.put(_STOP)
         # the dispatcher (and any rank) may be waiting up to TURN_WAIT for a turn that a stopped rank never gives
@@ -295,7 +293,6 @@ class OneThread(_Runner):
 
     def __init__(self, contexts: list[RankContext], label: str):
         super().__init__(contexts, label)
-        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.current: int | None = None
         self.thread = threading.Thread(target=self._loop, name=f"{label}-ranks", daemon=True)
         self.thread.start()
@@ -303,7 +300,7 @@ class OneThread(_Runner):
     def _loop(self) -> None:
         while True:
             try:
-                call = self.inbox.get()
+                call = self._calls.get()
                 if call is _STOP or self.stopped:
                     return
                 for ctx in self.contexts:
@@ -316,12 +313,6 @@ class OneThread(_Runner):
                 self.current = None
                 if self.stopped:  # it may fire just after the thread took its stop message: end, never wait again
                     return
-
-    def send(self, call: Call) -> set[int]:
-        """Hand ``call`` to the runner thread (every rank, in rank order)."""
-        self._expect(call)
-        self.inbox.put(call)
-        return self.gone(set(self.ranks))
 
     def gone(self, ranks: set[int]) -> set[int]:
         """Every one of ``ranks`` when the runner thread ended, else none."""
@@ -347,5 +338,5 @@ class OneThread(_Runner):
         if self.stopped:
             return
         self.stopped = True
-        self.inbox.put(_STOP)
+        self._calls.put(_STOP)
         self.thread.join(STOP_GRACE)

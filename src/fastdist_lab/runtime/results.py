@@ -84,10 +84,8 @@ class RankResult:
             what = f"value={value[:REPR_CHARS]}{'...' if len(value) > REPR_CHARS else ''}"
         else:
             what = f"{self.status}: {self.error or self.status}"
-        parts = [f"rank={self.rank}", what]
-        parts += [
-            f"{name}: {_output_summary(text)}" for name, text in (("stdout", self.stdout), ("stderr", self.stderr))
-        ]
+        outputs = (("stdout", self.stdout), ("stderr", self.stderr))
+        parts = [f"rank={self.rank}", what, *(f"{name}: {_output_summary(text)}" for name, text in outputs)]
         if self.seconds is not None:
             parts.append(f"{self.seconds:.3f} s")
         return f"RankResult({', '.join(parts)})"
@@ -211,16 +209,9 @@ class RankResults:
             row: dict[str, Any] = {"rank": record.rank}
             if self.coordinates is not None and record.rank < len(self.coordinates):
                 row.update({k: v for k, v in self.coordinates[record.rank].items() if k != "rank"})
-            row.update(
-                {
-                    "status": record.status,
-                    "value": record.value,
-                    "error": "" if record.error is None else str(record.error),
-                    "seconds": record.seconds,
-                    "stdout": record.stdout,
-                    "stderr": record.stderr,
-                }
-            )
+            error = "" if record.error is None else str(record.error)
+            row.update(status=record.status, value=record.value, error=error, seconds=record.seconds)
+            row.update(stdout=record.stdout, stderr=record.stderr)
             rows.append(row)
         return pd.DataFrame(rows).set_index("rank")
 
@@ -235,14 +226,12 @@ class RankResults:
     def __repr__(self) -> str:
         lines = [f"RankResults({self.label}; {self.summary()})"]
         if self.ok:
-            for record in self.records[:16]:
-                lines.append(f"  rank {record.rank}: {record.value!r}"[:200])
+            lines += [f"  rank {record.rank}: {record.value!r}"[:200] for record in self.records[:16]]
             if len(self.records) > 16:
                 lines.append(f"  ... {len(self.records) - 16} more")
         for ranks, error in self.error_groups():
             lines.append(f"  {ranks_text(ranks)}: {error}")
-            for line in error.traceback.rstrip().splitlines():
-                lines.append("    " + line)
+            lines += ["    " + line for line in error.traceback.rstrip().splitlines()]
         return "\n".join(lines)
 
     def to_html(self) -> str:

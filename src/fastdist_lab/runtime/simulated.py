@@ -181,8 +181,7 @@ class SimulatedCluster(Cluster):
         """End every rank (threads stuck in user code are abandoned) and forget the layout (idempotent)."""
         with self._lock:
             self._stop_ranks()
-            self._layout = self._pending = None
-            self._in_flight = None
+            self._layout = self._pending = self._in_flight = None
             self._closed = True
             if self._autograd_threads is not None:  # creating threaded groups turned autograd's threads off
                 import torch

@@ -73,7 +73,6 @@ def preload_in_workers(*modules: str) -> None:
             _worker_modules.append(name)
 
 
-
 def _quiet(done: int, message: str) -> None:
     return None
 

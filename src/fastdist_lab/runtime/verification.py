@@ -97,19 +97,9 @@ def judged_rows(expected: dict[str, list[list[int]]], results: RankResults, judg
                 problems += judge(rank, row, members, dim_index)
             if skipped and not problems:
                 problems.append("not checked: the group was skipped")
-            rows.append(
-                {
-                    "dim": dim,
-                    "group": index,
-                    "members": list(members),
-                    "size": len(members),
-                    "ok": not problems,
-                    "seconds": seconds_max,
-                    "create_seconds": create_max,
-                    "created": created,
-                    "detail": "; ".join(problems[:4]) + (" ..." if len(problems) > 4 else ""),
-                }
-            )
+            detail = "; ".join(problems[:4]) + (" ..." if len(problems) > 4 else "")
+            cells = (dim, index, list(members), len(members), not problems, seconds_max, create_max, created, detail)
+            rows.append(dict(zip(VERIFICATION_COLUMNS, cells)))
     return rows
 
 
@@ -171,10 +161,7 @@ class Verification:
     @property
     def seeds_ok(self) -> bool:
         """Whether every rank's generators hold the seeds ``generator_seeds`` predicts."""
-        for record in self.results:
-            if not (record.ok and isinstance(record.value, dict) and record.value.get("seeds_ok", False)):
-                return False
-        return True
+        return all(r.ok and isinstance(r.value, dict) and r.value.get("seeds_ok", False) for r in self.results)
 
     @property
     def ok(self) -> bool:
