@@ -216,7 +216,7 @@ def end_times(setups: Setups, hw: Hardware, eff: Efficiency) -> dict[str, np.nda
     model = setups.model
     h, t, sp = model.hidden_size, setups.tensor_parallel, setups.sequence_parallel
     tokens = setups.tokens * setups.micro_batch_size
-    vocab = -(-model.vocab_size // (128 * t)) * 128 * t
+    vocab = model.padded_vocab_size(t)
     tensor = setups.placement["tensor"]
     message = ACTIVATION_BYTES * tokens * h
     reduce = collective_seconds("all_reduce", message, tensor.per_node, tensor.nodes, hw, eff)
@@ -243,8 +243,7 @@ def chunk_parameters(setups: Setups) -> np.ndarray:
     model, tp = setups.model, setups.tensor_parallel[:, None]
     layer = (model.attention_parameters + model.mlp_parameters) // tp + model.layer_norm_parameters
     params = setups.chunk_layers[None, :] * layer
-    vocab = -(-model.vocab_size // (128 * tp)) * 128 * tp
-    embedding = model.hidden_size * vocab // tp
+    embedding = model.hidden_size * model.padded_vocab_size(tp) // tp
     params[:, :1] += embedding
     params[:, -1:] += model.final_norm_parameters
     if not model.tied_embeddings or setups.num_stages > 1:
