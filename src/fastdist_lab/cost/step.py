@@ -175,23 +175,13 @@ def step_columns(
 
     kinds = [0, 2, 3] if SCHEDULE_KINDS[setups.schedule].split_backward else [0, 1]  # F and B, or F, I and W
     per_rank = comp[:, :, kinds, :].sum(axis=2).reshape(n, v, pp, len(COMPONENTS)).sum(axis=1) * m
-    mine = per_rank[rows, critical]  # (n, components)
-    col = {name: i for i, name in enumerate(COMPONENTS)}
+    mine = dict(zip(COMPONENTS, per_rank[rows, critical].T))  # the critical rank's seconds per component
     busy = timeline.busy[rows, critical]
     idle = np.maximum(rank_end[rows, critical] - busy, 0.0)
     pipeline = np.minimum(timeline.link_into[rows, last[critical]], idle)
-    parts = (
-        mine[:, col["forward"]],
-        mine[:, col["backward"]],
-        mine[:, col["recompute"]],
-        idle - pipeline,
-        mine[:, col["tensor"]],
-        mine[:, col["sequence_data"]],
-        mine[:, col["expert"]],
-        pipeline + mine[:, col["pipeline"]],
-        mine[:, col["data"]] + tails["data"][rows, critical],
-        tails["optimizer"][rows, critical],
-    )
+    parts = (mine["forward"], mine["backward"], mine["recompute"], idle - pipeline, mine["tensor"],
+             mine["sequence_data"], mine["expert"], pipeline + mine["pipeline"],
+             mine["data"] + tails["data"][rows, critical], tails["optimizer"][rows, critical])  # fmt: skip
     columns = dict(zip(BREAKDOWN_COLUMNS, parts))
     sequences = setups.data_parallel // setups.sequence_data_parallel * m * setups.micro_batch_size
     world = setups.tensor_parallel * pp * setups.data_parallel
@@ -256,9 +246,8 @@ class StepTime:
         import pandas as pd
 
         seconds = [self.parts[name] for name in BREAKDOWN_COLUMNS]
-        frame = pd.DataFrame({"seconds": seconds, "share": np.array(seconds) / self.seconds},
-                             index=pd.Index(BREAKDOWN, name="component"))  # fmt: skip
-        return frame
+        return pd.DataFrame({"seconds": seconds, "share": np.array(seconds) / self.seconds},
+                            index=pd.Index(BREAKDOWN, name="component"))  # fmt: skip
 
     @property
     def fits(self) -> bool:
