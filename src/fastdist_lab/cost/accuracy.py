@@ -18,7 +18,6 @@ import numpy as np
 from ..layout import Layout
 from .cost_report import estimate
 from .efficiency import DEFAULT_EFFICIENCY, Efficiency
-from .engines import DEFAULT_ENGINE
 from .hardware import SUSTAINED, Hardware
 from .published import PUBLISHED_RUNS, PublishedRun
 from .published_held_out import HELD_OUT_RUNS
@@ -237,6 +236,5 @@ def trust_rows(runs: Sequence[PublishedRun] | None = None) -> list[tuple[Any, ..
                           run.expert_parallel, zero)  # fmt: skip
         flops = float(model_flops(run.transformer(), run.global_batch_size, run.tensor_parallel))
         mfu = flops / run.seconds / run.gpus / 1e12 / hardware.peak_tflops
-        engine = getattr(run, "engine", DEFAULT_ENGINE)
-        rows.append((run.name, engine, hardware.family, kind, run.gpus, round(float(error), 6), round(mfu, 6)))
+        rows.append((run.name, run.engine, hardware.family, kind, run.gpus, round(float(error), 6), round(mfu, 6)))
     return rows

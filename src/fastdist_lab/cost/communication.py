@@ -44,6 +44,7 @@ layers of stage ``i``, activations are bf16 of ``s / sdp`` tokens, gradients red
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,16 +59,9 @@ from .sizes import ACTIVATION_BYTES, Sizes
 from .training import Training
 
 COMMUNICATION_COLUMNS: tuple[str, ...] = (
-    "dim",
-    "collective",
-    "calls_per_step",
-    "bytes_per_call",
-    "bytes_per_step",
-    "group_size",
-    "nodes_spanned",
-    "inter_node",
-    "bus_bytes_per_step",
-)
+    "dim", "collective", "calls_per_step", "bytes_per_call", "bytes_per_step", "group_size", "nodes_spanned",
+    "inter_node", "bus_bytes_per_step",
+)  # fmt: skip
 """Columns of ``CostReport.communication``."""
 
 COLLECTIVES: tuple[str, ...] = ("all_reduce", "reduce_scatter", "all_gather", "send_recv", "all_to_all")
@@ -109,21 +103,13 @@ def step_rows(
     tp, pp, dp, sdp = sizes.tensor_parallel, sizes.pipeline_parallel, sizes.data_parallel, sizes.sequence_data_parallel
     m, full = sizes.microbatches, int(training.recompute == "full")
     layers = stages["layers"]
-    ends = np.zeros(pp, dtype=np.int64)
-    ends[0] += 1
-    ends[-1] += 1  # one embedding (first stage) and one output-layer collective (last stage)
+    ends = np.bincount([0, pp - 1], minlength=pp)  # one embedding (first stage) and one output-layer collective (last)
     activation = ACTIVATION_BYTES * sizes.tokens * training.micro_batch_size * model.hidden_size
     once = gathers_once(training.engine, pp) and training.zero_stage >= 2  # torchtitan's FSDP2 with PP
     traits = ENGINE_TRAITS[training.engine]
     grad_calls = m if training.zero_stage >= 2 and not once else 1
     rows: list[CollectiveRow] = []
-
-    groups_of: dict[str, np.ndarray] = {}
-
-    def dim_groups(dim: str) -> np.ndarray:
-        if dim not in groups_of:
-            groups_of[dim] = layout.groups(dim)
-        return groups_of[dim]
+    dim_groups = functools.cache(layout.groups)  # each dim's groups read once
 
     def add(dim: str, collective: str, calls: Any, size: Any, groups: np.ndarray | None = None) -> None:
         calls, size = largest(calls), largest(size)

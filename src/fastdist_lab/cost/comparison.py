@@ -17,23 +17,10 @@ if TYPE_CHECKING:
     import pandas as pd
 
 COMPARE_COLUMNS: tuple[str, ...] = (
-    "world_size",
-    "num_nodes",
-    "tensor_parallel",
-    "pipeline_parallel",
-    "data_parallel",
-    "sequence_data_parallel",
-    "order",
-    "peak_bytes",
-    "most_loaded_stage",
-    "bytes_per_step",
-    "inter_node_bytes_per_step",
-    "inter_node_dims",
-    "communication_seconds",
-    "dominant",
-    "step_seconds",
-    "fits",
-)
+    "world_size", "num_nodes", "tensor_parallel", "pipeline_parallel", "data_parallel", "sequence_data_parallel",
+    "order", "peak_bytes", "most_loaded_stage", "bytes_per_step", "inter_node_bytes_per_step", "inter_node_dims",
+    "communication_seconds", "dominant", "step_seconds", "fits",
+)  # fmt: skip
 """Columns of ``compare`` (bytes per rank per step; ``communication_seconds``: the bytes over peak link rates,
 ``dominant`` the dim that takes longest there; ``step_seconds``: the step time on the hardware, ``fits``: whether
 every stage fits its memory)."""
@@ -72,18 +59,11 @@ def summary_row(report: CostReport, hardware: Hardware | str | None = None) -> d
     comm = report.communication
     hw = Hardware.coerce(hardware)
     time = report.communication_time(hw)
-    timed = hw.peak_tflops is not None and hw.memory_GBps is not None
     fits = report.fits(hw)["fits"].all() if hw.memory_GiB is not None else None
     crossing = comm[comm["inter_node"]]
     dominant = time.index[time["dominant"]].tolist()
     return {
-        "world_size": s["world_size"],
-        "num_nodes": s["num_nodes"],
-        "tensor_parallel": s["tensor_parallel"],
-        "pipeline_parallel": s["pipeline_parallel"],
-        "data_parallel": s["data_parallel"],
-        "sequence_data_parallel": s["sequence_data_parallel"],
-        "order": s["order"],
+        **{name: s[name] for name in COMPARE_COLUMNS[:7]},  # the layout's sizes and order, as its summary gives them
         "peak_bytes": report.peak_bytes,
         "most_loaded_stage": report.most_loaded_stage,
         "bytes_per_step": int(comm["bytes_per_step"].sum()),
@@ -91,7 +71,7 @@ def summary_row(report: CostReport, hardware: Hardware | str | None = None) -> d
         "inter_node_dims": ", ".join(dict.fromkeys(crossing["dim"])) or "none",
         "communication_seconds": float(np.sum(time["seconds"].to_numpy())),
         "dominant": dominant[0] if dominant else "none",
-        "step_seconds": report.step(hw).seconds if timed else float("nan"),
+        "step_seconds": float("nan") if hw.peak_tflops is None or hw.memory_GBps is None else report.step(hw).seconds,
         "fits": None if fits is None else bool(fits),
     }
 

@@ -111,12 +111,8 @@ def layer_times(setups: Setups, hw: Hardware, eff: Efficiency) -> dict[str, np.n
     s, s_local = model.seq_length, setups.tokens
     tokens = s_local * setups.micro_batch_size
     up = (2 if model.swiglu else 1) * f // t
-    linear = (
-        gemm(tokens, (a + 2 * g) * d // t, h, hw, eff)
-        + gemm(tokens, h, a * d // t, hw, eff)
-        + gemm(tokens, up, h, hw, eff)
-        + gemm(tokens, h, f // t, hw, eff)
-    )
+    linear = sum(gemm(tokens, n, k, hw, eff) for n, k in (((a + 2 * g) * d // t, h), (h, a * d // t), (up, h),
+                                                           (h, f // t)))  # fmt: skip
     heads = setups.micro_batch_size * (a // t)
     flash_flops = 4.0 * heads * s_local * s * d / 2
     attention = hw.peak_tflops * 1e12 * hw.tensor_core_sustained
@@ -138,8 +134,7 @@ def layer_times(setups: Setups, hw: Hardware, eff: Efficiency) -> dict[str, np.n
     reduce = collective_seconds("all_reduce", message, tensor.per_node, tensor.nodes, hw, eff)
     gather = collective_seconds("all_gather", message, tensor.per_node, tensor.nodes, hw, eff)
     scatter = collective_seconds("reduce_scatter", message, tensor.per_node, tensor.nodes, hw, eff)
-    comm_fwd = np.where(sp, 2 * gather + 2 * scatter, 2 * reduce)
-    comm_bwd = np.where(sp, 2 * gather + 2 * scatter, 2 * reduce)  # what the backward GEMMs can hide
+    comm_fwd = comm_bwd = np.where(sp, 2 * gather + 2 * scatter, 2 * reduce)  # comm_bwd: what the GEMMs can hide
     regather = np.where(sp, 2 * gather, 0.0)  # the inputs gathered again before the weight gradients
     overlap = setups.overlap_tensor_parallel
     tensor_fwd = np.where(overlap, np.maximum(comm_fwd - linear, 0.0), comm_fwd)
@@ -216,7 +211,7 @@ def end_times(setups: Setups, hw: Hardware, eff: Efficiency) -> dict[str, np.nda
     model = setups.model
     h, t, sp = model.hidden_size, setups.tensor_parallel, setups.sequence_parallel
     tokens = setups.tokens * setups.micro_batch_size
-    vocab = -(-model.vocab_size // (128 * t)) * 128 * t
+    vocab = model.padded_vocab_size(t)
     tensor = setups.placement["tensor"]
     message = ACTIVATION_BYTES * tokens * h
     reduce = collective_seconds("all_reduce", message, tensor.per_node, tensor.nodes, hw, eff)
@@ -243,8 +238,7 @@ def chunk_parameters(setups: Setups) -> np.ndarray:
     model, tp = setups.model, setups.tensor_parallel[:, None]
     layer = (model.attention_parameters + model.mlp_parameters) // tp + model.layer_norm_parameters
     params = setups.chunk_layers[None, :] * layer
-    vocab = -(-model.vocab_size // (128 * tp)) * 128 * tp
-    embedding = model.hidden_size * vocab // tp
+    embedding = model.hidden_size * model.padded_vocab_size(tp) // tp
     params[:, :1] += embedding
     params[:, -1:] += model.final_norm_parameters
     if not model.tied_embeddings or setups.num_stages > 1:
@@ -270,17 +264,12 @@ def stage_components(setups: Setups, hw: Hardware, eff: Efficiency) -> np.ndarra
 
     forward, backward = per_stage(layer["forward"]), per_stage(layer["backward"])
     weight = per_stage(layer["weight"])
-    forward[:, 0] += ends["embedding_forward"]
-    backward[:, 0] += ends["embedding_backward"]
-    forward[:, -1] += ends["output_forward"]
-    backward[:, -1] += ends["output_backward"]
     tensor_f = per_stage(layer["tensor_forward"])
     tensor_b, tensor_i = per_stage(layer["tensor_backward"]), per_stage(layer["tensor_input"])
-    tensor_f[:, 0] += ends["embedding_tensor_forward"]
-    tensor_f[:, -1] += ends["output_tensor_forward"]
-    for array in (tensor_b, tensor_i):
-        array[:, 0] += ends["embedding_tensor_backward"]
-        array[:, -1] += ends["output_tensor_backward"]
+    for array, name in ((forward, "forward"), (backward, "backward"), (tensor_f, "tensor_forward"),
+                        (tensor_b, "tensor_backward"), (tensor_i, "tensor_backward")):  # fmt: skip
+        array[:, 0] += ends[f"embedding_{name}"]
+        array[:, -1] += ends[f"output_{name}"]
     recompute = per_stage(layer["recompute"])
     sequence_f, sequence_b = per_stage(layer["sequence_forward"]), per_stage(layer["sequence_backward"])
     expert_f = expert_b = np.zeros_like(forward)
@@ -298,15 +287,11 @@ def stage_components(setups: Setups, hw: Hardware, eff: Efficiency) -> np.ndarra
     for kind, comp in ((0, forward), (1, backward), (2, backward - weight), (3, weight)):
         out[:, :, kind, col["forward" if kind == 0 else "backward"]] = comp
     out[:, :, 1, col["recompute"]] = out[:, :, 2, col["recompute"]] = recompute
-    out[:, :, 0, col["tensor"]] = tensor_f
-    out[:, :, 1, col["tensor"]] = tensor_b
-    out[:, :, 2, col["tensor"]] = tensor_i
-    out[:, :, 0, col["sequence_data"]] = sequence_f
-    out[:, :, 1, col["sequence_data"]] = out[:, :, 2, col["sequence_data"]] = sequence_b
-    out[:, :, 0, col["expert"]] = expert_f
-    out[:, :, 1, col["expert"]] = out[:, :, 2, col["expert"]] = expert_b
-    out[:, :, 0, col["data"]] = data_f
-    out[:, :, 1, col["data"]] = out[:, :, 2, col["data"]] = data_b
+    exposed = {"tensor": (tensor_f, tensor_b, tensor_i), "sequence_data": (sequence_f, sequence_b, sequence_b),
+               "expert": (expert_f, expert_b, expert_b), "data": (data_f, data_b, data_b)}  # of F, B and I
+    for name, by_kind in exposed.items():
+        for kind, values in enumerate(by_kind):
+            out[:, :, kind, col[name]] = values
     return out
 
 
@@ -322,18 +307,12 @@ def _zero_exposure(
     # torchtitan applies it; DeepSpeed's per-module fetch): each layer's collective pays its own latency, which
     # grows with the group (issue 27). ZeRO 2 reduce-scatters the stage's gradients in large buckets: one call.
     units = np.where(zero == 3, np.maximum(setups.chunk_layers[None, :], 1), 1).astype(np.float64)
-    gather = units * collective_seconds(
-        "all_gather", params / units * setups.bytes_per_weight, per_node, nodes, hw, eff
-    )
-    scatter = units * collective_seconds(
-        "reduce_scatter", params / units * setups.bytes_per_gradient, per_node, nodes, hw, eff
-    )
+    shard = params / units
+    gather = units * collective_seconds("all_gather", shard * setups.bytes_per_weight, per_node, nodes, hw, eff)
+    scatter = units * collective_seconds("reduce_scatter", shard * setups.bytes_per_gradient, per_node, nodes, hw, eff)
     if traits_of(setups).per_block:  # the engine's block-by-block bound (cost.overlap, issue 27)
         return zero_action_exposure(setups, params, gather, scatter, forward, backward, eff.kernel_overhead_s)
     forward_exposed = np.where(zero == 3, np.maximum(gather - forward, 0.0), 0.0)
-    backward_exposed = np.where(
-        zero == 3,
-        np.maximum(gather + scatter - backward, 0.0),
-        np.where(zero == 2, np.maximum(scatter - backward, 0.0), 0.0),
-    )
+    backward_exposed = np.where(zero == 3, np.maximum(gather + scatter - backward, 0.0),
+                                np.where(zero == 2, np.maximum(scatter - backward, 0.0), 0.0))  # fmt: skip
     return forward_exposed, backward_exposed

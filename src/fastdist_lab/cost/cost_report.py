@@ -44,23 +44,10 @@ class CostReport:
     bytes of ``.communication`` over peak link rates (no compute, no overlap: not a step time).
     """
 
-    def __init__(
-        self,
-        layout: Any,
-        model: Transformer,
-        training: Training,
-        sizes: Sizes,
-        stages: dict[str, np.ndarray],
-        rows: list[CollectiveRow],
-        setups: Setups,
-    ):
-        self.layout = layout
-        self.model = model
-        self.training = training
-        self.sizes = sizes
-        self.setups = setups
-        self._stages = stages
-        self._rows = rows
+    def __init__(self, layout: Any, model: Transformer, training: Training, sizes: Sizes, stages: dict[str, np.ndarray],
+                 rows: list[CollectiveRow], setups: Setups):  # fmt: skip
+        self.layout, self.model, self.training, self.sizes, self.setups = layout, model, training, sizes, setups
+        self._stages, self._rows = stages, rows
 
     # ------------------------------------------------------------------ memory
     @cached_property
@@ -145,10 +132,7 @@ class CostReport:
         columns, timeline = step_columns(self.setups, hw, DEFAULT_EFFICIENCY if efficiency is None else efficiency)
         first = {name: float(values[0]) for name, values in columns.items()}
         return StepTime(
-            seconds=first["seconds"],
-            tokens_per_second=first["tokens_per_second"],
-            tflops_per_gpu=first["tflops_per_gpu"],
-            mfu=first["mfu"],
+            **{name: first[name] for name in ("seconds", "tokens_per_second", "tflops_per_gpu", "mfu")},
             hardware=hw,
             global_batch_size=int(first["global_batch_size"]),
             critical_rank=int(first["critical_rank"]),
@@ -231,17 +215,13 @@ class CostReport:
         """Everything as plain Python (for JSON): summary, memory (with ``fits`` on ``hardware``), communication,
         communication time and step time on ``hardware``."""
         hw = Hardware.coerce(hardware)
-        time = self.communication_time(hw)
-        memory = self.fits(hw).reset_index()
         return {
             "summary": self.summary(),
-            "memory": [{k: _plain(v) for k, v in row.items()} for row in memory.to_dict(orient="records")],
-            "communication": [
-                {k: _plain(v) for k, v in row.items()} for row in self.communication.to_dict(orient="records")
-            ],
+            "memory": _records(self.fits(hw).reset_index()),
+            "communication": _records(self.communication),
             "communication_time": {
                 "hardware": dataclasses.asdict(hw),
-                "per_dim": [{k: _plain(v) for k, v in row.items()} for row in time.reset_index().to_dict("records")],
+                "per_dim": _records(self.communication_time(hw).reset_index()),
             },
             "step": _step_document(self, hw),
         }
@@ -308,8 +288,9 @@ class CostReport:
         )
 
 
-def _plain(value: Any) -> Any:
-    return value.item() if hasattr(value, "item") else value
+def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """The rows of ``frame`` as dicts of plain Python values (numpy scalars by their ``item()``)."""
+    return [{k: v.item() if hasattr(v, "item") else v for k, v in row.items()} for row in frame.to_dict("records")]
 
 
 def _step_document(report: CostReport, hw: Hardware) -> dict[str, Any] | None:

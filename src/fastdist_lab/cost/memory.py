@@ -64,7 +64,6 @@ from typing import Any
 import numpy as np
 
 from ..errors import CostError
-from .model import VOCAB_PADDING
 from .moe import expert_parameters_per_gpu, moe_dense_parameters
 from .overlap import engine_buffer_bytes
 from .schedules import stage_counts
@@ -72,14 +71,9 @@ from .setups import Setups
 from .sizes import ACTIVATION_BYTES
 
 MEMORY_COLUMNS: tuple[str, ...] = (
-    "parameters",
-    "weights_bytes",
-    "gradients_bytes",
-    "optimizer_bytes",
-    "activations_bytes",
-    "temporaries_bytes",
+    "parameters", "weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "temporaries_bytes",
     "total_bytes",
-)
+)  # fmt: skip
 """Columns of ``CostReport.memory`` (one row per pipeline stage)."""
 
 SCORE_BYTES = 5
@@ -120,12 +114,6 @@ def column(values: Any) -> Any:
     return values[:, None] if isinstance(values, np.ndarray) else values
 
 
-def padded_vocab(setups: Setups) -> np.ndarray:
-    """The vocabulary padded for each set-up's tensor parallel (``Transformer.padded_vocab_size``)."""
-    multiple = VOCAB_PADDING * setups.tensor_parallel
-    return -(-setups.model.vocab_size // multiple) * multiple
-
-
 def stage_parameters(setups: Setups) -> dict[str, np.ndarray]:
     """Per pipeline rank and per GPU: ``parameters`` and ``replicated`` (the norms, not split by tensor).
 
@@ -134,7 +122,7 @@ def stage_parameters(setups: Setups) -> dict[str, np.ndarray]:
     """
     model, tp = setups.model, column(setups.tensor_parallel)
     layers = setups.rank_layers()
-    embedding = model.hidden_size * column(padded_vocab(setups)) // tp
+    embedding = model.hidden_size * column(model.padded_vocab_size(setups.tensor_parallel)) // tp
     replicated = layers * model.layer_norm_parameters + np.zeros_like(tp)  # (set-ups, ranks), or (ranks,)
     replicated[..., -1] += model.final_norm_parameters
     parameters = layers * ((model.attention_parameters + model.mlp_parameters) // tp) + replicated
@@ -186,7 +174,8 @@ def activation_terms(setups: Setups) -> dict[str, np.ndarray]:
     ``embedding``, ``output``, and the ``overhead`` factor (see the module docstring for the sources)."""
     model = setups.model
     s, b, h = setups.tokens, setups.micro_batch_size, model.hidden_size
-    t, vocab, f = setups.tensor_parallel, padded_vocab(setups), model.ffn_hidden_size
+    t, f = setups.tensor_parallel, model.ffn_hidden_size
+    vocab = model.padded_vocab_size(t)
     sbh, sp = s * b * h, setups.sequence_parallel
     # compute_activation_memory: Korthikanti et al. 2022, Table 2, "tensor + sequence parallel +
     # selective recompute" 34 s b h / t, with the MLP's 16 generalised to 4 f / h; everything / t.
@@ -288,13 +277,7 @@ def stage_memory(setups: Setups) -> dict[str, np.ndarray]:
     columns["temporaries_bytes"] = (
         temporaries + column(gathered_bytes(setups)) + engine_buffer_bytes(setups, columns["parameters"])
     )
-    columns["total_bytes"] = (
-        columns["weights_bytes"]
-        + columns["gradients_bytes"]
-        + columns["optimizer_bytes"]
-        + columns["activations_bytes"]
-        + columns["temporaries_bytes"]
-    )
+    columns["total_bytes"] = sum(columns[name] for name in MEMORY_COLUMNS[1:-1])  # weights, ..., temporaries
     columns["layers"] = setups.rank_layers()
     columns["moe_layers"] = setups.rank_moe_layers()
     return columns

@@ -20,14 +20,6 @@ RANKED_ROWS = 20
 """Rows shown by default: ``fastdist-lab search --top`` and the lab's Advisor."""
 
 
-def _flag(value: Any) -> str:
-    return "on" if bool(value) else "off"
-
-
-def _order(value: Any) -> str:
-    return "pipe" if bool(value) else "data"
-
-
 def _seconds(value: float) -> str:
     decimals = 3 if value < 10 else 2 if value < 100 else 1 if value < 1000 else 0
     return f"{value:,.{decimals}f} s"
@@ -39,12 +31,12 @@ RANKED_COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("v", "virtual_pipeline_stages", str),
     ("sdp", "sequence_data_parallel", str),
     ("dp", "data_parallel", str),
-    ("first", "pipeline_first", _order),
+    ("first", "pipeline_first", lambda v: "pipe" if v else "data"),
     ("mbs", "micro_batch_size", str),
     ("m", "num_microbatches", str),
     ("schedule", "schedule", str),
     ("recompute", "recompute", str),
-    ("stp", "sequence_tensor_parallel", _flag),
+    ("stp", "sequence_tensor_parallel", lambda v: "on" if v else "off"),
     ("zero", "zero_stage", str),
     ("step", "seconds", _seconds),
     ("tokens/s", "tokens_per_second", lambda v: f"{v:,.0f}"),

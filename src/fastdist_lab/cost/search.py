@@ -33,22 +33,10 @@ if TYPE_CHECKING:
     import pandas as pd
 
 SETUP_COLUMNS: tuple[str, ...] = (
-    "tensor_parallel",
-    "pipeline_parallel",
-    "virtual_pipeline_stages",
-    "sequence_data_parallel",
-    "data_parallel",
-    "micro_batch_size",
-    "num_microbatches",
-    "global_batch_size",
-    "schedule",
-    "recompute",
-    "sequence_tensor_parallel",
-    "zero_stage",
-    "pipeline_first",
-    "expert_parallel",
-    "expert_tensor_parallel",
-)
+    "tensor_parallel", "pipeline_parallel", "virtual_pipeline_stages", "sequence_data_parallel", "data_parallel",
+    "micro_batch_size", "num_microbatches", "global_batch_size", "schedule", "recompute", "sequence_tensor_parallel",
+    "zero_stage", "pipeline_first", "expert_parallel", "expert_tensor_parallel",
+)  # fmt: skip
 """The set-up columns of ``LayoutSearch.frame``; ``STEP_COLUMNS`` and ``peak_memory_bytes`` follow."""
 
 LIMITS: dict[str, Any] = {
@@ -166,12 +154,7 @@ class LayoutSearch:
             recompute=str(row.recompute),
             schedule=str(row.schedule),
             virtual_pipeline_stages=int(row.virtual_pipeline_stages),
-            flash_attention=self.fixed["flash_attention"],
-            overlap_data_parallel=self.fixed["overlap_data_parallel"],
-            overlap_tensor_parallel=self.fixed["overlap_tensor_parallel"],
-            overlap_pipeline_parallel=self.fixed["overlap_pipeline_parallel"],
-            expert_load_imbalance=self.fixed["expert_load_imbalance"],
-            engine=self.fixed["engine"],
+            **self.fixed,  # the attention kernel, overlaps, expert load and engine every row shares
         )
 
     def estimate(self, i: int = 0) -> Any:
@@ -358,9 +341,7 @@ def _candidates(model: Transformer, gpus: int, local: int, batch: int, chosen: d
     b, r, sp, z, first = b[keep], r[keep], sp[keep] & (b[keep, 0] > 1), z[keep], first[keep]
     z = np.where(b[:, 4] > 1, z, 0)
     first = np.where((b[:, 1] > 1) & (b[:, 4] > 1), first, False)
-    names = ("tensor_parallel", "pipeline_parallel", "virtual_pipeline_stages", "sequence_data_parallel",
-             "data_parallel", "micro_batch_size", "num_microbatches", "global_batch_size")  # fmt: skip
-    rows = {name: b[:, i] for i, name in enumerate(names)}
+    rows = {name: b[:, i] for i, name in enumerate(SETUP_COLUMNS[:8])}  # the sizes, in ``bases``' order
     rows.update(schedule=np.array(SCHEDULES, dtype=object)[b[:, 8]], schedule_index=b[:, 8], recompute=r,
                 sequence_tensor_parallel=sp, zero_stage=z, pipeline_first=first, expert_parallel=b[:, 9],
                 expert_tensor_parallel=b[:, 10])  # fmt: skip

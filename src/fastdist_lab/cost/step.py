@@ -24,7 +24,7 @@ from .efficiency import DEFAULT_EFFICIENCY, Efficiency
 from .engines import ENGINE_TRAITS
 from .hardware import Hardware
 from .links import collective_seconds, message_seconds
-from .model import VOCAB_PADDING, Transformer
+from .model import Transformer
 from .overlap import data_parallel_terms
 from .schedule_kinds import SCHEDULE_KINDS
 from .schedules import schedule
@@ -37,31 +37,16 @@ if TYPE_CHECKING:
     import pandas as pd
 
 BREAKDOWN: tuple[str, ...] = (
-    "forward",
-    "backward",
-    "recompute",
-    "pipeline bubble",
-    "tensor communication",
-    "sequence-data communication",
-    "expert communication",
-    "pipeline communication",
-    "data-parallel communication",
-    "optimizer step",
-)
+    "forward", "backward", "recompute", "pipeline bubble", "tensor communication", "sequence-data communication",
+    "expert communication", "pipeline communication", "data-parallel communication", "optimizer step",
+)  # fmt: skip
 """Rows of ``StepTime.breakdown`` (what the step's slowest pipeline rank spends its time on; they add up)."""
 
 BREAKDOWN_COLUMNS: tuple[str, ...] = (
-    "forward_seconds",
-    "backward_seconds",
-    "recompute_seconds",
-    "bubble_seconds",
-    "tensor_comm_seconds",
-    "sequence_data_comm_seconds",
-    "expert_comm_seconds",
-    "pipeline_comm_seconds",
-    "data_comm_seconds",
+    "forward_seconds", "backward_seconds", "recompute_seconds", "bubble_seconds", "tensor_comm_seconds",
+    "sequence_data_comm_seconds", "expert_comm_seconds", "pipeline_comm_seconds", "data_comm_seconds",
     "optimizer_seconds",
-)
+)  # fmt: skip
 """The ``BREAKDOWN`` rows as column names (in the same order), as ``step_columns`` and ``search`` give them."""
 
 STEP_COLUMNS: tuple[str, ...] = ("seconds", "tokens_per_second", "tflops_per_gpu", "mfu") + BREAKDOWN_COLUMNS
@@ -71,8 +56,7 @@ STEP_COLUMNS: tuple[str, ...] = ("seconds", "tokens_per_second", "tflops_per_gpu
 def model_flops(model: Transformer, sequences: Any, tensor_parallel: Any = 1) -> Any:
     """Model FLOPs of ``sequences`` sequences through ``model``, forward and backward (the module docstring)."""
     h, a, g, d = model.hidden_size, model.num_attention_heads, model.num_query_groups, model.kv_channels
-    multiple = VOCAB_PADDING * np.asarray(tensor_parallel)
-    vocab = -(-model.vocab_size // multiple) * multiple
+    vocab = model.padded_vocab_size(np.asarray(tensor_parallel))
     s, layers = model.seq_length, model.num_layers
     attention = (1 + g / a + s / h) * (a * d / h)
     mlp = (model.ffn_hidden_size / h) * (1.5 if model.swiglu else 1.0)
@@ -130,9 +114,8 @@ def rank_tails(
         exposed = exposed + np.where(overlap, floor, 0.0)
     model = setups.model
     if model.tied_embeddings and pp > 1:  # Megatron-LM _allreduce_word_embedding_grads, first and last stage
-        multiple = VOCAB_PADDING * setups.tensor_parallel
-        embedding = model.hidden_size * (-(-model.vocab_size // multiple) * multiple) / setups.tensor_parallel
-        embedding = embedding * setups.bytes_per_gradient
+        t = setups.tensor_parallel
+        embedding = model.hidden_size * model.padded_vocab_size(t) / t * setups.bytes_per_gradient
         crosses = setups.placement["pipeline_links"][:, -1]
         tied = collective_seconds("all_reduce", embedding, 1, 2, hardware, efficiency) * crosses
         tied += collective_seconds("all_reduce", embedding, 2, 1, hardware, efficiency) * ~crosses
@@ -192,23 +175,13 @@ def step_columns(
 
     kinds = [0, 2, 3] if SCHEDULE_KINDS[setups.schedule].split_backward else [0, 1]  # F and B, or F, I and W
     per_rank = comp[:, :, kinds, :].sum(axis=2).reshape(n, v, pp, len(COMPONENTS)).sum(axis=1) * m
-    mine = per_rank[rows, critical]  # (n, components)
-    col = {name: i for i, name in enumerate(COMPONENTS)}
+    mine = dict(zip(COMPONENTS, per_rank[rows, critical].T))  # the critical rank's seconds per component
     busy = timeline.busy[rows, critical]
     idle = np.maximum(rank_end[rows, critical] - busy, 0.0)
     pipeline = np.minimum(timeline.link_into[rows, last[critical]], idle)
-    parts = (
-        mine[:, col["forward"]],
-        mine[:, col["backward"]],
-        mine[:, col["recompute"]],
-        idle - pipeline,
-        mine[:, col["tensor"]],
-        mine[:, col["sequence_data"]],
-        mine[:, col["expert"]],
-        pipeline + mine[:, col["pipeline"]],
-        mine[:, col["data"]] + tails["data"][rows, critical],
-        tails["optimizer"][rows, critical],
-    )
+    parts = (mine["forward"], mine["backward"], mine["recompute"], idle - pipeline, mine["tensor"],
+             mine["sequence_data"], mine["expert"], pipeline + mine["pipeline"],
+             mine["data"] + tails["data"][rows, critical], tails["optimizer"][rows, critical])  # fmt: skip
     columns = dict(zip(BREAKDOWN_COLUMNS, parts))
     sequences = setups.data_parallel // setups.sequence_data_parallel * m * setups.micro_batch_size
     world = setups.tensor_parallel * pp * setups.data_parallel
@@ -273,9 +246,8 @@ class StepTime:
         import pandas as pd
 
         seconds = [self.parts[name] for name in BREAKDOWN_COLUMNS]
-        frame = pd.DataFrame({"seconds": seconds, "share": np.array(seconds) / self.seconds},
-                             index=pd.Index(BREAKDOWN, name="component"))  # fmt: skip
-        return frame
+        return pd.DataFrame({"seconds": seconds, "share": np.array(seconds) / self.seconds},
+                            index=pd.Index(BREAKDOWN, name="component"))  # fmt: skip
 
     @property
     def fits(self) -> bool:

@@ -62,9 +62,7 @@ def table_graph(
     stage = np.array([a.stage for _, a in actions], dtype=np.int64)
     kinds = np.array([ACTION_KINDS.index(a.kind) for _, a in actions], dtype=np.int64)
     microbatch = np.array([a.microbatch for _, a in actions], dtype=np.int64)
-    prev = np.full(n, n, dtype=np.int64)
-    dep = np.full(n, n, dtype=np.int64)
-    link = np.full(n, -1, dtype=np.int64)
+    prev, dep, link = (np.full(n, fill, dtype=np.int64) for fill in (n, n, -1))  # n: none; -1: no link
     split = SCHEDULE_KINDS[kind].split_backward
     backward = "I" if split else "B"
     for i, (r, a) in enumerate(actions):

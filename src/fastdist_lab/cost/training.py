@@ -102,12 +102,8 @@ class Training:
         check_engine(self.engine, self.schedule)
         for name in ("bytes_per_weight", "bytes_per_gradient", "bytes_per_optimizer_state"):
             check_int(name, getattr(self, name), minimum=1, error=CostError)
-        for name in (
-            "flash_attention",
-            "overlap_data_parallel",
-            "overlap_tensor_parallel",
-            "overlap_pipeline_parallel",
-        ):
+        for name in ("flash_attention", "overlap_data_parallel", "overlap_tensor_parallel",
+                     "overlap_pipeline_parallel"):  # fmt: skip
             check_flag(name, getattr(self, name), error=CostError)
         imbalance = self.expert_load_imbalance
         if isinstance(imbalance, bool) or not isinstance(imbalance, numbers.Real) or not 1.0 <= imbalance < 1e6:
