@@ -206,13 +206,17 @@ def _parse_yaml(text: str, name: str) -> tuple[Any, str, dict[str, dict[str, int
     except yaml.YAMLError as error:
         raise LayoutError(f"{name}: not valid YAML: {error}") from None
     lines: dict[str, dict[str, int]] = {}
-    mappings: dict[str, Any] = {}  # the mapping nodes read so far, by path
-    for path in ("", "model", "model.distributed", "distributed"):
-        parent, _, key = path.rpartition(".")
-        child = node if not path else _child(mappings[parent], key) if parent in mappings else None
-        if isinstance(child, yaml.MappingNode):
-            mappings[path] = child
-            _key_lines(child, path, lines, name)
+    if isinstance(node, yaml.MappingNode):
+        _key_lines(node, "", lines, name)
+        model = _child(node, "model")
+        if isinstance(model, yaml.MappingNode):
+            _key_lines(model, "model", lines, name)
+            distributed = _child(model, "distributed")
+            if isinstance(distributed, yaml.MappingNode):
+                _key_lines(distributed, "model.distributed", lines, name)
+        distributed = _child(node, "distributed")
+        if isinstance(distributed, yaml.MappingNode):
+            _key_lines(distributed, "distributed", lines, name)
     return data, name, lines
 
 

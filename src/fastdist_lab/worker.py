@@ -20,11 +20,11 @@ from collections.abc import Sequence
 from .checks import check_layout
 from .cli import OneLineParser, unrecognized
 from .commands.flags import add_layout_arguments, layout_from_args
+from .config import DistributedConfig
 from .errors import BackendUnavailable, ClusterError, LayoutError
 from .formatting import first_line
 from .runtime.backends import resolve_backend
 from .runtime.torchrun import LaunchedCluster
-from .validation import env_int
 
 PROG = "python -m fastdist_lab.worker"
 
@@ -53,8 +53,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, extras = parser.parse_known_args(argv)
     if extras:
         parser.error(unrecognized(extras, parser))
-    for name, variable in (("world_size", "WORLD_SIZE"), ("local_world_size", "LOCAL_WORLD_SIZE")):
-        from_env = env_int(variable, 1)  # as DistributedConfig's defaults read torchrun's variables
+    for name, variable, default in (
+        ("world_size", "WORLD_SIZE", DistributedConfig.default_world_size),
+        ("local_world_size", "LOCAL_WORLD_SIZE", DistributedConfig.default_local_world_size),
+    ):
+        from_env = default()  # torchrun's variable, read where every default of the project reads it
         if getattr(args, name) is None:
             setattr(args, name, from_env)
         elif variable in os.environ and getattr(args, name) != from_env:

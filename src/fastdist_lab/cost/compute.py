@@ -111,8 +111,8 @@ def layer_times(setups: Setups, hw: Hardware, eff: Efficiency) -> dict[str, np.n
     s, s_local = model.seq_length, setups.tokens
     tokens = s_local * setups.micro_batch_size
     up = (2 if model.swiglu else 1) * f // t
-    linear = sum(gemm(tokens, n, k, hw, eff) for n, k in (((a + 2 * g) * d // t, h), (h, a * d // t), (up, h),
-                                                           (h, f // t)))  # fmt: skip
+    shapes = (((a + 2 * g) * d // t, h), (h, a * d // t), (up, h), (h, f // t))  # QKV, output, up (and gate), down
+    linear = sum(gemm(tokens, n, k, hw, eff) for n, k in shapes)
     heads = setups.micro_batch_size * (a // t)
     flash_flops = 4.0 * heads * s_local * s * d / 2
     attention = hw.peak_tflops * 1e12 * hw.tensor_core_sustained

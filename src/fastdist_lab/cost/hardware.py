@@ -107,8 +107,10 @@ class Hardware:
     sustained: float | None = None
 
     def __post_init__(self) -> None:
-        for field in ("intra_node_GBps", "inter_node_GBps", "peak_tflops", "memory_GiB", "memory_GBps"):
-            if field.endswith("node_GBps") or getattr(self, field) is not None:  # the links are required
+        for field in ("intra_node_GBps", "inter_node_GBps"):  # required
+            object.__setattr__(self, field, check_number(field, getattr(self, field), error=CostError))
+        for field in ("peak_tflops", "memory_GiB", "memory_GBps"):  # optional
+            if getattr(self, field) is not None:
                 object.__setattr__(self, field, check_number(field, getattr(self, field), error=CostError))
         gpus = check_int("gpus_per_node", self.gpus_per_node, minimum=1, error=CostError)
         object.__setattr__(self, "gpus_per_node", gpus)

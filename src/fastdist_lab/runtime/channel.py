@@ -183,9 +183,11 @@ def execute(ctx: Any, payload: Any) -> Outcome:
             error = RankError(
                 type(caught).__name__, f"the value of type {type(value).__name__} cannot be pickled: {caught}"
             )
-    error_dict = None if error is None else error.to_dict()
-    pickled = None if exception is None else _pickled_exception(exception)
-    return Outcome(status, value_bytes, error_dict, pickled, out.getvalue(), err.getvalue(), seconds)
+    return Outcome(
+        status=status, value=value_bytes, error=None if error is None else error.to_dict(),
+        exception=None if exception is None else _pickled_exception(exception), stdout=out.getvalue(),
+        stderr=err.getvalue(), seconds=seconds,
+    )  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------- channel

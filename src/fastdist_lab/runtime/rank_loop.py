@@ -119,8 +119,8 @@ def _worker(spec: WorkerSpec, rank: int, server_pid: int, end: socket.socket) ->
     try:
         store = torch.distributed.FileStore(spec.store_path, -1)
         store.set_timeout(datetime.timedelta(seconds=spec.timeout))
-        sizes = (rank, spec.world_size, spec.local_world_size, spec.timeout, use_cpu)
-        pool = ProcessGroupPool(*sizes, backend=backend, store=store, gloo_hostname=LOOPBACK)
+        pool = ProcessGroupPool(rank, spec.world_size, spec.local_world_size, spec.timeout, use_cpu, backend=backend,
+                                store=store, gloo_hostname=LOOPBACK)  # fmt: skip
     except BaseException as error:
         channel.send(WorkerFailed(rank, error_of(error).to_dict()))
         return 1

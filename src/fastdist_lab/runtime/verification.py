@@ -99,7 +99,7 @@ def judged_rows(expected: dict[str, list[list[int]]], results: RankResults, judg
                 problems.append("not checked: the group was skipped")
             detail = "; ".join(problems[:4]) + (" ..." if len(problems) > 4 else "")
             cells = (dim, index, list(members), len(members), not problems, seconds_max, create_max, created, detail)
-            rows.append(dict(zip(VERIFICATION_COLUMNS, cells)))
+            rows.append(dict(zip(VERIFICATION_COLUMNS, cells, strict=True)))
     return rows
 
 
