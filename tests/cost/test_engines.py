@@ -67,11 +67,19 @@ def test_deepspeed_with_a_pipeline_exposes_the_whole_gradient_reduction():
 
 
 def test_deepspeed_zero1_beside_a_pipeline_all_reduces_its_gradients_after_the_last_backward():
+    # fp32 gradients (bf16's BF16_Optimizer): the whole gradients all-reduced after the flush
     deepspeed = _report(2, 4, 1, 16, engine="deepspeed")
     unhidden = _report(2, 4, 1, 16, overlap_data_parallel=False, overlap_pipeline_parallel=False)
     assert deepspeed.step(H100).parts["data_comm_seconds"] > unhidden.step(H100).parts["data_comm_seconds"]
     rows = deepspeed.communication
     assert set(rows[rows["dim"] == "data"]["collective"]) == {"all_reduce", "all_gather"}
+    # fp16 gradients: ZeRO 1 reduces each rank's slice (a reduce-scatter's volume), still after the flush: as
+    # Megatron without overlap, half an all-reduce less than with fp32 gradients of the same bytes
+    fp16 = _report(2, 4, 1, 16, engine="deepspeed", bytes_per_gradient=2)
+    plain = _report(2, 4, 1, 16, overlap_data_parallel=False, overlap_pipeline_parallel=False, bytes_per_gradient=2)
+    rows = fp16.communication
+    assert set(rows[rows["dim"] == "data"]["collective"]) == {"reduce_scatter", "all_gather"}
+    assert fp16.step(H100).parts["data_comm_seconds"] == pytest.approx(plain.step(H100).parts["data_comm_seconds"])
 
 
 def test_deepspeed_without_a_pipeline_hides_all_but_its_last_bucket():
@@ -347,3 +355,22 @@ def test_every_second_mm_follows_the_blocks_call_order(heads, tp, swiglu):
     wk, wo = gemm(tokens, kv // tp, h, hw, eff), gemm(tokens, h, h // tp, hw, eff)
     third = gemm(tokens, f // tp, h, hw, eff) if swiglu else gemm(tokens, h, f // tp, hw, eff)  # w3, else w2
     assert second_mm_seconds(setups, hw, eff) == pytest.approx(wk + wo + third)
+
+
+@given(st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 4]), st.integers(min_value=4, max_value=32))
+@settings(max_examples=20, deadline=None)
+def test_deepspeed_2022_waits_for_its_tensor_backward_all_reduces_and_nothing_else(tp, pp, m):
+    # Megatron-DeepSpeed of 2021-22 (copy_to_tensor_model_parallel_region): the input gradient's all-reduce follows
+    # the linear's backward; everything else is today's DeepSpeed
+    old = _report(tp, pp, 1, m, engine="deepspeed-0.5").step(H100)
+    new = _report(tp, pp, 1, m, engine="deepspeed").step(H100)
+    if tp == 1:
+        assert old.seconds == pytest.approx(new.seconds) and old.parts == pytest.approx(new.parts)
+    else:
+        assert old.parts["tensor_comm_seconds"] > new.parts["tensor_comm_seconds"] and old.seconds > new.seconds
+        for part in ("forward_seconds", "backward_seconds", "data_comm_seconds"):
+            assert old.parts[part] == pytest.approx(new.parts[part]), part
+    assert ENGINE_TRAITS["deepspeed"].tensor_backward_hidden
+    assert not ENGINE_TRAITS["deepspeed-0.5"].tensor_backward_hidden
+    with pytest.raises(CostError, match="engine='deepspeed-0.5' runs schedule '1f1b' only"):
+        _report(tp, 4, 1, m, engine="deepspeed-0.5", schedule="interleaved-1f1b")

@@ -78,11 +78,14 @@ def test_every_validated_run_is_in_the_table_with_its_own_kind():
     assert by_name["GPT 462B (H100)"].kind == "tp+pp+dp" and by_name["GPT 1.7B"].kind == "dp"
     assert by_name["Mixtral 8x7B (H100)"].kind == "pp+dp+ep" and by_name["22B full recompute"].kind == "tp"
     assert all(run.engine in ENGINES and 0.05 < run.mfu < 0.8 and abs(run.error) < 1.0 for run in TRUST_RUNS)
-    assert {run.engine for run in TRUST_RUNS} == set(ENGINES)
+    # Today's DeepSpeed (asynchronous tensor-parallel all-reduce) has no measured run: its rows ran the code of
+    # 2021-22 (deepspeed-0.5), so its band is the family's, said to be unvalidated.
+    assert {run.engine for run in TRUST_RUNS} == set(ENGINES) - {"deepspeed"}
+    assert band_for("deepspeed", "ampere", "tp+pp+dp", 384).reason == "no validated run with deepspeed on ampere"
 
 
-@given(st.sampled_from(["megatron", "deepspeed"]), st.sampled_from(FAMILIES), st.sampled_from(KINDS + ["dp+zero3"]),
-       st.integers(min_value=0, max_value=16))  # fmt: skip
+@given(st.sampled_from(["megatron", "deepspeed", "deepspeed-0.5"]), st.sampled_from(FAMILIES),
+       st.sampled_from(KINDS + ["dp+zero3"]), st.integers(min_value=0, max_value=16))  # fmt: skip
 def test_a_band_holds_the_runs_it_rests_on_and_they_are_the_nearest(engine, family, kind, log_gpus):
     gpus = 2**log_gpus
     band = band_for(engine, family, kind, gpus)

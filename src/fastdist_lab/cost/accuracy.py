@@ -18,7 +18,7 @@ import numpy as np
 from ..layout import Layout
 from .cost_report import estimate
 from .efficiency import DEFAULT_EFFICIENCY, Efficiency
-from .hardware import SUSTAINED, Hardware
+from .hardware import SUSTAINED
 from .published import PUBLISHED_RUNS, PublishedRun
 from .published_held_out import HELD_OUT_RUNS
 from .step import model_flops
@@ -60,7 +60,7 @@ def predict(run: PublishedRun, efficiency: Efficiency | None = None,
     """The predicted step of ``run``: the fastest of its ``choices``, as ``seconds``, ``fits`` (whether the
     memory model says it fits; the run did) and the ``settings`` taken. ``sustained`` overrides
     ``hardware.SUSTAINED`` per family."""
-    hardware = Hardware.preset(run.hardware)
+    hardware = run.machine()
     if sustained and hardware.family in sustained:
         hardware = hardware.replace(sustained=sustained[hardware.family])
     layout = Layout(
@@ -132,7 +132,7 @@ def validate(runs: Sequence[PublishedRun] = PUBLISHED_RUNS, efficiency: Efficien
             "measured_seconds": run.seconds, "predicted_seconds": found["seconds"],
             "error": found["seconds"] / run.seconds - 1, "fits": found["fits"], "calibration": run.calibration,
             "source": run.source, "measured_from": run.measured_from, "engine": run.engine,
-            "family": Hardware.preset(run.hardware).family, "kind": parallelism_kind(run),
+            "family": run.machine().family, "kind": parallelism_kind(run),
         })  # fmt: skip
     return pd.DataFrame(rows, columns=list(VALIDATION_COLUMNS))
 
@@ -229,7 +229,7 @@ def trust_rows(runs: Sequence[PublishedRun] | None = None) -> list[tuple[Any, ..
     errors = validate(chosen)["error"].tolist()
     rows = []
     for run, error in zip(chosen, errors):
-        hardware = Hardware.preset(run.hardware)
+        hardware = run.machine()
         data = run.gpus // (run.tensor_parallel * run.pipeline_parallel * run.sequence_data_parallel)
         zero = run.training.get("zero_stage", 0)
         kind = setup_kind(run.tensor_parallel, run.pipeline_parallel, data, run.sequence_data_parallel,

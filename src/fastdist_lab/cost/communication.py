@@ -52,7 +52,7 @@ import numpy as np
 
 from ..config import DistributedDimNames
 from ..layout import nodes_spanned
-from .engines import ENGINE_TRAITS, gathers_once
+from .engines import all_reduces_whole_gradients, gathers_once
 from .model import Transformer
 from .setups import layout_expert_sizes
 from .sizes import ACTIVATION_BYTES, Sizes
@@ -106,7 +106,6 @@ def step_rows(
     ends = np.bincount([0, pp - 1], minlength=pp)  # one embedding (first stage) and one output-layer collective (last)
     activation = ACTIVATION_BYTES * sizes.tokens * training.micro_batch_size * model.hidden_size
     once = gathers_once(training.engine, pp) and training.zero_stage >= 2  # torchtitan's FSDP2 with PP
-    traits = ENGINE_TRAITS[training.engine]
     grad_calls = m if training.zero_stage >= 2 and not once else 1
     rows: list[CollectiveRow] = []
     dim_groups = functools.cache(layout.groups)  # each dim's groups read once
@@ -156,7 +155,9 @@ def step_rows(
                 add(dim, "all_reduce", 1, parameters * training.bytes_per_gradient)
             else:
                 # DeepSpeed's BF16_Optimizer beside a pipeline all-reduces (engines.py)
-                whole = training.zero_stage == 1 and pp > 1 and traits.all_reduce_with_pipeline
+                whole = training.zero_stage == 1 and all_reduces_whole_gradients(
+                    training.engine, pp, training.bytes_per_gradient
+                )
                 kind = "all_reduce" if whole else "reduce_scatter"
                 add(dim, kind, grad_calls, parameters * training.bytes_per_gradient)
                 gathers = 2 * m if training.zero_stage == 3 and not once else 1

@@ -8,6 +8,8 @@ prediction used before engines were a setting, so a ``Training`` that does not n
 - ``deepspeed``: DeepSpeed (Microsoft), ZeRO stages and its pipeline engine (Megatron-DeepSpeed);
 - ``deepspeed-0.3``: DeepSpeed as of its ZeRO-3 / ZeRO-Infinity release (v0.3.15, April 2021, on PyTorch 1.8),
   whose ZeRO 3 collectives cost kernels per data-parallel rank (``EngineTraits.rank_copies``);
+- ``deepspeed-0.5``: DeepSpeed's pipeline engine of late 2021 / early 2022 (v0.5-v0.6) with the Megatron-DeepSpeed
+  model code of that time (MT-NLG, BLOOM), whose tensor-parallel backward all-reduces are not hidden;
 - ``fsdp2``: torch's ``fully_shard`` (FSDP2) as torchtitan runs it, with ``torch.distributed.pipelining``, its
   Llama code in eager mode (no ``torch.compile``): every element-wise op its own kernel;
 - ``composer-fsdp``: torch FSDP as MosaicML's Composer runs llm-foundry's MPT (``fsdp2``'s overlap, with MPT's
@@ -27,7 +29,7 @@ import numpy as np
 
 from ..errors import CostError
 
-ENGINES: tuple[str, ...] = ("megatron", "deepspeed", "fsdp2", "deepspeed-0.3", "composer-fsdp")
+ENGINES: tuple[str, ...] = ("megatron", "deepspeed", "fsdp2", "deepspeed-0.3", "deepspeed-0.5", "composer-fsdp")
 """The engines ``Training(engine=...)`` accepts."""
 
 DEFAULT_ENGINE = "megatron"
@@ -45,7 +47,8 @@ class EngineTraits:
     - ``reduce_after_pipeline``: with ``pipeline_parallel > 1`` the data-parallel gradient reduction runs after
       the last backward, none of it overlapped.
     - ``all_reduce_with_pipeline``: with ``pipeline_parallel > 1`` ZeRO 1 all-reduces the whole gradients (then
-      gathers the updated weights) instead of reduce-scattering them.
+      gathers the updated weights) instead of reduce-scattering them, where they are accumulated in fp32 (bf16's
+      ``BF16_Optimizer``; ``all_reduces_whole_gradients``).
     - ``tensor_backward_hidden``: the backward's tensor-parallel collectives hide behind the weight-gradient GEMMs
       (Megatron's asynchronous all-reduce); ``False``: they follow the layer's whole backward and the next
       operation waits for them (unless ``Training.overlap_tensor_parallel``).
@@ -157,6 +160,14 @@ ENGINE_TRAITS: dict[str, EngineTraits] = {
 # fetch_sub_module waits for every gather with comm_stream.synchronize() and torch.cuda.synchronize()
 # (_synchronize_communication) before the sub-module computes. The rest as ``deepspeed``.
 ENGINE_TRAITS["deepspeed-0.3"] = dataclasses.replace(ENGINE_TRAITS["deepspeed"], rank_copies=1)
+# DeepSpeed's pipeline engine of late 2021 / early 2022 under the Megatron-DeepSpeed of that time, as MT-NLG (Smith et
+# al. 2022) and BLOOM's layout search (DeepSpeed 2151c787, 2022-02-18) ran it. Its model code predates Megatron-LM's
+# asynchronous tensor-parallel all-reduce: ColumnParallelLinear.forward calls copy_to_tensor_model_parallel_region
+# (megatron/mpu/layers.py at microsoft/Megatron-DeepSpeed 0d887558, 2021-09-22, and 3704a0a0, 2022-01-28;
+# bigscience-workshop/Megatron-DeepSpeed 7e5ec511, 2022-02-26), whose backward all-reduces the input gradient after
+# the linear's backward, and the layer below waits for it. Today's Megatron-DeepSpeed runs
+# LinearWithGradAccumulationAndAsyncCommunication (megatron/core/tensor_parallel/layers.py), as ``deepspeed`` prices.
+ENGINE_TRAITS["deepspeed-0.5"] = dataclasses.replace(ENGINE_TRAITS["deepspeed"], tensor_backward_hidden=False)
 # torch FSDP under MosaicML's Composer, as llm-foundry's benchmarking runs MPT (mosaicml/llm-foundry 061f2c7ce6,
 # scripts/train/benchmarking): FSDP's overlap taken as fsdp2's (the closest the engines have), while MPT's blocks run
 # one-kernel element-wise work: ``low_precision_layernorm`` (one F.layer_norm), GeLU without bias, flash / triton
@@ -187,6 +198,21 @@ def check_engine(engine: str, schedule: str, pipeline_parallel: int = 1, zero_st
             f"engine={engine!r} runs ZeRO stage {traits.max_zero_stage_with_pipeline} at most with a pipeline, not "
             f"zero_stage={zero_stage} with pipeline_parallel={pipeline_parallel}"
         )
+
+
+def all_reduces_whole_gradients(engine: str, pipeline_parallel: int, bytes_per_gradient: int) -> bool:
+    """Whether ZeRO 1 under ``engine`` all-reduces the whole gradients beside a pipeline of ``pipeline_parallel``
+    stages rather than reduce-scattering them: DeepSpeed's ``BF16_Optimizer``, which keeps fp32 gradients
+    (``bytes_per_gradient`` 4), runs ``buffered_allreduce_fallback``; its fp16 ZeRO 1 reduces each rank's slice
+    (``reduce_gradients(pipeline_parallel=True)``, ``runtime/zero/stage_1_and_2.py`` ``average_tensor``: the
+    volume of a reduce-scatter; microsoft/DeepSpeed 2151c787 and 38327e07).
+
+    >>> all_reduces_whole_gradients("deepspeed", 4, 4), all_reduces_whole_gradients("deepspeed", 4, 2)
+    (True, False)
+    >>> all_reduces_whole_gradients("deepspeed", 1, 4), all_reduces_whole_gradients("megatron", 4, 4)
+    (False, False)
+    """
+    return pipeline_parallel > 1 and ENGINE_TRAITS[engine].all_reduce_with_pipeline and bytes_per_gradient == 4
 
 
 def gathers_once(engine: str, pipeline_parallel: int) -> bool:

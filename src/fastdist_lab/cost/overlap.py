@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from .engines import ENGINE_TRAITS, EngineTraits, gathers_once
+from .engines import ENGINE_TRAITS, EngineTraits, all_reduces_whole_gradients, gathers_once
 
 
 def block_exposure(
@@ -171,7 +171,7 @@ def data_parallel_terms(
         return reduce, gather, overlap, np.zeros((n, pp)), np.zeros((n, pp))
     if traits.reduce_after_pipeline and pp > 1:
         overlap = overlap & False
-    if traits.all_reduce_with_pipeline and pp > 1:  # ZeRO 1's gradients all-reduced, not reduce-scattered
+    if all_reduces_whole_gradients(setups.engine, pp, setups.bytes_per_gradient):  # ZeRO 1's, not reduce-scattered
         reduce = np.where(zero == 1, collective("all_reduce", grads), reduce)
     if not traits.overlaps_zero0:
         overlap = overlap & (setups.zero_stage[:, None] >= 1)

@@ -109,6 +109,13 @@ _LLM_FOUNDRY = (
 )
 
 
+JEAN_ZAY_INTER_NODE_GBPS = 4 * 100 / 8 / 8
+"""Network bandwidth per GPU (GB/s) of Jean Zay's A100 nodes, where BLOOM and its layout search ran: 8 A100 80GB
+SXM4 per node and 4 Omni-Path 100 Gb/s links per node (Le Scao et al. 2022, BLOOM, Section 3.4.1 "Hardware"), a
+quarter of a DGX A100's 8 200 Gb/s HDR adapters (the ``a100-sxm-80gb`` preset). The hypercube's own contention is
+not priced."""
+
+
 # BigScience chronicles-prequel: (section, hidden, layers, fp16, global batch, ((DP, TP, PP, MBS, seconds), ...)).
 _BLOOM = (
     ("GBS Variations and Tweaking TP (02-25)", 14336, 72, True, 2048, (
@@ -133,9 +140,10 @@ def _bloom() -> list[PublishedRun]:
         for dp, tp, pp, mbs, seconds in rows:
             runs.append(PublishedRun(
                 name=f"BLOOM search {hidden}x{layers}, batch {batch}: dp{dp} tp{tp} pp{pp} mbs{mbs}",
-                engine="deepspeed", source=f"BigScience tr11 chronicles-prequel (053adafee8), {section}, "
+                engine="deepspeed-0.5", source=f"BigScience tr11 chronicles-prequel (053adafee8), {section}, "
                                            f"DP {dp} TP {tp} PP {pp} MBS {mbs} row",
                 model=gpt_model(hidden, layers, 64, vocab=250880), hardware="a100-sxm-80gb", gpus=384,
+                inter_node_GBps=JEAN_ZAY_INTER_NODE_GBPS,
                 tensor_parallel=tp, pipeline_parallel=pp,
                 training=dict(zero_stage=1, micro_batch_size=mbs, num_microbatches=batch // (dp * mbs),
                               recompute="full", flash_attention=False, bytes_per_gradient=2 if fp16 else 4,
@@ -177,7 +185,7 @@ def _mt_nlg() -> list[PublishedRun]:
     runs = []
     for nodes, seconds in _MTNLG:
         runs.append(PublishedRun(
-            name=f"MT-NLG 530B on {nodes * 8:,}", engine="deepspeed",
+            name=f"MT-NLG 530B on {nodes * 8:,}", engine="deepspeed-0.5",
             source=f"Smith et al. 2022, Section 2.4, {nodes} DGX A100 nodes, batch 1920",
             model=_GPT_530B, hardware="a100-sxm-80gb", gpus=nodes * 8, tensor_parallel=8, pipeline_parallel=35,
             training=dict(zero_stage=1, recompute="full", flash_attention=False, bytes_per_gradient=2,

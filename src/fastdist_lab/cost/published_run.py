@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .hardware import Hardware
 from .model import Transformer
 
 
@@ -22,7 +23,9 @@ class PublishedRun:
     ``source``. ``lighter_ends``: the first and the last stage hold one layer fewer (Llama 3's split).
     ``expert_parallel`` and ``expert_tensor_parallel`` place a mixture of experts' experts (the ``Layout`` fields of
     the same names; ``PUBLISHED_MOE_RUNS``). ``engine``: the training engine that ran it (``Training(engine=...)``,
-    one of ``engines.ENGINES``), which the prediction uses."""
+    one of ``engines.ENGINES``), which the prediction uses. ``inter_node_GBps``: the network bandwidth per GPU of
+    the cluster it ran on, where its nodes had fewer network adapters than the preset's reference node (the
+    preset's figure otherwise)."""
 
     name: str
     source: str
@@ -42,10 +45,18 @@ class PublishedRun:
     expert_parallel: int = 1
     expert_tensor_parallel: int | None = None
     engine: str = "megatron"
+    inter_node_GBps: float | None = None
 
     def transformer(self) -> Transformer:
         """The model as a ``Transformer``."""
         return Transformer(**self.model)
+
+    def machine(self) -> Hardware:
+        """The hardware it ran on: its preset, with its cluster's ``inter_node_GBps`` where it gives one."""
+        hardware = Hardware.preset(self.hardware)
+        if self.inter_node_GBps is not None:
+            hardware = hardware.replace(inter_node_GBps=self.inter_node_GBps)
+        return hardware
 
 
 def gpt_model(hidden: int, layers: int, heads: int, vocab: int = 51200, seq: int = 2048) -> dict[str, Any]:

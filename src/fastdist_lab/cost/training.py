@@ -65,7 +65,8 @@ class Training:
       et al. 2021's capacity factor bounds it, e.g. 1.25). The slowest rank's expert GEMMs, permutation and
       all-to-all scale by it, and so do its stored expert activations.
     - ``engine``: the training engine that runs the step (``engines.ENGINES``: ``"megatron"``, the default,
-      ``"deepspeed"``, ``"fsdp2"`` or ``"deepspeed-0.3"``, DeepSpeed's ZeRO-3 of 2021); a run is predicted for the
+      ``"deepspeed"``, ``"fsdp2"``, ``"deepspeed-0.3"``, DeepSpeed's ZeRO-3 of 2021, ``"deepspeed-0.5"``, its pipeline
+      engine of 2021-22, or ``"composer-fsdp"``); a run is predicted for the
       engine it used (``engines.ENGINE_TRAITS``: what each overlaps; DeepSpeed's pipeline engine runs ``"1f1b"``
       only, and ZeRO 0-1 beside a pipeline).
 
