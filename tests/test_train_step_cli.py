@@ -82,6 +82,13 @@ def test_another_engine_runs_the_same_step_and_says_it_only_prices(capsys):
     assert lines[1].startswith("layout: ") and lines[-1] == "result: OK"
 
 
+def test_torch_compile_is_priced_and_the_step_says_it_runs_eager(capsys):
+    assert main([*THREADS, "--torch-compile"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("torch.compile is priced by `fastdist-lab cost`") and "eager" in lines[0]
+    assert lines[1].startswith("layout: ") and lines[-1] == "result: OK"
+
+
 def test_the_default_engine_adds_no_line(capsys):
     assert main([*THREADS, "--engine", "megatron"]) == 0
     assert capsys.readouterr().out.startswith("layout: ")

@@ -24,7 +24,7 @@ from fastdist_lab.cost import (
     estimate,
     search,
 )
-from fastdist_lab.cost.compute import elementwise_bytes, gemm, layer_times, second_mm_seconds
+from fastdist_lab.cost.compute import elementwise_bytes, gemm, layer_times, second_mm_seconds, streamed
 from fastdist_lab.cost.engines import check_engine, engine_allows
 from fastdist_lab.errors import CostError
 
@@ -206,7 +206,7 @@ def test_cli_engine_flag_and_its_refusal():
     assert good.returncode == 0, good.stderr
 
 
-@pytest.mark.parametrize("engine", ["deepspeed", "fsdp2", "deepspeed-0.3", "composer-fsdp"])
+@pytest.mark.parametrize("engine", ["deepspeed", "fsdp2", "deepspeed-0.3", "deepspeed-0.5", "composer-fsdp"])
 def test_the_pruned_search_finds_the_rows_of_the_whole_one_for_every_engine(engine):
     # the floors (search_bounds) and step.lower_bound stay below every engine's simulated step
     limits = dict(hardware=H100, global_batch_size=32, tensor_parallel=(1, 2), micro_batch_size=(1, 2), engine=engine,
@@ -257,12 +257,12 @@ def test_deepspeed_2021_refusals_name_the_value():
         Training(engine="deepspeed-0.2")
 
 
-def _fsdp_step(engine: str, seq_length: int, hidden: int, recompute: str = "none"):
+def _fsdp_step(engine: str, seq_length: int, hidden: int, recompute: str = "none", compiled: bool = False):
     model = Transformer(num_layers=4, hidden_size=hidden, num_attention_heads=hidden // 128,
                         num_query_groups=hidden // 512, ffn_hidden_size=3 * hidden, vocab_size=32000,
                         seq_length=seq_length, swiglu=True)  # fmt: skip
     layout = Layout(world_size=8, local_world_size=8)
-    training = Training(zero_stage=3, micro_batch_size=1, engine=engine, recompute=recompute)
+    training = Training(zero_stage=3, micro_batch_size=1, engine=engine, recompute=recompute, torch_compile=compiled)
     return estimate(layout, model, training).step(H100).parts
 
 
@@ -337,8 +337,12 @@ def test_only_fsdp2s_selective_recompute_runs_the_gemms_again(monkeypatch):
     setups = _llama_setups("fsdp2", "selective")
     monkeypatch.setitem(ENGINE_TRAITS, "fsdp2", dataclasses.replace(ENGINE_TRAITS["fsdp2"],
                                                                      recompute_every_second_mm=False))  # fmt: skip
-    without = layer_times(setups, hw, eff)["recompute"]
-    assert recompute["fsdp2", "selective"] == pytest.approx(without + second_mm_seconds(setups, hw, eff))
+    assert layer_times(setups, hw, eff)["recompute"] == 0  # without the op policy: Megatron's selective, flash
+    # the op policy runs again every element-wise kernel (eager: one per op) and every second mm
+    tokens = setups.tokens * setups.micro_batch_size
+    moved, kernels = elementwise_bytes(setups.model, np.float64(setups.model.hidden_size), 1, False)
+    elementwise = streamed(tokens * moved, kernels, hw, eff)
+    assert recompute["fsdp2", "selective"] == pytest.approx(elementwise + second_mm_seconds(setups, hw, eff))
     assert recompute["composer-fsdp", "selective"] == recompute["megatron", "selective"] == 0
     full = layer_times(_llama_setups("fsdp2", "full"), hw, eff)
     assert recompute["fsdp2", "full"] == pytest.approx(full["forward"])  # the whole forward, nothing more
@@ -374,3 +378,40 @@ def test_deepspeed_2022_waits_for_its_tensor_backward_all_reduces_and_nothing_el
     assert not ENGINE_TRAITS["deepspeed-0.5"].tensor_backward_hidden
     with pytest.raises(CostError, match="engine='deepspeed-0.5' runs schedule '1f1b' only"):
         _report(tp, 4, 1, m, engine="deepspeed-0.5", schedule="interleaved-1f1b")
+
+
+def test_torch_compile_fuses_fsdp2s_elementwise_work_and_changes_nothing_else():
+    # torchtitan's --training.compile (Inductor fuses each block's element-wise ops): priced as Megatron's fused
+    # kernels; its op policy still runs them again in the backward, fused
+    eager, compiled = _fsdp_step("fsdp2", 2048, 4096, "selective"), _fsdp_step("fsdp2", 2048, 4096, "selective", True)
+    assert compiled["forward_seconds"] < eager["forward_seconds"]
+    assert compiled["backward_seconds"] < eager["backward_seconds"]
+    assert 0 < compiled["recompute_seconds"] < eager["recompute_seconds"]
+    assert compiled["tensor_comm_seconds"] == eager["tensor_comm_seconds"]
+    assert compiled["data_comm_seconds"] == pytest.approx(eager["data_comm_seconds"])
+    # the element-wise kernels cost what a fused engine's do: composer-fsdp (fused, no op policy) forwards alike
+    composer = _fsdp_step("composer-fsdp", 2048, 4096, "selective")
+    assert compiled["forward_seconds"] == pytest.approx(composer["forward_seconds"])
+    # engines whose kernels are fused already: nothing changes
+    for engine in ("megatron", "composer-fsdp", "deepspeed"):
+        assert _fsdp_step(engine, 2048, 4096, "full", True) == _fsdp_step(engine, 2048, 4096, "full"), engine
+    assert Training().torch_compile is False
+    with pytest.raises(CostError, match="torch_compile='yes'"):
+        Training(torch_compile="yes")
+
+
+def test_torch_compile_in_search_and_on_the_command_line():
+    limits = dict(hardware=H100, global_batch_size=32, tensor_parallel=(1, 2), micro_batch_size=(1, 2),
+                  engine="fsdp2", recompute="full")  # fmt: skip
+    whole = search("llama2-7b", 16, top=None, torch_compile=True, **limits)
+    pruned = search("llama2-7b", 16, top=5, torch_compile=True, **limits)
+    assert np.allclose(pruned.frame["seconds"].to_numpy(), whole.frame["seconds"].to_numpy()[:5])
+    assert pruned.training(0).torch_compile
+    assert pruned.estimate(0).step(H100).seconds == pytest.approx(pruned.frame.loc[0, "seconds"], rel=1e-6)
+    eager = search("llama2-7b", 16, top=5, **limits)
+    assert pruned.frame.loc[0, "seconds"] < eager.frame.loc[0, "seconds"]
+    base = [sys.executable, "-m", "fastdist_lab.cli", "cost", "--model", "llama2-7b", "--world-size", "8",
+            "--engine", "fsdp2", "--hardware", H100]  # fmt: skip
+    shown = [subprocess.run(base + flag, capture_output=True, text=True) for flag in ([], ["--torch-compile"])]
+    assert [run.returncode for run in shown] == [0, 0], shown[1].stderr
+    assert shown[0].stdout != shown[1].stdout

@@ -101,8 +101,8 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     """The training set-up's flags, spelled and defaulted alike in every command (``cost.Training``'s defaults):
     ``--schedule`` (1f1b), ``--virtual-pipeline-stages`` / ``--virtual-stages`` (1), ``--micro-batches`` /
     ``--num-microbatches`` (the pipeline size), ``--micro-batch-size`` (1), ``--zero-stage`` (0) or
-    ``--distributed-optimizer`` (ZeRO 1), ``--recompute`` (none), ``--sequence-tensor-parallel`` and ``--engine``
-    (megatron). Values are
+    ``--distributed-optimizer`` (ZeRO 1), ``--recompute`` (none), ``--sequence-tensor-parallel``, ``--engine``
+    (megatron) and ``--torch-compile`` (eager). Values are
     checked by ``Training`` (one line naming the value)."""
     from ..cost import DEFAULT_ENGINE, ENGINES, RECOMPUTE, SCHEDULES
 
@@ -131,6 +131,8 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
                        help="mixture of experts: busiest expert rank's tokens over the mean (default: 1.0)")
     group.add_argument("--engine", default=DEFAULT_ENGINE, metavar="NAME",
                        help=f"training engine: {', '.join(ENGINES)} (default: %(default)s)")  # fmt: skip
+    group.add_argument("--torch-compile", action="store_true",
+                       help="the model runs under torch.compile: element-wise work fused (default: eager)")
 
 
 def training_from_args(args: argparse.Namespace) -> Any:
@@ -138,7 +140,8 @@ def training_from_args(args: argparse.Namespace) -> Any:
     from ..cost import Training
 
     fields = ("schedule", "virtual_pipeline_stages", "num_microbatches", "micro_batch_size", "distributed_optimizer",
-              "zero_stage", "recompute", "sequence_tensor_parallel", "expert_load_imbalance", "engine")  # fmt: skip
+              "zero_stage", "recompute", "sequence_tensor_parallel", "expert_load_imbalance", "engine",
+              "torch_compile")  # fmt: skip
     return Training(**{name: getattr(args, name) for name in fields})  # each flag's dest is the field's name
 
 

@@ -85,6 +85,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ("--no-overlap-data-parallel", "store_false", "gradients reduced after the last backward"),
         ("--no-overlap-pipeline-parallel", "store_false", "blocking sends between stages"),
         ("--overlap-tensor-parallel", "store_true", "tensor-parallel collectives overlap their GEMMs"),
+        ("--torch-compile", "store_true", "the model runs under torch.compile: element-wise work fused"),
     ):
         name = flag.removeprefix("--no-").removeprefix("--").replace("-", "_")  # the Training field it sets
         kernels.add_argument(flag, dest=name, action=action, default=argparse.SUPPRESS, help=what)

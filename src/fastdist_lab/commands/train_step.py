@@ -5,7 +5,7 @@ training set-up takes the same flags and defaults as ``fastdist-lab cost`` (``fl
 row of ``fastdist-lab search`` runs as it stands, e.g. ``--schedule zero-bubble --zero-stage 1 --recompute full``.
 ``--engine`` is a pricing setting (``cost.ENGINE_TRAITS``: what each engine overlaps and fuses): the step runs the
 lab's own code, whose numbers are the same under every engine, and says so on its first line when the engine is not
-the default.
+the default; ``--torch-compile`` likewise (the step runs eager).
 
 Exit codes: 0 when every tensor agrees within the tolerance (with ``--dropout``: every dropout judgment passed),
 1 when something does not, 2 for bad input or a cluster that could not run the step (one line on stderr)."""
@@ -30,6 +30,12 @@ ENGINE_NOTE = (
     "whose numbers do not depend on the engine"
 )
 """The line ``train-step`` prints first for an engine other than the default (``--engine`` prices, it does not run)."""
+
+COMPILE_NOTE = (
+    "torch.compile is priced by `fastdist-lab cost` (element-wise work fused); this step runs the lab's own code in "
+    "eager mode"
+)
+"""The line ``train-step`` prints for ``--torch-compile`` (it prices, it does not compile)."""
 
 HELP = "run one training step of a small GPT on the layout's groups and compare it with one process"
 
@@ -91,5 +97,7 @@ def run(args: argparse.Namespace) -> int:
         return usage_error(args, error)
     if training.engine != DEFAULT_ENGINE:
         print(ENGINE_NOTE.format(engine=training.engine))
+    if training.torch_compile:
+        print(COMPILE_NOTE)
     print(result.summary(rows=args.rows))
     return 0 if result.ok else 1

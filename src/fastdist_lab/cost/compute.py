@@ -123,7 +123,8 @@ def layer_times(setups: Setups, hw: Hardware, eff: Efficiency) -> dict[str, np.n
     core_fwd = np.where(setups.flash_attention, flash_fwd, batched + streamed(9.0 * scores, 2, hw, eff))
     core_bwd = np.where(setups.flash_attention, flash_bwd, 2 * batched + streamed(11.0 * scores, 2, hw, eff))
     norm_width = np.where(sp, h / t, h)
-    fused = traits_of(setups).fused_elementwise  # the engine's (cost.engines, issue 27)
+    traits = traits_of(setups)
+    fused = traits.fused_elementwise or setups.torch_compile  # the engine's (cost.engines), or Inductor's fusion
     moved, kernels = elementwise_bytes(model, norm_width, t, fused)
     elementwise = streamed(tokens * moved, kernels, hw, eff)
     compute_fwd = linear + core_fwd + elementwise
@@ -138,7 +139,7 @@ def layer_times(setups: Setups, hw: Hardware, eff: Efficiency) -> dict[str, np.n
     regather = np.where(sp, 2 * gather, 0.0)  # the inputs gathered again before the weight gradients
     overlap = setups.overlap_tensor_parallel
     tensor_fwd = np.where(overlap, np.maximum(comm_fwd - linear, 0.0), comm_fwd)
-    hides = overlap | traits_of(setups).tensor_backward_hidden  # the engine's (cost.engines, issue 27)
+    hides = overlap | traits.tensor_backward_hidden  # the engine's (cost.engines, issue 27)
     tensor_bwd = np.where(hides, np.maximum(comm_bwd - linear, 0.0), comm_bwd) + np.where(
         overlap, np.maximum(regather - linear, 0.0), regather)  # fmt: skip
     tensor_input = comm_bwd + regather  # zero bubble: the weight GEMMs that would hide them run later
@@ -150,9 +151,8 @@ def layer_times(setups: Setups, hw: Hardware, eff: Efficiency) -> dict[str, np.n
 
     full, selective = setups.recompute == 2, setups.recompute == 1
     recompute = np.where(full, compute_fwd, np.where(selective & ~setups.flash_attention, core_fwd, 0.0))
-    recompute = recompute + np.where(selective & ~fused, elementwise, 0.0)  # torchtitan's op policy: not saved
-    if traits_of(setups).recompute_every_second_mm:  # ... nor every second mm (cost.engines, issue 27)
-        recompute = recompute + np.where(selective, second_mm_seconds(setups, hw, eff), 0.0)
+    if traits.recompute_every_second_mm:  # torchtitan's op policy saves no element-wise output, nor every second mm
+        recompute = recompute + np.where(selective, elementwise + second_mm_seconds(setups, hw, eff), 0.0)
     return {
         "forward": compute_fwd,
         "backward": compute_bwd,

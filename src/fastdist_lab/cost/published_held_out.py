@@ -80,7 +80,8 @@ ffn 14336 from multiplier 1.3 and multiple_of 1024, vocabulary 128,256), sequenc
 _LLAMA31_70B = {**_LLAMA31_8B, "hidden_size": 8192, "num_layers": 80, "num_attention_heads": 64,
                 "ffn_hidden_size": 28672}  # fmt: skip
 
-# torchtitan: (name, model, hardware, GPUs, tensor, local batch, recompute, tokens/s per GPU, where).
+# torchtitan: (name, model, hardware, GPUs, tensor, local batch, recompute, tokens/s per GPU, where). The asyncTP rows
+# ran with --training.compile (the benchmark's commands); the performance.md rows in eager mode.
 _TORCHTITAN = (
     ("Llama 3.1 8B FSDP on 8 H100", _LLAMA31_8B, "h100-sxm-80gb", 8, 1, 2, "selective", 5762,
      "docs/performance.md (d4c86e3758), Table 1, FSDP row"),
@@ -200,11 +201,12 @@ def _torchtitan() -> list[PublishedRun]:
     runs = []
     for name, model, hardware, gpus, tp, local, recompute, tps, where in _TORCHTITAN:
         batch = gpus // tp * local
+        compiled = where.startswith("benchmarks/asyncTP")
         runs.append(PublishedRun(
             name=name, engine="fsdp2", source=f"torchtitan (Liang et al. 2024), {where}", model=model,
             hardware=hardware, gpus=gpus, tensor_parallel=tp, pipeline_parallel=1,
             training=dict(zero_stage=3, micro_batch_size=local, num_microbatches=1, recompute=recompute,
-                          sequence_tensor_parallel=tp > 1),
+                          sequence_tensor_parallel=tp > 1, torch_compile=compiled),
             global_batch_size=batch, seconds=batch * model["seq_length"] / (tps * gpus),
             measured_from=f"{tps:,} tokens/s per GPU, {batch} x {model['seq_length']} tokens per step",
         ))  # fmt: skip

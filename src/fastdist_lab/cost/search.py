@@ -58,16 +58,18 @@ LIMITS: dict[str, Any] = {
     "overlap_pipeline_parallel": True,
     "expert_load_imbalance": 1.0,
     "engine": DEFAULT_ENGINE,
+    "torch_compile": False,
     "allow_smaller_batch": False,
     "top": 100,
 }
 """``search``'s ``**limits`` and their defaults: a sequence limits a dim to those values (``None``: every value the
 model and the GPUs allow), a single value fixes it. ``expert_parallel`` (``None``: every divisor of the model's
 experts that divides a pipeline stage) and ``expert_tensor_parallel`` (``None``: 1, and the tensor size too for
-experts at least as wide as the hidden size) apply to a mixture of experts only; ``expert_load_imbalance`` and
-``engine`` are ``Training``'s, fixed for every row. ``allow_smaller_batch``: where ``global_batch_size`` does not
-divide over the data-parallel ranks, run the largest batch that does (Calculon's ``get_batch_size`` rule, Isaev et
-al. 2023) instead of dropping the layout; ``top``: the number of best rows (``None``: every set-up that fits)."""
+experts at least as wide as the hidden size) apply to a mixture of experts only; ``expert_load_imbalance``,
+``engine`` and ``torch_compile`` are ``Training``'s, fixed for every row. ``allow_smaller_batch``: where
+``global_batch_size`` does not divide over the data-parallel ranks, run the largest batch that does (Calculon's
+``get_batch_size`` rule, Isaev et al. 2023) instead of dropping the layout; ``top``: the number of best rows
+(``None``: every set-up that fits)."""
 
 CHUNK = 512
 """Set-ups simulated at a time, in the order of their lower bound."""
@@ -217,10 +219,8 @@ def search(
     hw.require("peak_tflops", "memory_GBps", "memory_GiB")
     eff = DEFAULT_EFFICIENCY if efficiency is None else efficiency
     chosen = {**LIMITS, **limits}
-    fixed = {
-        name: bool(chosen[name])
-        for name in ("flash_attention", "overlap_data_parallel", "overlap_tensor_parallel", "overlap_pipeline_parallel")
-    }
+    flags = ("flash_attention", "overlap_data_parallel", "overlap_tensor_parallel", "overlap_pipeline_parallel")
+    fixed = {name: bool(chosen[name]) for name in (*flags, "torch_compile")}
     checked = Training(expert_load_imbalance=chosen["expert_load_imbalance"], engine=chosen["engine"])
     fixed.update(expert_load_imbalance=checked.expert_load_imbalance, engine=checked.engine)
     rows = _candidates(model, gpus, local, batch, chosen, fixed["flash_attention"])

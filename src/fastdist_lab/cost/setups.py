@@ -238,8 +238,8 @@ class Setups:
     layout leaves it unset), and ``placement`` (``placement()``'s result, or a ``PlacementOnDemand`` computing it
     when first read). For a mixture of experts, ``expert_load_imbalance`` (``Training``'s) and
     ``expert_placement`` (``moe.expert_placement``'s result: per expert dim, nodes spanned and members per node;
-    ``None`` for a dense model). ``engine``: ``Training.engine``, shared (``engines.ENGINE_TRAITS`` say what it
-    changes).
+    ``None`` for a dense model). ``engine`` and ``torch_compile``: ``Training``'s, shared (``engines.ENGINE_TRAITS``
+    say what an engine changes).
     """
 
     model: Transformer
@@ -268,6 +268,7 @@ class Setups:
     expert_load_imbalance: float = 1.0
     expert_placement: Mapping[str, Any] | None = None
     engine: str = DEFAULT_ENGINE
+    torch_compile: bool = False
 
     @classmethod
     def single(cls, layout: Any, model: Transformer, training: Training, sequence_parallel: bool) -> Setups:
@@ -305,6 +306,7 @@ class Setups:
                 tp, pp, sdp, dp, ep, etp, int(layout.local_world_size), bool(layout.pipeline_first)
             ) if model.is_moe else None,
             engine=training.engine,
+            torch_compile=training.torch_compile,
         )
 
     @property

@@ -69,6 +69,10 @@ class Training:
       engine of 2021-22, or ``"composer-fsdp"``); a run is predicted for the
       engine it used (``engines.ENGINE_TRAITS``: what each overlaps; DeepSpeed's pipeline engine runs ``"1f1b"``
       only, and ZeRO 0-1 beside a pipeline).
+    - ``torch_compile``: the model runs under ``torch.compile`` (torchtitan's ``--training.compile``): Inductor
+      fuses the element-wise work around the GEMMs (norms, activations, residual adds, RoPE) into a few kernels, so
+      an engine whose eager code runs one kernel per op (``fsdp2``) is priced with fused element-wise kernels, as
+      Megatron's (``compute.elementwise_bytes``); nothing else changes (False, the default: eager).
 
     Bad values raise ``CostError`` naming the field.
     """
@@ -91,6 +95,7 @@ class Training:
     overlap_pipeline_parallel: bool = True
     expert_load_imbalance: float = 1.0
     engine: str = DEFAULT_ENGINE
+    torch_compile: bool = False
 
     def __post_init__(self) -> None:
         check_int("micro_batch_size", self.micro_batch_size, minimum=1, error=CostError)
@@ -104,7 +109,7 @@ class Training:
         for name in ("bytes_per_weight", "bytes_per_gradient", "bytes_per_optimizer_state"):
             check_int(name, getattr(self, name), minimum=1, error=CostError)
         for name in ("flash_attention", "overlap_data_parallel", "overlap_tensor_parallel",
-                     "overlap_pipeline_parallel"):  # fmt: skip
+                     "overlap_pipeline_parallel", "torch_compile"):  # fmt: skip
             check_flag(name, getattr(self, name), error=CostError)
         imbalance = self.expert_load_imbalance
         if isinstance(imbalance, bool) or not isinstance(imbalance, numbers.Real) or not 1.0 <= imbalance < 1e6:
