@@ -415,3 +415,4 @@ def test_torch_compile_in_search_and_on_the_command_line():
     shown = [subprocess.run(base + flag, capture_output=True, text=True) for flag in ([], ["--torch-compile"])]
     assert [run.returncode for run in shown] == [0, 0], shown[1].stderr
     assert shown[0].stdout != shown[1].stdout
+    assert "engine fsdp2, torch.compile" in shown[1].stdout and "torch.compile" not in shown[0].stdout

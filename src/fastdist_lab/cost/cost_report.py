@@ -240,7 +240,8 @@ class CostReport:
             f"training: micro-batch {self.training.micro_batch_size} x {self.sizes.microbatches}, "
             f"ZeRO {self.training.zero_stage}, sequence tensor parallel "
             f"{'on' if self.sizes.sequence_parallel else 'off'}, recompute {self.training.recompute}"
-            + ("" if self.training.engine == DEFAULT_ENGINE else f", engine {self.training.engine}"),
+            + ("" if self.training.engine == DEFAULT_ENGINE else f", engine {self.training.engine}")
+            + (", torch.compile" if self.training.torch_compile else ""),
         ]
         dominant = time.index[time["dominant"]].tolist()
         return "\n".join(
