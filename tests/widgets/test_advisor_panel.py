@@ -121,6 +121,25 @@ def test_the_engine_dropdown_searches_for_that_engine_and_a_chosen_row_carries_i
     assert cost.engine.value == "megatron" and cost.report.training == expected.training(0)
 
 
+def test_the_compile_box_searches_compiled_rows_and_a_chosen_row_carries_it_to_the_cost_panel():
+    """``torch_compile`` is a search input like the engine: every row priced compiled; a chosen row's ``Training``
+    ticks the cost panel's box."""
+    app = fastdist_lab.lab()
+    advisor, cost = app.advisor_panel, app.cost_panel
+    assert "torch_compile" in advisor.inputs() and "fdl-advisor-compile" in advisor.torch_compile._dom_classes
+    for name in ("hardware", "top", "global_batch_size", "gpus"):
+        getattr(advisor, name).value = SMALL[name]
+    advisor.engine.value = "fsdp2"
+    advisor.torch_compile.value = True  # searches again
+    compiled = search("llama2-7b", 16, hardware="h100-sxm-80gb", global_batch_size=64, top=12, engine="fsdp2",
+                      torch_compile=True)  # fmt: skip
+    assert advisor.error == "" and advisor.result.frame.equals(compiled.frame)
+    advisor.select(0)
+    app.flush()
+    assert advisor.choice.training.torch_compile and cost.torch_compile.value is True
+    assert cost.report.training == compiled.training(0) and cost.error == ""
+
+
 def test_a_click_on_the_scatter_chooses_the_nearest_point(expected):
     panel = small_panel()
     before = panel.png

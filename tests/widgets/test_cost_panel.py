@@ -237,3 +237,21 @@ def test_the_engine_control_prices_the_step_for_that_engine_and_a_refused_one_is
     panel.load(training=Training(engine="fsdp2", zero_stage=3))  # a whole set-up, its engine included
     assert panel.engine.value == "fsdp2" and panel.report.training == Training(engine="fsdp2", zero_stage=3)
     assert panel.other_training == {}
+
+
+def test_the_compile_control_prices_the_step_compiled_and_a_loaded_row_sets_it():
+    """``torch_compile`` (a checkbox beside the engine) goes into the ``Training``: under fsdp2 it fuses the
+    element-wise work, so the step is faster; ``load`` of a compiled set-up ticks it."""
+    panel = CostPanel(layout_64())
+    assert panel.torch_compile.value is False and "fdl-cost-compile" in panel.torch_compile._dom_classes
+    panel.engine.value = "fsdp2"
+    eager = panel.step_view.step.seconds
+    panel.torch_compile.value = True
+    assert panel.error == "" and panel.report.training == Training(engine="fsdp2", torch_compile=True)
+    expected = estimate(layout_64(), "llama2-7b", Training(engine="fsdp2", torch_compile=True)).step("dgx-h100")
+    assert panel.step_view.step.seconds == pytest.approx(expected.seconds, rel=1e-12)
+    assert expected.seconds < eager
+    panel.load(training=Training(engine="megatron"))
+    assert panel.torch_compile.value is False and panel.other_training == {}
+    panel.load(training=Training(engine="fsdp2", zero_stage=3, torch_compile=True))
+    assert panel.torch_compile.value is True and panel.report.training.torch_compile

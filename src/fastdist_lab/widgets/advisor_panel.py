@@ -59,7 +59,7 @@ ROWS_STYLE = (
 )
 """CSS of the ranked rows and their header (one monospace font: the columns line up)."""
 
-_INPUTS = ("model", "gpus", "gpus_per_node", "hardware", "engine", "global_batch_size", "top")
+_INPUTS = ("model", "gpus", "gpus_per_node", "hardware", "engine", "torch_compile", "global_batch_size", "top")
 """The search's inputs: each a control of the panel, named as ``cost.search``'s argument."""
 
 
@@ -79,8 +79,9 @@ class _Superseded(Exception):
 
 class AdvisorPanel(Panel):
     """Inputs (``model``, ``gpus``, ``gpus_per_node``, ``hardware``, ``engine``: the training engine every row is
-    priced for, ``global_batch_size``, ``top``: rows kept), a *Search* button, the ranked ``rows`` (a list: one line
-    per set-up, ``cost.ranked_lines``) and the ``picture`` (memory per GPU against step time, ``viz.plot_search``).
+    priced for, ``torch_compile``: whether every row runs compiled, ``global_batch_size``, ``top``: rows kept), a
+    *Search* button, the ranked ``rows`` (a list: one line per set-up, ``cost.ranked_lines``) and the ``picture``
+    (memory per GPU against step time, ``viz.plot_search``).
 
     Changing an input searches again once the inputs rest (``search()`` searches now). ``result`` is the last
     ``LayoutSearch`` (None before the first or after an error), ``error`` the last problem as text (empty when
@@ -113,6 +114,9 @@ class AdvisorPanel(Panel):
         self.engine = widgets.Dropdown(options=list(ENGINES), value=engine, description="engine", style=style,
                                        tooltip="cost.Training.engine: the engine every row is priced for")  # fmt: skip
         self.engine.add_class("fdl-advisor-engine")
+        self.torch_compile = widgets.Checkbox(
+            value=False, description="torch.compile", indent=False, tooltip="cost.Training.torch_compile"
+        ).add_class("fdl-advisor-compile")
         self.global_batch_size = number_box(global_batch_size, "global batch", "170px", "fdl-advisor-batch", min=1,
                                             max=1 << 24)  # fmt: skip
         self.top = number_box(top, "rows", "120px", "fdl-advisor-top", min=1, max=1000)
@@ -139,7 +143,8 @@ class AdvisorPanel(Panel):
         row = widgets.Layout(flex_flow="row wrap", align_items="center")
         table = widgets.VBox([self.header, self.rows, self.legend], layout=widgets.Layout(margin="0 12px 0 0"))
         self.widget.children = [
-            widgets.HBox([self.model, self.gpus, self.gpus_per_node, self.hardware, self.engine], layout=row),
+            widgets.HBox([self.model, self.gpus, self.gpus_per_node, self.hardware, self.engine, self.torch_compile],
+                         layout=row),  # fmt: skip
             widgets.HBox([self.global_batch_size, self.top, self.search_button, self.train_button, self.progress],
                          layout=row),  # fmt: skip
             self.status,

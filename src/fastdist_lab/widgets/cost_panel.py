@@ -36,7 +36,7 @@ from .step_view import StepView
 
 _VIEWS = (("this layout", "single"), ("data-first vs pipeline-first", "compare"))
 _CONTROLS = ("micro_batch_size", "zero_stage", "sequence_tensor_parallel", "recompute", "schedule",
-             "virtual_pipeline_stages", "expert_load_imbalance", "engine")  # fmt: skip
+             "virtual_pipeline_stages", "expert_load_imbalance", "engine", "torch_compile")  # fmt: skip
 """The ``Training`` fields whose control (of the same name) holds their value as it is."""
 _CONTROLLED = (*_CONTROLS, "num_microbatches", "distributed_optimizer")  # num_microbatches: 0 for None
 
@@ -81,12 +81,13 @@ def replay_html(frame: Any) -> str:
 
 
 class CostPanel(ClusterFollower):
-    """Model and training controls (the engine that runs the step among them; and, for a mixture of experts, the
-    expert load: busiest expert rank over the mean), the step time (where it goes and the pipeline schedule as it
-    runs: ``step_view``), memory bars per stage, the communication table and inter-node traffic on the rank grid; a
-    toggle shows the layout beside its other ordering (data-first vs pipeline-first); Replay runs the step's
-    collectives on the linked running cluster. ``load(model=..., training=..., hardware=...)`` takes a whole set-up
-    at once (the lab's Advisor loads a searched row this way, its engine included).
+    """Model and training controls (the engine that runs the step and whether it is compiled among them; and, for a
+    mixture of experts, the expert load: busiest expert rank over the mean), the step time (where it goes and the
+    pipeline schedule as it runs: ``step_view``), memory bars per stage, the communication table and inter-node
+    traffic on the rank grid; a toggle shows the layout beside its other ordering (data-first vs pipeline-first);
+    Replay runs the step's collectives on the linked running cluster. ``load(model=..., training=...,
+    hardware=...)`` takes a whole set-up at once (the lab's Advisor loads a searched row this way, its engine
+    included).
 
     ``layout`` is a ``Layout`` or a ``LayoutPanel`` to follow, ``cluster`` a ``LocalCluster`` or a
     ``ClusterPanel`` to follow (or assign ``panel.layout`` / ``panel.cluster``). ``report`` (and ``other`` in the
@@ -120,6 +121,9 @@ class CostPanel(ClusterFollower):
                                          style=style)  # fmt: skip
         self.engine = widgets.Dropdown(options=list(ENGINES), value=DEFAULT_ENGINE, description="engine", style=style,
                                        tooltip="cost.Training.engine: the engine that runs the step")  # fmt: skip
+        self.torch_compile = widgets.Checkbox(
+            value=False, description="torch.compile", indent=False, tooltip="cost.Training.torch_compile"
+        )
         self.expert_load_imbalance = widgets.BoundedFloatText(
             value=1.0, min=1.0, max=64.0, step=0.05, description="expert load (busiest / mean)",
             continuous_update=False, style=style, layout=widgets.Layout(width="260px"),
@@ -135,6 +139,7 @@ class CostPanel(ClusterFollower):
             (self.recompute, "fdl-cost-recompute"), (self.hardware, "fdl-cost-hardware"),
             (self.schedule, "fdl-cost-schedule"), (self.virtual_pipeline_stages, "fdl-cost-virtual-stages"),
             (self.expert_load_imbalance, "fdl-cost-expert-load"), (self.engine, "fdl-cost-engine"),
+            (self.torch_compile, "fdl-cost-compile"),
             (self.view, "fdl-cost-view"), (self.replay_button, "fdl-cost-replay"), (self.progress, "fdl-cost-progress"),
         ):  # fmt: skip
             control.add_class(css)
@@ -149,9 +154,8 @@ class CostPanel(ClusterFollower):
         self.widget.children = [
             widgets.HBox([self.model, self.seq_length, self.micro_batch_size, self.num_microbatches], layout=row),
             widgets.HBox([self.zero_stage, self.sequence_tensor_parallel, self.recompute, self.hardware], layout=row),
-            widgets.HBox(
-                [self.schedule, self.virtual_pipeline_stages, self.expert_load_imbalance, self.engine], layout=row
-            ),
+            widgets.HBox([self.schedule, self.virtual_pipeline_stages, self.expert_load_imbalance], layout=row),
+            widgets.HBox([self.engine, self.torch_compile], layout=row),
             widgets.HBox([self.view, self.replay_button, self.progress], layout=row),
             self.status,
             self.step_view.widget,
