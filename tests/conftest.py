@@ -17,6 +17,18 @@ def torch_caches_in_pytest_temp(tmp_path_factory: pytest.TempPathFactory) -> Non
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.mktemp("torchinductor")))
 
 
+@pytest.fixture(scope="session")
+def gloo():
+    """One gloo cluster of 8 processes (default layout sizes), started on first use and closed at the end of the
+    session: shared by the training checks (a worker's first step imports torch's pipelining, the slow part), the main
+    job's report (``tests/checks/test_layout_check.py``) and the real stream draws (``tests/test_streams.py``), each of
+    which applies its own layout first."""
+    from fastdist_lab import LocalCluster
+
+    with LocalCluster(8, backend="gloo", timeout=90, progress=False) as cluster:
+        yield cluster
+
+
 # ---------------------------------------------------------------------------------------------------- the fast loop
 SLOW_PATHS = (
     "notebooks/",  # every notebook, run cell by cell (nbval)

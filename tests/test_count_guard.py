@@ -28,7 +28,9 @@ def _session(tmp_path: Path, kind: str) -> tuple[subprocess.CompletedProcess, su
     (folder / "pytest.ini").write_text("[pytest]\n")
     (folder / "test_three.py").write_text(TESTS[kind])
     counts = folder / "counts.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # The guard is the only plugin the inner session needs: the installed ones (nbval's nbformat alone takes 1.5 s
+    # to import, hypothesis 1 s) are not loaded, as the session's own pytest.ini keeps the project's options out.
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     command = [sys.executable, "-m", "pytest", "-p", "scripts.count_guard", "--count-file", str(counts)]
     session = subprocess.run(
         [*command, "-p", "no:cacheprovider", "-q", "test_three.py"],

@@ -360,11 +360,9 @@ def test_cli_streams_bad_shift_is_a_usage_error(capsys: pytest.CaptureFixture[st
 
 # ---------------------------------------------------------------------- real draws on an 8-rank gloo cluster
 @pytest.fixture(scope="module")
-def cluster():
-    from fastdist_lab import LocalCluster
-
-    with LocalCluster(8, backend="gloo", progress=False, timeout=60) as running:
-        yield running
+def cluster(gloo):
+    """The session's 8-rank gloo cluster (tests/conftest.py); every test applies its layout first."""
+    return gloo
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from fastdist_lab import Layout, LocalCluster
+from fastdist_lab import Layout
 from fastdist_lab.checks import LayoutCheck, check_layout
 from fastdist_lab.checks.group_check import group_problems
 from fastdist_lab.cli import main
@@ -17,9 +17,8 @@ LAYOUT = Layout(world_size=8, tensor_parallel=2, pipeline_parallel=2, sequence_d
 
 
 @pytest.fixture(scope="module")
-def checked():
-    with LocalCluster(8, backend="gloo", timeout=60, progress=False) as cluster:
-        yield check_layout(cluster, LAYOUT)
+def checked(gloo):
+    return check_layout(gloo, LAYOUT)  # the session's 8-rank gloo cluster (tests/conftest.py)
 
 
 def test_the_report_says_what_was_checked_per_dim(checked):

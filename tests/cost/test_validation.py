@@ -28,8 +28,8 @@ def problems(summary) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def table():
-    return validate()
+def table(validated):
+    return validated  # validate(), computed once for the session (conftest)
 
 
 def test_enough_runs_from_enough_sources(table):

@@ -41,8 +41,8 @@ def bench():
 
 
 @pytest.fixture(scope="module")
-def table():
-    return validate()
+def table(validated):
+    return validated  # validate(), computed once for the session (conftest)
 
 
 @pytest.fixture(scope="module")
