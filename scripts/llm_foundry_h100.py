@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from fastdist_lab import Layout
-from fastdist_lab.cost import Training, Transformer, estimate
-from fastdist_lab.cost.published_run import gpt_model
+from fastdist_lab.cost import validate
+from fastdist_lab.cost.published_held_out import llm_foundry_run
 
 SIZES = {"70b": (8192, 64, 80), "30b": (7168, 56, 48), "13b": (5120, 40, 40), "7b": (4096, 32, 32),
          "3b": (2560, 20, 32), "1b": (2048, 16, 24), "760m": (1536, 12, 24)}  # fmt: skip
@@ -48,18 +47,14 @@ ROWS = (
 
 
 def errors() -> list[tuple[tuple, float, float]]:
-    """(row, measured seconds, predicted seconds) for every row of ``ROWS``."""
-    found = []
-    for row in ROWS:
-        size, seq, gpus, mbs, accumulation, tokens_per_second, checkpointing = row
-        hidden, heads, layers = SIZES[size]
-        model = Transformer(**gpt_model(hidden, layers, heads, vocab=50368, seq=seq))
-        training = Training(zero_stage=3, micro_batch_size=mbs, num_microbatches=accumulation,
-                            recompute="full" if checkpointing else "none", bytes_per_gradient=4,
-                            engine="composer-fsdp")  # fmt: skip
-        step = estimate(Layout(world_size=gpus, local_world_size=8), model, training).step("h100-sxm-80gb")
-        found.append((row, gpus * mbs * accumulation * seq / tokens_per_second, float(step.seconds)))
-    return found
+    """(row, measured seconds, predicted seconds) for every row of ``ROWS``, each made a run as the held-out rows are
+    (``published_held_out.llm_foundry_run``) and priced by ``validate``."""
+    runs = []
+    for size, seq, gpus, mbs, accumulation, tokens_per_second, checkpointing in ROWS:
+        row = (*SIZES[size], "h100-sxm-80gb", gpus, mbs, accumulation, checkpointing, 4, tokens_per_second)
+        runs.append(llm_foundry_run(size, *row, "H100 80GB BF16", seq))
+    table = validate(runs)
+    return list(zip(ROWS, table["measured_seconds"], table["predicted_seconds"]))
 
 
 def main() -> None:

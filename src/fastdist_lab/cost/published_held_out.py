@@ -80,33 +80,32 @@ ffn 14336 from multiplier 1.3 and multiple_of 1024, vocabulary 128,256), sequenc
 _LLAMA31_70B = {**_LLAMA31_8B, "hidden_size": 8192, "num_layers": 80, "num_attention_heads": 64,
                 "ffn_hidden_size": 28672}  # fmt: skip
 
-# torchtitan: (name, model, hardware, GPUs, tensor, local batch, recompute, tokens/s per GPU, where). The asyncTP rows
-# ran with --training.compile (the benchmark's commands); the performance.md rows in eager mode.
+# torchtitan: (name, model, hardware, GPUs, tensor, local batch, recompute, compiled, tokens/s per GPU, where). The
+# asyncTP rows ran with --training.compile (the benchmark's commands), the performance.md rows in eager mode.
 _TORCHTITAN = (
-    ("Llama 3.1 8B FSDP on 8 H100", _LLAMA31_8B, "h100-sxm-80gb", 8, 1, 2, "selective", 5762,
+    ("Llama 3.1 8B FSDP on 8 H100", _LLAMA31_8B, "h100-sxm-80gb", 8, 1, 2, "selective", False, 5762,
      "docs/performance.md (d4c86e3758), Table 1, FSDP row"),
-    ("Llama 3.1 8B FSDP on 128 H100", _LLAMA31_8B, "h100-sxm-80gb", 128, 1, 2, "selective", 5605,
+    ("Llama 3.1 8B FSDP on 128 H100", _LLAMA31_8B, "h100-sxm-80gb", 128, 1, 2, "selective", False, 5605,
      "docs/performance.md (d4c86e3758), Table 3, FSDP row"),
-    ("Llama 3.1 8B FSDP 8 x TP 8 on 64 H100", _LLAMA31_8B, "h100-sxm-80gb", 64, 8, 12, "selective", 4378,
+    ("Llama 3.1 8B FSDP 8 x TP 8 on 64 H100", _LLAMA31_8B, "h100-sxm-80gb", 64, 8, 12, "selective", True, 4378,
      "benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md (2887250bbd), 8B, bfloat16 row, vanilla TP"),
-    ("Llama 3.1 70B FSDP 32 x TP 8 on 256 H100", _LLAMA31_70B, "h100-sxm-80gb", 256, 8, 16, "full", 597.3,
+    ("Llama 3.1 70B FSDP 32 x TP 8 on 256 H100", _LLAMA31_70B, "h100-sxm-80gb", 256, 8, 16, "full", True, 597.3,
      "benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md (2887250bbd), 70B, bfloat16 row, vanilla TP"),
-    ("Llama 3 8B FSDP on 64 A100", _LLAMA31_8B, "a100-sxm-80gb", 64, 1, 1, "selective", 2973,
+    ("Llama 3 8B FSDP on 64 A100", _LLAMA31_8B, "a100-sxm-80gb", 64, 1, 1, "selective", False, 2973,
      "docs/performance.md (157a12c562), Llama 3 8B, selective op row"),
-    ("Llama 3 70B FSDP on 64 A100", _LLAMA31_70B, "a100-sxm-80gb", 64, 1, 1, "full", 331,
+    ("Llama 3 70B FSDP on 64 A100", _LLAMA31_70B, "a100-sxm-80gb", 64, 1, 1, "full", False, 331,
      "docs/performance.md (157a12c562), Llama 3 70B, full row"),
 )  # fmt: skip
 
-# llm-foundry benchmarking README: (name, hidden, heads, layers, hardware, GPUs, micro-batch, grad accum, global
-# batch, activation checkpointing, bytes per gradient (PURE bf16: 2, DEFAULT: fp32 reduce, 4), tokens per step,
-# tokens/s, table).
+# llm-foundry benchmarking README: (name, hidden, heads, layers, hardware, GPUs, micro-batch, grad accum, activation
+# checkpointing, bytes per gradient (PURE bf16: 2, DEFAULT: fp32 reduce, 4), tokens/s, table); sequence 2048.
 _LLM_FOUNDRY = (
-    ("70b", 8192, 64, 80, "h100-sxm-80gb", 64, 8, 4, 2048, True, 4, 4194304, 66523, "H100 80GB BF16"),
-    ("70b", 8192, 64, 80, "h100-sxm-80gb", 32, 2, 16, 1024, True, 4, 2097152, 28242, "H100 80GB BF16"),
-    ("30b", 7168, 56, 48, "h100-sxm-80gb", 32, 14, 3, 1344, True, 4, 2752512, 73860, "H100 80GB BF16"),
-    ("13b", 5120, 40, 40, "h100-sxm-80gb", 64, 2, 1, 128, False, 4, 262144, 307209, "H100 80GB BF16"),
-    ("7b", 4096, 32, 32, "h100-sxm-80gb", 8, 6, 1, 48, False, 4, 98304, 85144, "H100 80GB BF16"),
-    ("70b", 8192, 64, 80, "a100-sxm-80gb", 64, 8, 4, 2048, True, 2, 4194304, 26274, "A100 80GB"),
+    ("70b", 8192, 64, 80, "h100-sxm-80gb", 64, 8, 4, True, 4, 66523, "H100 80GB BF16"),
+    ("70b", 8192, 64, 80, "h100-sxm-80gb", 32, 2, 16, True, 4, 28242, "H100 80GB BF16"),
+    ("30b", 7168, 56, 48, "h100-sxm-80gb", 32, 14, 3, True, 4, 73860, "H100 80GB BF16"),
+    ("13b", 5120, 40, 40, "h100-sxm-80gb", 64, 2, 1, False, 4, 307209, "H100 80GB BF16"),
+    ("7b", 4096, 32, 32, "h100-sxm-80gb", 8, 6, 1, False, 4, 85144, "H100 80GB BF16"),
+    ("70b", 8192, 64, 80, "a100-sxm-80gb", 64, 8, 4, True, 2, 26274, "A100 80GB"),
 )
 
 
@@ -199,9 +198,8 @@ def _mt_nlg() -> list[PublishedRun]:
 
 def _torchtitan() -> list[PublishedRun]:
     runs = []
-    for name, model, hardware, gpus, tp, local, recompute, tps, where in _TORCHTITAN:
+    for name, model, hardware, gpus, tp, local, recompute, compiled, tps, where in _TORCHTITAN:
         batch = gpus // tp * local
-        compiled = where.startswith("benchmarks/asyncTP")
         runs.append(PublishedRun(
             name=name, engine="fsdp2", source=f"torchtitan (Liang et al. 2024), {where}", model=model,
             hardware=hardware, gpus=gpus, tensor_parallel=tp, pipeline_parallel=1,
@@ -213,20 +211,29 @@ def _torchtitan() -> list[PublishedRun]:
     return runs
 
 
+def llm_foundry_run(size: str, hidden: int, heads: int, layers: int, hardware: str, gpus: int, mbs: int, accum: int,
+                    checkpointing: bool, grad: int, tokens_per_second: float, table: str,
+                    seq: int = 2048) -> PublishedRun:  # fmt: skip
+    """One row of llm-foundry's benchmarking README (061f2c7ce6) as a run: MPT of ``hidden`` x ``layers`` (``heads``
+    heads, vocabulary 50,368) on ``gpus`` GPUs of ``hardware`` under Composer's FSDP (``FULL_SHARD``: ZeRO 3),
+    micro-batch ``mbs`` x ``accum`` accumulation steps of ``seq`` tokens, full recompute where ``checkpointing``,
+    ``grad`` bytes per reduced gradient; seconds: tokens per step over the measured ``tokens_per_second``."""
+    batch = gpus * mbs * accum
+    tokens = batch * seq
+    return PublishedRun(
+        name=f"MPT-{size} FSDP on {gpus} {hardware.split('-')[0].upper()}", engine="composer-fsdp",
+        source=f"llm-foundry benchmarking README (061f2c7ce6), {table}, {size} seq {seq} {gpus} GPUs row",
+        model=gpt_model(hidden, layers, heads, vocab=50368, seq=seq), hardware=hardware, gpus=gpus, tensor_parallel=1,
+        pipeline_parallel=1,
+        training=dict(zero_stage=3, micro_batch_size=mbs, num_microbatches=accum,
+                      recompute="full" if checkpointing else "none", bytes_per_gradient=grad),
+        global_batch_size=batch, seconds=tokens / tokens_per_second,
+        measured_from=f"{tokens:,} tokens per step over {tokens_per_second:,} tokens/s (measured)",
+    )  # fmt: skip
+
+
 def _llm_foundry() -> list[PublishedRun]:
-    runs = []
-    for size, hidden, heads, layers, hardware, gpus, mbs, accum, batch, ac, grad, tokens, tps, table in _LLM_FOUNDRY:
-        runs.append(PublishedRun(
-            name=f"MPT-{size} FSDP on {gpus} {hardware.split('-')[0].upper()}", engine="composer-fsdp",
-            source=f"llm-foundry benchmarking README (061f2c7ce6), {table}, {size} seq 2048 {gpus} GPUs row",
-            model=gpt_model(hidden, layers, heads, vocab=50368), hardware=hardware, gpus=gpus, tensor_parallel=1,
-            pipeline_parallel=1,
-            training=dict(zero_stage=3, micro_batch_size=mbs, num_microbatches=accum,
-                          recompute="full" if ac else "none", bytes_per_gradient=grad),
-            global_batch_size=batch, seconds=tokens / tps,
-            measured_from=f"{tokens:,} tokens per step over {tps:,} tokens/s (measured)",
-        ))  # fmt: skip
-    return runs
+    return [llm_foundry_run(*row) for row in _LLM_FOUNDRY]
 
 
 HELD_OUT_RUNS: tuple[PublishedRun, ...] = tuple(

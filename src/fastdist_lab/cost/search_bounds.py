@@ -78,7 +78,7 @@ def table_setups(model: Transformer, key: TableKey, rows: dict[str, np.ndarray],
         expert_parallel=ep, expert_tensor_parallel=etp,
         placement=PlacementOnDemand(tp, pp, sdp, dp, local, first),
         expert_load_imbalance=fixed["expert_load_imbalance"], engine=fixed.get("engine", DEFAULT_ENGINE),
-        torch_compile=bool(fixed.get("torch_compile", False)),
+        torch_compile=fixed.get("torch_compile", False),
         expert_placement=PlacementOnDemand(tp, pp, sdp, dp, ep, etp, local, first, function=expert_spreads)
         if model.is_moe and n else None,
     )  # fmt: skip
