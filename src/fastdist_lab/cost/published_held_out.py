@@ -44,6 +44,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .efficiency import DEFAULT_EFFICIENCY
 from .published_run import PublishedRun, equal_chunks, gpt_model, narayanan_flops
 
 _GPT_175B = gpt_model(12288, 96, 96)
@@ -109,11 +110,24 @@ _LLM_FOUNDRY = (
 )
 
 
-JEAN_ZAY_INTER_NODE_GBPS = 4 * 100 / 8 / 8
-"""Network bandwidth per GPU (GB/s) of Jean Zay's A100 nodes, where BLOOM and its layout search ran: 8 A100 80GB
-SXM4 per node and 4 Omni-Path 100 Gb/s links per node (Le Scao et al. 2022, BLOOM, Section 3.4.1 "Hardware"), a
-quarter of a DGX A100's 8 200 Gb/s HDR adapters (the ``a100-sxm-80gb`` preset). The hypercube's own contention is
-not priced."""
+JEAN_ZAY_ADAPTER_BUSBW_GBPS = 40.55 / 8
+"""Bus bandwidth (GB/s) NCCL reached through one network adapter of Jean Zay's A100 nodes, where BLOOM and its layout
+search ran (8 A100 80GB SXM4 and 4 Omni-Path 100 Gb/s adapters per node; Le Scao et al. 2022, BLOOM, Section 3.4.1
+"Hardware"). Measured by BigScience: ``experiments/bandwidth/all_reduce_bench-a100-n4.txt`` in
+bigscience-workshop/bigscience (committed 2022-01-28, NCCL 2.10.3), a 4 GB fp32 all-reduce over 4 nodes of 8 GPUs,
+nccl-tests' bus bandwidth 40.49 to 40.83 Gb/s (median 40.55) in the four trials after the first (which warms up at
+15 Gb/s). NCCL's log there shows the ring's 2 channels leaving and entering each node through one adapter
+(``via NET/IB/3`` out, ``NET/IB/1`` in; "2 coll channels"): 41% of that adapter's line rate. The page beside it
+says the same of its V100 nodes ("an issue with nccl that doesn't fully utilize Intel OPA full bandwidth")."""
+
+JEAN_ZAY_INTER_NODE_GBPS = JEAN_ZAY_ADAPTER_BUSBW_GBPS * 4 / 8 / DEFAULT_EFFICIENCY.network_efficiency
+"""Network bandwidth per GPU (GB/s) of Jean Zay's A100 nodes as NCCL used it: what one adapter carried
+(``JEAN_ZAY_ADAPTER_BUSBW_GBPS``) times the node's 4 adapters over its 8 GPUs, stated at line rate (divided by
+``Efficiency.network_efficiency``, which the model applies again), 2.82 GB/s, where the adapters' line rate would
+give 6.25 (a quarter of the DGX A100 preset's 25). Each GPU's data-parallel ring crosses nodes through the adapter
+nearest to it, two GPUs to an adapter, each adapter carrying what NCCL was measured to reach through one. What a
+ring of whole nodes gets (NCCL gave the benchmark's ring one adapter, not four) and the hypercube's own contention
+are not priced."""
 
 
 # BigScience chronicles-prequel: (section, hidden, layers, fp16, global batch, ((DP, TP, PP, MBS, seconds), ...)).
