@@ -13,7 +13,7 @@ import pytest
 
 from fastdist_lab import Layout
 from fastdist_lab.cli import main
-from fastdist_lab.cost import Training, Transformer, estimate
+from fastdist_lab.cost import Hardware, Training, Transformer, estimate
 
 FLAGS = ["--world-size", "64", "--local-world-size", "8", "--tp", "8", "--pp", "2", "--sdp", "1"]
 SET_UP = ["--model", "llama2-70b", "--micro-batch-size", "1", "--seq-length", "4096", "--num-microbatches", "16",
@@ -88,6 +88,8 @@ def test_cost_csv_sections(capsys):
         (["--schedule", "zb"], "schedule='zb' must be one of 'gpipe'"),
         (["--schedule", "interleaved-1f1b"], "needs virtual_pipeline_stages >= 2, got 1"),
         (["--pp", "4", "--sdp", "1", "--micro-batches", "9", "--schedule", "zero-bubble"], "multiple of its 2"),
+        (["--inter-node-GBps", "0"], "inter_node_GBps=0.0 must be a finite number > 0"),
+        (["--inter-node-GBps", "nan"], "inter_node_GBps=nan"),
     ],
 )
 def test_cost_bad_values_are_one_line_exit_2(capsys, argv, message):
@@ -103,6 +105,7 @@ def test_cost_bad_values_are_one_line_exit_2(capsys, argv, message):
         (["--model", "gpt5"], "invalid choice: 'gpt5'"),
         (["--hardware", "tpu"], "invalid choice: 'tpu'"),
         (["--recompute", "half"], "invalid choice: 'half'"),
+        (["--inter-node-GBps", "fast"], "invalid float value: 'fast'"),
     ],
 )
 def test_cost_bad_flags_are_one_line_exit_2(capsys, argv, message):
@@ -111,6 +114,28 @@ def test_cost_bad_flags_are_one_line_exit_2(capsys, argv, message):
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err
+
+
+def test_a_measured_network_replaces_the_presets(capsys):
+    """``--inter-node-GBps`` prices the step on that network (BLOOM's Jean Zay: what NCCL measured there, not the
+    adapters' line rate), says so wherever the hardware is named, and changes nothing inside a node."""
+    steps, texts = {}, {}
+    for bandwidth in (None, "25", "2.82"):
+        extra = [] if bandwidth is None else ["--inter-node-GBps", bandwidth]
+        assert main(["cost", *FLAGS, *SET_UP, "--hardware", "a100-sxm-80gb", *extra, "--format", "json"]) == 0
+        steps[bandwidth] = json.loads(capsys.readouterr().out)["step"]["seconds"]
+        assert main(["cost", *FLAGS, *SET_UP, "--hardware", "a100-sxm-80gb", *extra]) == 0
+        texts[bandwidth] = capsys.readouterr().out
+    assert steps["25"] == steps[None]  # the preset's own figure
+    slow = Hardware.preset("a100-sxm-80gb").replace(inter_node_GBps=2.82)
+    assert steps["2.82"] == pytest.approx(expected().step(slow).seconds) and steps["2.82"] > 1.01 * steps[None]
+    assert "step time on a100-sxm-80gb, network 2.82 GB/s per GPU:" in texts["2.82"]
+    assert "network" not in texts[None].split("step time on")[1].split(":")[0]
+    one_node = ["--world-size", "8", "--local-world-size", "8", "--tp", "8", "--model", "llama2-7b"]
+    for extra in ([], ["--inter-node-GBps", "0.5"]):
+        assert main(["cost", *one_node, "--hardware", "a100-sxm-80gb", *extra, "--format", "json"]) == 0
+        steps[len(extra)] = json.loads(capsys.readouterr().out)["step"]["seconds"]
+    assert steps[0] == steps[2]  # no group crosses a node
 
 
 def test_cost_command_in_a_fresh_process(tmp_path):

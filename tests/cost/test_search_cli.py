@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 
 from fastdist_lab.cli import build_parser, main
-from fastdist_lab.cost import RANKED_COLUMNS, ranked_lines, search
+from fastdist_lab.cost import RANKED_COLUMNS, Hardware, ranked_lines, search
 
 SMALL = ["--model", "llama2-7b", "--gpus", "16", "--global-batch-size", "64", "--hardware", "h100-sxm-80gb"]
 BRIEF = ["--model", "llama2-70b", "--gpus", "512", "--global-batch-size", "1024", "--hardware", "h100-sxm-80gb"]
@@ -76,6 +76,22 @@ def test_limits_narrow_the_search(capsys):
     assert len(rows) and (rows["recompute"] == "selective").all()  # selective recompute needs stored scores
 
 
+def test_a_measured_network_is_searched_on(capsys):
+    """``--inter-node-GBps`` searches on that network: the rows are ``search``'s on the replaced preset, and the
+    JSON and the title name it."""
+    argv = ["search", *SMALL, "--inter-node-GBps", "2", "--top", "5", "--quiet"]
+    assert main([*argv, "--format", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["hardware"] == "h100-sxm-80gb, network 2 GB/s per GPU"
+    slow = search("llama2-7b", 16, hardware=Hardware.preset("h100-sxm-80gb").replace(inter_node_GBps=2.0),
+                  global_batch_size=64, top=5)  # fmt: skip
+    assert [row["seconds"] for row in document["rows"]] == pytest.approx(list(slow.frame["seconds"]))
+    fast = search("llama2-7b", 16, hardware="h100-sxm-80gb", global_batch_size=64, top=5)
+    assert slow.frame["seconds"].iloc[0] > fast.frame["seconds"].iloc[0]
+    assert main(argv) == 0
+    assert "on 16 x h100-sxm-80gb, network 2 GB/s per GPU (2 nodes of 8)" in " ".join(capsys.readouterr().out.split())
+
+
 def test_nothing_that_fits_exits_1(capsys):
     assert main(["search", "--model", "gpt3-175b", "--gpus", "8", "--global-batch-size", "8", "--top", "3"]) == 1
     out = capsys.readouterr().out
@@ -93,6 +109,7 @@ def test_nothing_that_fits_exits_1(capsys):
         ([*SMALL, "--tp", "3"], "no layout of 32 layers"),
         ([*SMALL, "--seq-length", "0"], "seq_length=0"),
         ([*SMALL, "--hardware", "pcie-100gbe", "--virtual-pipeline-stages", "0"], "virtual_pipeline_stages=0"),
+        ([*SMALL, "--inter-node-GBps", "-1"], "inter_node_GBps=-1.0 must be a finite number > 0"),
     ],
 )
 def test_bad_values_are_one_line_exit_2(capsys, argv, message):

@@ -9,8 +9,17 @@ import sys
 from typing import Any
 
 from ..cost import HARDWARE_PRESETS, PRESETS
+from ..cost.hardware import DEFAULT_HARDWARE
 from ..errors import CostError
-from .flags import add_layout_arguments, add_training_arguments, layout_from_args, training_from_args, usage_error
+from .flags import (
+    add_hardware_arguments,
+    add_layout_arguments,
+    add_training_arguments,
+    hardware_from_args,
+    layout_from_args,
+    training_from_args,
+    usage_error,
+)
 
 HELP = (
     "estimate what one training step costs on a layout: memory per stage (and whether it fits), bytes per group, "
@@ -28,9 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("model")
     group.add_argument("--model", choices=tuple(PRESETS), default="llama2-7b", help="published model preset")
     group.add_argument("--seq-length", type=int, default=None, help="sequence length (default: the model's)")
-    parser.add_argument(
-        "--hardware", choices=tuple(HARDWARE_PRESETS), default="dgx-h100", help="the GPU, its memory and its links"
-    )
+    add_hardware_arguments(parser, tuple(HARDWARE_PRESETS), DEFAULT_HARDWARE)
     parser.add_argument("--format", choices=("table", "json", "csv"), default="table", help="output format")
     replay = parser.add_argument_group("replay on a local cluster")
     replay.add_argument(
@@ -59,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         model = Transformer.preset(args.model, **changes)
         training = training_from_args(args)
         report = estimate(layout, model, training)
+        hardware = hardware_from_args(args)
     except CostError as error:
         return usage_error(args, str(error))
     if args.scale is not None and not 0 < args.scale <= 1:
@@ -66,11 +74,11 @@ def run(args: argparse.Namespace) -> int:
     replayed = None
     if args.replay:
         try:
-            replayed = _replay(args, layout, model, training)
+            replayed = _replay(args, layout, model, training, hardware)
         except Exception as error:  # CostError, ClusterError: one line, never a traceback
             return usage_error(args, error)
     if args.format == "json":
-        document = report.to_dict(args.hardware)
+        document = report.to_dict(hardware)
         if replayed is not None:
             document["replay"] = {
                 "scale": replayed.attrs["scale"],
@@ -80,10 +88,10 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(document))
     elif args.format == "csv":
         for title, frame, index in (
-            ("memory", report.fits(args.hardware), True),
+            ("memory", report.fits(hardware), True),
             ("communication", report.communication, False),
-            (f"communication time on {args.hardware}", report.communication_time(args.hardware), True),
-            (f"step time on {args.hardware}", report.step(args.hardware).breakdown, True),
+            (f"communication time on {hardware.name}", report.communication_time(hardware), True),
+            (f"step time on {hardware.name}", report.step(hardware).breakdown, True),
         ):
             print(f"# {title}")
             frame.to_csv(sys.stdout, index=index)
@@ -91,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"# replay (scale {replayed.attrs['scale']:.6g}, {replayed.attrs['backend']})")
             replayed.to_csv(sys.stdout)
     else:
-        print(report.to_text(args.hardware))
+        print(report.to_text(hardware))
         if replayed is not None:
             attrs = replayed.attrs
             print(
@@ -102,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _replay(args: argparse.Namespace, layout: Any, model: Any, training: Any) -> Any:
+def _replay(args: argparse.Namespace, layout: Any, model: Any, training: Any, hardware: Any) -> Any:
     """Start a local cluster of the layout, apply it and replay the step (per dim)."""
     if layout.world_size > MAX_REPLAY_RANKS:
         raise CostError(
@@ -120,4 +128,4 @@ def _replay(args: argparse.Namespace, layout: Any, model: Any, training: Any) ->
         verification = verify_groups(cluster, layout)
         if not verification.ok:
             raise ClusterError(f"the layout's groups failed their check: {verification.summary()}")
-        return replay(cluster, layout, model, training, args.scale, hardware=args.hardware, progress=progress)
+        return replay(cluster, layout, model, training, args.scale, hardware=hardware, progress=progress)

@@ -231,6 +231,31 @@ def config_from_args(args: argparse.Namespace, rank: int) -> DistributedConfig:
         raise _with_defaults_named(error, defaulted) from None
 
 
+def add_hardware_arguments(group: Any, presets: tuple[str, ...], default: str) -> None:
+    """Register ``--hardware`` (one of ``presets``, ``default`` when not given) and ``--inter-node-GBps`` (the
+    preset's network bandwidth per GPU between nodes replaced, for a cluster unlike the preset's reference node)."""
+    group.add_argument("--hardware", choices=presets, default=default,
+                       help="the GPU, its memory and its links (default: %(default)s)")  # fmt: skip
+    group.add_argument(
+        "--inter-node-GBps", dest="inter_node_GBps", type=float, default=None, metavar="GB/S",
+        help="network bandwidth per GPU between nodes at line rate (GB/s), replacing the preset's: the node's "
+        "adapters over its GPUs, or what NCCL measured on your cluster (nccl-tests' busbw through one adapter, "
+        "over the GPUs sharing it, over 0.9)",
+    )  # fmt: skip
+
+
+def hardware_from_args(args: argparse.Namespace) -> Any:
+    """The ``Hardware`` the flags name: the ``--hardware`` preset, with ``--inter-node-GBps`` where given (its name
+    then says so). ``CostError`` (one line naming the value) for a bad bandwidth."""
+    from ..cost import Hardware
+
+    hardware = Hardware.preset(args.hardware)
+    if args.inter_node_GBps is None:
+        return hardware
+    bandwidth = hardware.replace(inter_node_GBps=args.inter_node_GBps).inter_node_GBps  # checked: > 0 and finite
+    return hardware.replace(inter_node_GBps=bandwidth, name=f"{args.hardware}, network {bandwidth:g} GB/s per GPU")
+
+
 def usage_error(args: argparse.Namespace, problem: str | BaseException) -> int:
     """Write ``problem`` as the command's one-line error on stderr (``fastdist-lab COMMAND: error: ...``, as
     ``cli.main`` writes a ``LayoutError``; an exception as its ``error_line``) and return the exit code, 2."""

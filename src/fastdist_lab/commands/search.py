@@ -11,7 +11,7 @@ import textwrap
 from ..cost import DEFAULT_ENGINE, ENGINES, HARDWARE_PRESETS, LIMITS, PRESETS, RANKED_ROWS, RECOMPUTE, SCHEDULES
 from ..cost.hardware import DEFAULT_HARDWARE
 from ..errors import CostError
-from .flags import usage_error
+from .flags import add_hardware_arguments, hardware_from_args, usage_error
 
 HELP = (
     "rank every layout and training set-up of a model on some GPUs (tensor, pipeline, virtual stages, "
@@ -31,8 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     question.add_argument("--global-batch-size", type=int, required=True, default=argparse.SUPPRESS,
                           help="sequences per training step")  # fmt: skip
     question.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default: %(default)s)")
-    question.add_argument("--hardware", choices=tuple(HARDWARE_PRESETS), default=DEFAULT_HARDWARE,
-                          help="the GPU, its memory and its links (default: %(default)s)")  # fmt: skip
+    add_hardware_arguments(question, tuple(HARDWARE_PRESETS), DEFAULT_HARDWARE)
     question.add_argument("--seq-length", type=int, default=argparse.SUPPRESS,
                           help="sequence length (default: the model's)")  # fmt: skip
     limits = parser.add_argument_group(
@@ -119,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
             args.model,
             args.gpus,
             gpus_per_node=args.gpus_per_node,
-            hardware=args.hardware,
+            hardware=hardware_from_args(args),
             global_batch_size=args.global_batch_size,
             seq_length=getattr(args, "seq_length", None),
             progress=progress,
