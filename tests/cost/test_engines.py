@@ -16,10 +16,15 @@ from fastdist_lab import Layout
 from fastdist_lab.cost import (
     ENGINE_TRAITS,
     ENGINES,
+    PUBLISHED_RUNS,
+    TRUST_RUNS,
     Efficiency,
+    EngineTraits,
     Hardware,
     Training,
     Transformer,
+    band_engines,
+    band_for,
     block_exposure,
     estimate,
     search,
@@ -378,6 +383,38 @@ def test_deepspeed_2022_waits_for_its_tensor_backward_all_reduces_and_nothing_el
     assert not ENGINE_TRAITS["deepspeed-0.5"].tensor_backward_hidden
     with pytest.raises(CostError, match="engine='deepspeed-0.5' runs schedule '1f1b' only"):
         _report(tp, 4, 1, m, engine="deepspeed-0.5", schedule="interleaved-1f1b")
+
+
+@given(st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 4]), st.integers(min_value=4, max_value=32))
+@settings(max_examples=20, deadline=None)
+def test_megatron_2021_waits_for_its_tensor_backward_all_reduces_and_nothing_else(tp, pp, m):
+    # Megatron-LM of Narayanan et al. 2021 (de7dc40f88, before --async-tensor-parallel-allreduce): the input
+    # gradient's all-reduce follows the linear's backward; everything else is today's Megatron
+    old = _report(tp, pp, 1, m, engine="megatron-2021").step(H100)
+    new = _report(tp, pp, 1, m, engine="megatron").step(H100)
+    if tp == 1:
+        assert old.seconds == pytest.approx(new.seconds) and old.parts == pytest.approx(new.parts)
+    else:
+        assert old.parts["tensor_comm_seconds"] > new.parts["tensor_comm_seconds"] and old.seconds > new.seconds
+        for part in ("forward_seconds", "backward_seconds", "recompute_seconds"):
+            assert old.parts[part] == pytest.approx(new.parts[part]), part
+        # the overlapped data-parallel reduction hides behind a backward made longer by the exposed all-reduces
+        assert old.parts["data_comm_seconds"] <= new.parts["data_comm_seconds"] + 1e-12
+    differs = [f for f in dataclasses.fields(EngineTraits)
+               if getattr(ENGINE_TRAITS["megatron"], f.name) != getattr(ENGINE_TRAITS["megatron-2021"], f.name)]
+    assert [f.name for f in differs] == ["tensor_backward_hidden"]  # fmt: skip
+    _report(tp, 4, 1, 8, engine="megatron-2021", schedule="interleaved-1f1b", virtual_pipeline_stages=2)  # runs
+
+
+def test_narayanans_runs_are_priced_for_megatron_2021_and_its_band_pools_with_megatron():
+    narayanan = [run for run in PUBLISHED_RUNS if run.source.startswith("Narayanan et al. 2021")]
+    assert len(narayanan) == 22
+    assert {run.engine for run in narayanan} == {"megatron-2021", "deepspeed-0.3"}  # Table 2's ZeRO-3 rows
+    assert {run.engine for run in PUBLISHED_RUNS if run.source.startswith("Korthikanti")} == {"megatron"}
+    assert band_engines("megatron") == band_engines("megatron-2021")[::-1] == ("megatron", "megatron-2021")
+    assert band_engines("deepspeed") == ("deepspeed",)  # its 2021-22 versions do not vouch for it
+    today = band_for("megatron", "ampere", "tp+pp+dp", 1024)
+    assert today.validated and {r.run for r in TRUST_RUNS if r.engine == "megatron-2021"} & set(today.runs)
 
 
 def test_torch_compile_fuses_fsdp2s_elementwise_work_and_changes_nothing_else():

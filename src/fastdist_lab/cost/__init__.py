@@ -29,7 +29,7 @@ from .comparison import COMPARE_COLUMNS, compare, compare_reports, heaviest_inte
 from .compute import COMPONENTS, chunk_parameters, layer_times, stage_components
 from .cost_report import TIME_COLUMNS, CostReport, estimate
 from .efficiency import DEFAULT_EFFICIENCY, Efficiency
-from .engines import DEFAULT_ENGINE, ENGINE_TRAITS, ENGINES, EngineTraits, check_engine
+from .engines import BAND_ENGINES, DEFAULT_ENGINE, ENGINE_TRAITS, ENGINES, EngineTraits, band_engines, check_engine
 from .hardware import HARDWARE_PRESETS, SUSTAINED, Hardware
 from .links import collective_seconds, message_seconds, nccl_choice
 from .memory import MEMORY_COLUMNS, stage_memory
@@ -95,6 +95,7 @@ from .trust import (
 
 __all__ = [
     "ACTION_KINDS",
+    "BAND_ENGINES",
     "BAND_FLOOR",
     "BREAKDOWN",
     "BREAKDOWN_BY",
@@ -160,6 +161,7 @@ __all__ = [
     "Transformer",
     "TrustRun",
     "action_components",
+    "band_engines",
     "band_for",
     "block_exposure",
     "bus_factor",

@@ -5,6 +5,8 @@ schedules and the constants it documents (issue 27, item 3).
 prediction used before engines were a setting, so a ``Training`` that does not name one is priced as before:
 
 - ``megatron``: Megatron-LM / Megatron-Core (NVIDIA), the engine of the calibration runs;
+- ``megatron-2021``: Megatron-LM as Narayanan et al. 2021 ran it (before September 2021), whose tensor-parallel
+  backward all-reduces are not hidden;
 - ``deepspeed``: DeepSpeed (Microsoft), ZeRO stages and its pipeline engine (Megatron-DeepSpeed);
 - ``deepspeed-0.3``: DeepSpeed as of its ZeRO-3 / ZeRO-Infinity release (v0.3.15, April 2021, on PyTorch 1.8),
   whose ZeRO 3 collectives cost kernels per data-parallel rank (``EngineTraits.rank_copies``);
@@ -29,7 +31,9 @@ import numpy as np
 
 from ..errors import CostError
 
-ENGINES: tuple[str, ...] = ("megatron", "deepspeed", "fsdp2", "deepspeed-0.3", "deepspeed-0.5", "composer-fsdp")
+ENGINES: tuple[str, ...] = (
+    "megatron", "deepspeed", "fsdp2", "deepspeed-0.3", "deepspeed-0.5", "composer-fsdp", "megatron-2021",
+)  # fmt: skip
 """The engines ``Training(engine=...)`` accepts."""
 
 DEFAULT_ENGINE = "megatron"
@@ -160,6 +164,12 @@ ENGINE_TRAITS: dict[str, EngineTraits] = {
 # fetch_sub_module waits for every gather with comm_stream.synchronize() and torch.cuda.synchronize()
 # (_synchronize_communication) before the sub-module computes. The rest as ``deepspeed``.
 ENGINE_TRAITS["deepspeed-0.3"] = dataclasses.replace(ENGINE_TRAITS["deepspeed"], rank_copies=1)
+# Megatron-LM as Narayanan et al. 2021 ran it (NVIDIA/Megatron-LM de7dc40f88, 2021-08-10, the commit that added
+# their examples/sc21 scripts): megatron/mpu/layers.py ColumnParallelLinear.forward calls
+# copy_to_tensor_model_parallel_region, whose backward all-reduces the input gradient after the linear's backward, and
+# the layer below waits for it. The asynchronous all-reduce that overlaps it with the weight-gradient GEMM came after
+# (--async-tensor-parallel-allreduce, cf7efd4f5a, 2021-08-30). The rest as ``megatron``.
+ENGINE_TRAITS["megatron-2021"] = dataclasses.replace(ENGINE_TRAITS["megatron"], tensor_backward_hidden=False)
 # DeepSpeed's pipeline engine of late 2021 / early 2022 under the Megatron-DeepSpeed of that time, as MT-NLG (Smith et
 # al. 2022) and BLOOM's layout search (DeepSpeed 2151c787, 2022-02-18) ran it. Its model code predates Megatron-LM's
 # asynchronous tensor-parallel all-reduce: ColumnParallelLinear.forward calls copy_to_tensor_model_parallel_region
@@ -175,6 +185,23 @@ ENGINE_TRAITS["deepspeed-0.5"] = dataclasses.replace(ENGINE_TRAITS["deepspeed"],
 ENGINE_TRAITS["composer-fsdp"] = dataclasses.replace(
     ENGINE_TRAITS["fsdp2"], fused_elementwise=True, recompute_every_second_mm=False
 )
+
+
+BAND_ENGINES: dict[str, tuple[str, ...]] = {"megatron": ("megatron", "megatron-2021"),
+                                            "megatron-2021": ("megatron-2021", "megatron")}  # fmt: skip
+"""The engines whose validation runs an engine's error band draws on (``trust.band_for``), where not the engine
+alone: Megatron-LM of 2021 and of today differ by one thing the model prices (the tensor-parallel backward
+all-reduce hidden or not) and are one engine's versions. DeepSpeed's versions are not pooled: what its 2021-22 runs
+miss (docs/validation.md, "What the model does not capture") is not known to hold for today's DeepSpeed."""
+
+
+def band_engines(engine: str) -> tuple[str, ...]:
+    """The engines whose validation runs ``engine``'s error band draws on (``BAND_ENGINES``, else ``engine`` alone).
+
+    >>> band_engines("megatron"), band_engines("deepspeed")
+    (('megatron', 'megatron-2021'), ('deepspeed',))
+    """
+    return BAND_ENGINES.get(engine, (engine,))
 
 
 def check_engine(engine: str, schedule: str, pipeline_parallel: int = 1, zero_stage: int = 0) -> None:

@@ -104,6 +104,7 @@ def _runs() -> tuple[PublishedRun, ...]:
         dp = gpus // (tp * pp)
         runs.append(PublishedRun(
             name=f"GPT {name}", source=f"Narayanan et al. 2021, Table 1, {name} row (settings: run_table_1.sh)",
+            engine="megatron-2021",
             model=gpt_model(hidden, layers, heads), hardware="a100-sxm-80gb", gpus=gpus, tensor_parallel=tp,
             pipeline_parallel=pp,
             training=dict(micro_batch_size=mbs, num_microbatches=batch // (dp * mbs), recompute="full",

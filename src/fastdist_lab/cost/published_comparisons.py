@@ -116,7 +116,7 @@ def _figure_13() -> PublishedComparison:
     runs = []
     for pp, tp, tflops in _FIGURE_13:
         runs.append(PublishedRun(
-            name=f"GPT 162.2B (pipeline {pp}, tensor {tp})",
+            name=f"GPT 162.2B (pipeline {pp}, tensor {tp})", engine="megatron-2021",
             source=f"Narayanan et al. 2021, Figure 13, batch 128, ({pp}, {tp}) point (read off the plot)",
             model=gpt_model(20480, 32, 128), hardware="a100-sxm-80gb", gpus=64, tensor_parallel=tp,
             pipeline_parallel=pp,

@@ -183,7 +183,7 @@ def _narayanan_table_2() -> list[PublishedRun]:
     for model, name, layers, hidden, pp, batch, gpus, tflops in _PTDP:
         dp = gpus // (8 * pp)
         runs.append(PublishedRun(
-            name=f"GPT {name} PTD-P on {gpus:,}",
+            name=f"GPT {name} PTD-P on {gpus:,}", engine="megatron-2021",
             source=f"Narayanan et al. 2021, Table 2, PTD parallelism, {name}, {gpus} GPUs row",
             model=model, hardware="a100-sxm-80gb", gpus=gpus, tensor_parallel=8, pipeline_parallel=pp,
             training=dict(common, micro_batch_size=1, num_microbatches=batch // dp, overlap_data_parallel=False,

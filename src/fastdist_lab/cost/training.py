@@ -66,7 +66,8 @@ class Training:
       all-to-all scale by it, and so do its stored expert activations.
     - ``engine``: the training engine that runs the step (``engines.ENGINES``: ``"megatron"``, the default,
       ``"deepspeed"``, ``"fsdp2"``, ``"deepspeed-0.3"``, DeepSpeed's ZeRO-3 of 2021, ``"deepspeed-0.5"``, its pipeline
-      engine of 2021-22, or ``"composer-fsdp"``); a run is predicted for the
+      engine of 2021-22, ``"composer-fsdp"`` or ``"megatron-2021"``, Megatron-LM before its asynchronous
+      tensor-parallel all-reduce); a run is predicted for the
       engine it used (``engines.ENGINE_TRAITS``: what each overlaps; DeepSpeed's pipeline engine runs ``"1f1b"``
       only, and ZeRO 0-1 beside a pipeline).
     - ``torch_compile``: the model runs under ``torch.compile`` (torchtitan's ``--training.compile``): Inductor

@@ -5,9 +5,10 @@
 error on it (``accuracy.validate``) and the MFU it measured. ``band_for(engine, family, kind, gpus)`` gives the
 ``ErrorBand`` of a set-up from them, fast (no model is run):
 
-- the runs it rests on: those of the same engine, hardware family and kind, the nearest in scale (log2 GPUs) first,
-  ``NEAREST`` of them (and any as near as the last); with no run of that kind, the nearest kind's (fewest sizes that
-  differ, a dense kind and a mixture of experts' apart), and the set-up is *outside* what was validated;
+- the runs it rests on: those of the same engine (or its versions, ``engines.BAND_ENGINES``), hardware family and
+  kind, the nearest in scale (log2 GPUs) first, ``NEAREST`` of them (and any as near as the last); with no run of
+  that kind, the nearest kind's (fewest sizes that differ, a dense kind and a mixture of experts' apart), and the
+  set-up is *outside* what was validated;
 - the band: where the measured step fell around the prediction on those runs, ``measured / predicted - 1``, from
   the lowest to the highest, widened to at least ``BAND_FLOOR`` either side;
 - ``validated`` is false, with a one-line ``reason``, for an engine or hardware family without validated runs, a
@@ -26,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from .engines import DEFAULT_ENGINE
+from .engines import DEFAULT_ENGINE, band_engines
 from .trust_table import TRUST_RUNS as _TABLE
 
 NEAREST = 5
@@ -157,16 +158,17 @@ def band_for(engine: str = DEFAULT_ENGINE, family: str = "hopper", kind: str = "
     'no validated run on blackwell'
     """
     table = TRUST_RUNS if runs is None else runs
-    pool = [run for run in table if run.engine == engine and run.family == family]
+    engines = band_engines(engine)  # an engine's versions share their runs (engines.BAND_ENGINES)
+    pool = [run for run in table if run.engine in engines and run.family == family]
     reasons = []
     if not pool:
         if any(run.family == family for run in table):
             reasons.append(f"no validated run with {engine} on {family}")
-        elif any(run.engine == engine for run in table):
+        elif any(run.engine in engines for run in table):
             reasons.append(f"no validated run on {family}")
         else:
             reasons.append(f"no validated run with {engine}, none on {family}")
-        pool = [run for run in table if run.family == family] or [run for run in table if run.engine == engine]
+        pool = [run for run in table if run.family == family] or [run for run in table if run.engine in engines]
         pool = pool or list(table)
     if not pool:
         return ErrorBand(-1.0, math.inf, (), math.inf, False, "no validated run at all")
