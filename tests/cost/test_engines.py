@@ -366,44 +366,31 @@ def test_every_second_mm_follows_the_blocks_call_order(heads, tp, swiglu):
     assert second_mm_seconds(setups, hw, eff) == pytest.approx(wk + wo + third)
 
 
+@pytest.mark.parametrize(("old_engine", "engine"), [("deepspeed-0.5", "deepspeed"), ("megatron-2021", "megatron")])
 @given(st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 4]), st.integers(min_value=4, max_value=32))
 @settings(max_examples=20, deadline=None)
-def test_deepspeed_2022_waits_for_its_tensor_backward_all_reduces_and_nothing_else(tp, pp, m):
-    # Megatron-DeepSpeed of 2021-22 (copy_to_tensor_model_parallel_region): the input gradient's all-reduce follows
-    # the linear's backward; everything else is today's DeepSpeed
-    old = _report(tp, pp, 1, m, engine="deepspeed-0.5").step(H100)
-    new = _report(tp, pp, 1, m, engine="deepspeed").step(H100)
-    if tp == 1:
-        assert old.seconds == pytest.approx(new.seconds) and old.parts == pytest.approx(new.parts)
-    else:
-        assert old.parts["tensor_comm_seconds"] > new.parts["tensor_comm_seconds"] and old.seconds > new.seconds
-        for part in ("forward_seconds", "backward_seconds", "data_comm_seconds"):
-            assert old.parts[part] == pytest.approx(new.parts[part]), part
-    assert ENGINE_TRAITS["deepspeed"].tensor_backward_hidden
-    assert not ENGINE_TRAITS["deepspeed-0.5"].tensor_backward_hidden
-    with pytest.raises(CostError, match="engine='deepspeed-0.5' runs schedule '1f1b' only"):
-        _report(tp, 4, 1, m, engine="deepspeed-0.5", schedule="interleaved-1f1b")
-
-
-@given(st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 4]), st.integers(min_value=4, max_value=32))
-@settings(max_examples=20, deadline=None)
-def test_megatron_2021_waits_for_its_tensor_backward_all_reduces_and_nothing_else(tp, pp, m):
-    # Megatron-LM of Narayanan et al. 2021 (de7dc40f88, before --async-tensor-parallel-allreduce): the input
-    # gradient's all-reduce follows the linear's backward; everything else is today's Megatron
-    old = _report(tp, pp, 1, m, engine="megatron-2021").step(H100)
-    new = _report(tp, pp, 1, m, engine="megatron").step(H100)
+def test_older_code_waits_for_its_tensor_backward_all_reduces_and_nothing_else(old_engine, engine, tp, pp, m):
+    # Megatron-DeepSpeed of 2021-22 and Megatron-LM of Narayanan et al. 2021 (copy_to_tensor_model_parallel_region,
+    # before the asynchronous all-reduce): the input gradient's all-reduce follows the linear's backward; everything
+    # else is today's engine
+    old = _report(tp, pp, 1, m, engine=old_engine).step(H100)
+    new = _report(tp, pp, 1, m, engine=engine).step(H100)
     if tp == 1:
         assert old.seconds == pytest.approx(new.seconds) and old.parts == pytest.approx(new.parts)
     else:
         assert old.parts["tensor_comm_seconds"] > new.parts["tensor_comm_seconds"] and old.seconds > new.seconds
         for part in ("forward_seconds", "backward_seconds", "recompute_seconds"):
             assert old.parts[part] == pytest.approx(new.parts[part]), part
-        # the overlapped data-parallel reduction hides behind a backward made longer by the exposed all-reduces
+        # an overlapped data-parallel reduction (Megatron's) hides behind the backward the all-reduces lengthen
         assert old.parts["data_comm_seconds"] <= new.parts["data_comm_seconds"] + 1e-12
-    differs = [f for f in dataclasses.fields(EngineTraits)
-               if getattr(ENGINE_TRAITS["megatron"], f.name) != getattr(ENGINE_TRAITS["megatron-2021"], f.name)]
-    assert [f.name for f in differs] == ["tensor_backward_hidden"]  # fmt: skip
-    _report(tp, 4, 1, 8, engine="megatron-2021", schedule="interleaved-1f1b", virtual_pipeline_stages=2)  # runs
+    differs = [f.name for f in dataclasses.fields(EngineTraits)
+               if getattr(ENGINE_TRAITS[engine], f.name) != getattr(ENGINE_TRAITS[old_engine], f.name)]  # fmt: skip
+    assert differs == ["tensor_backward_hidden"] and ENGINE_TRAITS[engine].tensor_backward_hidden
+    if engine == "deepspeed":
+        with pytest.raises(CostError, match="engine='deepspeed-0.5' runs schedule '1f1b' only"):
+            _report(tp, 4, 1, m, engine=old_engine, schedule="interleaved-1f1b")
+    else:
+        _report(tp, 4, 1, 8, engine=old_engine, schedule="interleaved-1f1b", virtual_pipeline_stages=2)  # runs
 
 
 def test_narayanans_runs_are_priced_for_megatron_2021_and_its_band_pools_with_megatron():
