@@ -18,7 +18,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 import fastdist_lab  # noqa: E402
-from fastdist_lab.cost import ENGINES, ranked_lines, search  # noqa: E402
+from fastdist_lab.cost import ENGINES, Hardware, ranked_lines, search  # noqa: E402
 from fastdist_lab.errors import CostError  # noqa: E402
 from fastdist_lab.widgets import AdvisorPanel  # noqa: E402
 from fastdist_lab.widgets.advisor_panel import NO_BREAK  # noqa: E402
@@ -138,6 +138,27 @@ def test_the_compile_box_searches_compiled_rows_and_a_chosen_row_carries_it_to_t
     app.flush()
     assert advisor.choice.training.torch_compile and cost.torch_compile.value is True
     assert cost.report.training == compiled.training(0) and cost.error == ""
+
+
+def test_the_network_box_searches_on_that_network_and_a_chosen_row_carries_it_to_the_cost_panel():
+    """``inter_node_GBps`` (0: the preset's) makes every row priced on ``Hardware.with_network``, as the CLI's
+    ``--inter-node-GBps``; a chosen row sets the cost panel's box, so its step is the row's."""
+    app = fastdist_lab.lab()
+    advisor, cost = app.advisor_panel, app.cost_panel
+    assert advisor.inter_node_GBps.value == 0 and "fdl-advisor-network" in advisor.inter_node_GBps._dom_classes
+    for name in ("hardware", "top", "global_batch_size", "gpus"):
+        getattr(advisor, name).value = SMALL[name]
+    assert advisor.inputs()["hardware"] == "h100-sxm-80gb"
+    advisor.inter_node_GBps.value = 2.0  # searches again, on that network
+    slow = Hardware.preset("h100-sxm-80gb").with_network(2.0)
+    expected = search("llama2-7b", 16, hardware=slow, global_batch_size=64, top=12)
+    assert advisor.inputs()["hardware"] == slow and advisor.error == "" and advisor.result.frame.equals(expected.frame)
+    assert "network 2 GB/s per GPU" in advisor.status.value
+    advisor.select(0)
+    app.flush()
+    assert advisor.choice.hardware == "h100-sxm-80gb" and advisor.choice.inter_node_GBps == 2.0
+    assert cost.inter_node_GBps.value == 2.0 and cost.machine() == slow and cost.error == ""
+    assert cost.step_view.step.seconds == pytest.approx(expected.frame.loc[0, "seconds"], rel=1e-9)
 
 
 def test_a_click_on_the_scatter_chooses_the_nearest_point(expected):

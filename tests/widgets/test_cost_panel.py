@@ -14,7 +14,7 @@ import pytest  # noqa: E402
 
 import fastdist_lab  # noqa: E402
 from fastdist_lab import Layout  # noqa: E402
-from fastdist_lab.cost import ENGINES, Training, Transformer, estimate  # noqa: E402
+from fastdist_lab.cost import ENGINES, Hardware, Training, Transformer, estimate  # noqa: E402
 from fastdist_lab.widgets import CostPanel, LayoutPanel  # noqa: E402
 from fastdist_lab.widgets.cost_panel import other_order  # noqa: E402
 
@@ -201,6 +201,25 @@ def test_the_expert_load_control_prices_a_mixture_of_experts_and_sits_out_a_dens
     assert panel.other_training == {}  # a control of its own, not a hidden field
     panel.model.value = "llama2-7b"  # dense: nothing is routed, so the control is off
     assert panel.expert_load_imbalance.disabled
+
+
+def test_the_network_box_prices_the_step_on_a_clusters_own_network():
+    """``inter_node_GBps`` (0: the preset's) prices the step on ``Hardware.with_network``, as the CLI's
+    ``--inter-node-GBps``: slower across nodes, named in the headline; ``load`` sets it with the rest."""
+    panel = CostPanel(layout_64(), model="llama2-7b")  # tp2 pp4 dp8: the data-parallel groups cross nodes
+    assert panel.inter_node_GBps.value == 0 and "fdl-cost-network" in panel.inter_node_GBps._dom_classes
+    preset = panel.step_view.step.seconds
+    assert preset == pytest.approx(estimate(layout_64(), "llama2-7b", Training()).step("dgx-h100").seconds)
+    panel.inter_node_GBps.value = 2.0
+    slow = Hardware.preset("dgx-h100").with_network(2.0)
+    expected = estimate(layout_64(), "llama2-7b", Training()).step(slow)
+    assert panel.error == "" and panel.machine() == slow and panel.step_view.step.seconds == pytest.approx(
+        expected.seconds, rel=1e-12)  # fmt: skip
+    assert expected.seconds > preset and "network 2 GB/s per GPU" in panel.step_view.headline.value
+    panel.inter_node_GBps.value = 0  # back to the preset's
+    assert panel.step_view.step.seconds == pytest.approx(preset, rel=1e-12) and panel.machine().name == "dgx-h100"
+    panel.load(hardware="a100-sxm-80gb", inter_node_GBps=2.82)
+    assert panel.machine() == Hardware.preset("a100-sxm-80gb").with_network(2.82)
 
 
 def test_the_engine_control_prices_the_step_for_that_engine_and_a_refused_one_is_one_line():

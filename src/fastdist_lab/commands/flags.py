@@ -245,15 +245,11 @@ def add_hardware_arguments(group: Any, presets: tuple[str, ...], default: str) -
 
 
 def hardware_from_args(args: argparse.Namespace) -> Any:
-    """The ``Hardware`` the flags name: the ``--hardware`` preset, with ``--inter-node-GBps`` where given (its name
-    then says so). ``CostError`` (one line naming the value) for a bad bandwidth."""
+    """The ``Hardware`` the flags name: the ``--hardware`` preset on ``--inter-node-GBps`` where given
+    (``Hardware.with_network``). ``CostError`` (one line naming the value) for a bad bandwidth."""
     from ..cost import Hardware
 
-    hardware = Hardware.preset(args.hardware)
-    if args.inter_node_GBps is None:
-        return hardware
-    bandwidth = hardware.replace(inter_node_GBps=args.inter_node_GBps).inter_node_GBps  # checked: > 0 and finite
-    return hardware.replace(inter_node_GBps=bandwidth, name=f"{args.hardware}, network {bandwidth:g} GB/s per GPU")
+    return Hardware.preset(args.hardware).with_network(args.inter_node_GBps)
 
 
 def usage_error(args: argparse.Namespace, problem: str | BaseException) -> int:

@@ -156,6 +156,19 @@ class Hardware:
         """A copy with ``changes`` (e.g. a slower network: ``hw.replace(inter_node_GBps=25)``)."""
         return dataclasses.replace(self, **changes)
 
+    def with_network(self, inter_node_GBps: float | None) -> Hardware:
+        """This hardware on another network: ``inter_node_GBps`` per GPU between nodes at line rate (``None``:
+        itself), named so, for a cluster unlike the preset's reference node (e.g. what NCCL measured on it).
+        ``CostError`` names a bad value.
+
+        >>> Hardware.preset("a100-sxm-80gb").with_network(2.82).name
+        'a100-sxm-80gb, network 2.82 GB/s per GPU'
+        """
+        if inter_node_GBps is None:
+            return self
+        bandwidth = self.replace(inter_node_GBps=inter_node_GBps).inter_node_GBps  # checked: finite, > 0
+        return self.replace(inter_node_GBps=bandwidth, name=f"{self.name}, network {bandwidth:g} GB/s per GPU")
+
     def require(self, *fields: str) -> None:
         """``CostError`` naming the first of ``fields`` this hardware does not give (a step time needs them)."""
         for field in fields:

@@ -30,6 +30,7 @@ from ..cost import (
     PRESETS,
     RANKED_LEGEND,
     RANKED_ROWS,
+    Hardware,
     Training,
     ranked_legend,
     ranked_lines,
@@ -42,7 +43,7 @@ from ..layout import Layout
 from ..runtime.progress import bar_delay
 from ..validation import check_int
 from ..viz import SearchPicture
-from .panel_parts import Debouncer, Panel, error_html, number_box, short_error
+from .panel_parts import Debouncer, Panel, error_html, network_box, number_box, short_error
 
 SEARCH_DELAY = 0.4
 """Seconds the inputs must rest, in a kernel, before they are searched."""
@@ -64,13 +65,24 @@ _INPUTS = ("model", "gpus", "gpus_per_node", "hardware", "engine", "torch_compil
 
 
 class Choice(NamedTuple):
-    """A row of the Advisor's search, chosen: its number, ``Layout``, model preset, ``Training`` and hardware preset."""
+    """A row of the Advisor's search, chosen: its number, ``Layout``, model preset, ``Training``, hardware preset and
+    the network it was priced on (``inter_node_GBps``; 0: the preset's)."""
 
     row: int
     layout: Layout
     model: str
     training: Training
     hardware: str
+    inter_node_GBps: float = 0.0
+
+
+def search_arguments(controls: dict[str, Any]) -> dict[str, Any]:
+    """The ``cost.search`` arguments of the Advisor's control values: ``_INPUTS``, the hardware preset on the
+    network ``controls["inter_node_GBps"]`` names where it is not 0 (``Hardware.with_network``)."""
+    arguments = {name: controls[name] for name in _INPUTS}
+    if controls.get("inter_node_GBps"):
+        arguments["hardware"] = Hardware.preset(arguments["hardware"]).with_network(controls["inter_node_GBps"])
+    return arguments
 
 
 class _Superseded(Exception):
@@ -114,6 +126,7 @@ class AdvisorPanel(Panel):
         self.engine = widgets.Dropdown(options=list(ENGINES), value=engine, description="engine", style=style,
                                        tooltip="cost.Training.engine: the engine every row is priced for")  # fmt: skip
         self.engine.add_class("fdl-advisor-engine")
+        self.inter_node_GBps = network_box("fdl-advisor-network")
         self.torch_compile = widgets.Checkbox(
             value=False, description="torch.compile", indent=False, tooltip="cost.Training.torch_compile"
         ).add_class("fdl-advisor-compile")
@@ -145,8 +158,8 @@ class AdvisorPanel(Panel):
         self.widget.children = [
             widgets.HBox([self.model, self.gpus, self.gpus_per_node, self.hardware, self.engine, self.torch_compile],
                          layout=row),  # fmt: skip
-            widgets.HBox([self.global_batch_size, self.top, self.search_button, self.train_button, self.progress],
-                         layout=row),  # fmt: skip
+            widgets.HBox([self.global_batch_size, self.inter_node_GBps, self.top, self.search_button,
+                          self.train_button, self.progress], layout=row),  # fmt: skip
             self.status,
             widgets.HBox([table, self.picture], layout=widgets.Layout(flex_flow="row wrap", align_items="flex-start")),
         ]
@@ -169,7 +182,7 @@ class AdvisorPanel(Panel):
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._request = Debouncer(self._start, debounce)
-        for name in _INPUTS:
+        for name in (*_INPUTS, "inter_node_GBps"):
             getattr(self, name).observe(lambda _: self._request.schedule(), names="value")
         self.search_button.on_click(lambda _: self.search())
         self.train_button.on_click(lambda _: self.train_row())
@@ -190,8 +203,12 @@ class AdvisorPanel(Panel):
         return bytes(self.picture.value)
 
     def inputs(self) -> dict[str, Any]:
-        """The ``cost.search`` arguments the inputs hold (the model as its preset name)."""
-        return {name: getattr(self, name).value for name in _INPUTS}
+        """The ``cost.search`` arguments the inputs hold (the model as its preset name, the hardware on the network
+        the panel names: ``search_arguments``)."""
+        return search_arguments(self._controls())
+
+    def _controls(self) -> dict[str, Any]:
+        return {name: getattr(self, name).value for name in (*_INPUTS, "inter_node_GBps")}
 
     def search(self) -> None:
         """Search the inputs now (a request waiting for the inputs to rest goes first): in a kernel on a thread, the
@@ -217,7 +234,8 @@ class AdvisorPanel(Panel):
         self._draw()
         inputs = self._searched
         self.choice = None  # the same row again still loads it
-        self.choice = Choice(row, result.layout(row), inputs["model"], result.training(row), inputs["hardware"])
+        self.choice = Choice(row, result.layout(row), inputs["model"], result.training(row), inputs["hardware"],
+                             inputs["inter_node_GBps"])  # fmt: skip
         return self.choice
 
     def click(self, x: float, y: float) -> int | None:
@@ -263,14 +281,15 @@ class AdvisorPanel(Panel):
                 return
             with cost_panel.hold():
                 layout_panel.set(**sizes)
-                cost_panel.load(model=choice.model, training=choice.training, hardware=choice.hardware)
+                cost_panel.load(model=choice.model, training=choice.training, hardware=choice.hardware,
+                                inter_node_GBps=choice.inter_node_GBps)  # fmt: skip
 
         self.observe(load, names="choice")
 
     # ----------------------------------------------------------------- searching
     def _start(self) -> None:
         self._generation += 1
-        job = (self._generation, self.inputs())
+        job = (self._generation, self._controls())
         self.searching = True
         self.status.value = "searching ..."
         try:
@@ -327,7 +346,7 @@ class AdvisorPanel(Panel):
                 self._post(self._show_progress, generation, done, total)
 
         try:
-            result = self.searcher(**inputs, progress=progress)
+            result = self.searcher(**search_arguments(inputs), progress=progress)
         except _Superseded:
             return None
         except Exception as error:  # shown in the panel, never as a traceback

@@ -20,6 +20,7 @@ from ..cost import (
     RECOMPUTE,
     SCHEDULES,
     CostReport,
+    Hardware,
     Training,
     Transformer,
     compare_reports,
@@ -31,7 +32,16 @@ from ..layout import Layout
 from ..viz import to_png
 from ..viz.cost_pictures import plot_memory, plot_traffic, traffic_dim, traffic_title
 from .layout_panel import LayoutPanel
-from .panel_parts import TABLE_STYLE, ZERO_CHOICES, ClusterFollower, Debouncer, frame_table, number_box, short_error
+from .panel_parts import (
+    TABLE_STYLE,
+    ZERO_CHOICES,
+    ClusterFollower,
+    Debouncer,
+    frame_table,
+    network_box,
+    number_box,
+    short_error,
+)
 from .step_view import StepView
 
 _VIEWS = (("this layout", "single"), ("data-first vs pipeline-first", "compare"))
@@ -119,6 +129,7 @@ class CostPanel(ClusterFollower):
         self.virtual_pipeline_stages = number_box(1, "virtual stages", "190px", min=1, max=128)
         self.hardware = widgets.Dropdown(options=list(HARDWARE_PRESETS), value="dgx-h100", description="hardware",
                                          style=style)  # fmt: skip
+        self.inter_node_GBps = network_box()
         self.engine = widgets.Dropdown(options=list(ENGINES), value=DEFAULT_ENGINE, description="engine", style=style,
                                        tooltip="cost.Training.engine: the engine that runs the step")  # fmt: skip
         self.torch_compile = widgets.Checkbox(
@@ -137,6 +148,7 @@ class CostPanel(ClusterFollower):
             (self.micro_batch_size, "fdl-cost-micro-batch"), (self.num_microbatches, "fdl-cost-microbatches"),
             (self.zero_stage, "fdl-cost-zero"), (self.sequence_tensor_parallel, "fdl-cost-stp"),
             (self.recompute, "fdl-cost-recompute"), (self.hardware, "fdl-cost-hardware"),
+            (self.inter_node_GBps, "fdl-cost-network"),
             (self.schedule, "fdl-cost-schedule"), (self.virtual_pipeline_stages, "fdl-cost-virtual-stages"),
             (self.expert_load_imbalance, "fdl-cost-expert-load"), (self.engine, "fdl-cost-engine"),
             (self.torch_compile, "fdl-cost-compile"),
@@ -155,7 +167,7 @@ class CostPanel(ClusterFollower):
             widgets.HBox([self.model, self.seq_length, self.micro_batch_size, self.num_microbatches], layout=row),
             widgets.HBox([self.zero_stage, self.sequence_tensor_parallel, self.recompute, self.hardware], layout=row),
             widgets.HBox([self.schedule, self.virtual_pipeline_stages, self.expert_load_imbalance], layout=row),
-            widgets.HBox([self.engine, self.torch_compile], layout=row),
+            widgets.HBox([self.engine, self.torch_compile, self.inter_node_GBps], layout=row),
             widgets.HBox([self.view, self.replay_button, self.progress], layout=row),
             self.status,
             self.step_view.widget,
@@ -176,7 +188,7 @@ class CostPanel(ClusterFollower):
         self._stale = False
         self._redraw = Debouncer(self._render, debounce)
         self.model.observe(self._on_model, names="value")
-        for name in ("seq_length", "num_microbatches", "hardware", "view", *_CONTROLS):
+        for name in ("seq_length", "num_microbatches", "hardware", "inter_node_GBps", "view", *_CONTROLS):
             getattr(self, name).observe(lambda _: self._estimate(), names="value")
         self.replay_button.on_click(lambda _: self.replay())
         self.observe(lambda _: self._estimate(), names="layout")
@@ -215,9 +227,11 @@ class CostPanel(ClusterFollower):
             if not self._held and self._stale:
                 self._estimate()
 
-    def load(self, model: str | None = None, training: Training | None = None, hardware: str | None = None) -> None:
-        """Set the controls to a model preset (its sequence length), a ``Training`` and a hardware preset at once:
-        one estimate, one redraw. ``training``'s fields without a control go to ``other_training``."""
+    def load(self, model: str | None = None, training: Training | None = None, hardware: str | None = None,
+             inter_node_GBps: float | None = None) -> None:  # fmt: skip
+        """Set the controls to a model preset (its sequence length), a ``Training``, a hardware preset and its
+        network (``inter_node_GBps``; 0: the preset's) at once: one estimate, one redraw. ``training``'s fields
+        without a control go to ``other_training``."""
         with self.hold():
             if model is not None:
                 self.model.value = model
@@ -233,7 +247,14 @@ class CostPanel(ClusterFollower):
                 self.num_microbatches.value = training.num_microbatches or 0
             if hardware is not None:
                 self.hardware.value = hardware
+            if inter_node_GBps is not None:
+                self.inter_node_GBps.value = inter_node_GBps
             self._stale = True
+
+    def machine(self) -> Hardware:
+        """The chosen hardware preset, on the network the panel names (``Hardware.with_network``; 0: the
+        preset's)."""
+        return Hardware.preset(self.hardware.value).with_network(self.inter_node_GBps.value or None)
 
     def transformer(self) -> Transformer:
         """The model preset with the chosen sequence length."""
@@ -301,7 +322,7 @@ class CostPanel(ClusterFollower):
         self.memory_picture.value = to_png(figure)
         figure.clear()
         self.traffic_box.children = [self._traffic_image(r) for r in reports]
-        hw = self.hardware.value
+        hw = self.machine()
         self.step_view.show(report, hw)
         side = comparison_html(reports, hw) if len(reports) > 1 else ""
         self.tables.value = side + communication_html(report, hw)
@@ -322,7 +343,7 @@ class CostPanel(ClusterFollower):
             from ..checks import replay  # imports torch: only when a replay is asked for
 
             frame = replay(
-                cluster, layout, self.transformer(), self.training(), hardware=self.hardware.value,
+                cluster, layout, self.transformer(), self.training(), hardware=self.machine(),
                 progress=self._progress, **options,
             )  # fmt: skip
         except Exception as error:  # shown in the panel, never as a traceback

@@ -103,6 +103,15 @@ def number_box(value: float, description: str, width: str, css: str = "", kind: 
     return box.add_class(css) if css else box
 
 
+def network_box(css: str = "") -> Any:
+    """The network bandwidth per GPU between nodes (GB/s at line rate) a panel prices on, 0 for the hardware
+    preset's own (``Hardware.with_network``; the CLI's ``--inter-node-GBps``)."""
+    box = number_box(0.0, "network GB/s per GPU (0: preset's)", "340px", css, widgets.BoundedFloatText, min=0.0,
+                     max=1e4, step=0.5)  # fmt: skip
+    box.tooltip = "Hardware.with_network: a cluster's own network, e.g. what NCCL measured on it"
+    return box
+
+
 ZERO_CHOICES = (("0: none", 0), ("1: distributed optimizer", 1), ("2: + gradients", 2), ("3: + weights", 3))
 """The ZeRO stages as a dropdown offers them (label, stage): the cost panel's and the train view's."""
 
