@@ -76,7 +76,7 @@ class Choice(NamedTuple):
     inter_node_GBps: float = 0.0
 
 
-def search_arguments(controls: dict[str, Any]) -> dict[str, Any]:
+def _search_arguments(controls: dict[str, Any]) -> dict[str, Any]:
     """The ``cost.search`` arguments of the Advisor's control values: ``_INPUTS``, the hardware preset on the
     network ``controls["inter_node_GBps"]`` names where it is not 0 (``Hardware.with_network``)."""
     arguments = {name: controls[name] for name in _INPUTS}
@@ -204,8 +204,8 @@ class AdvisorPanel(Panel):
 
     def inputs(self) -> dict[str, Any]:
         """The ``cost.search`` arguments the inputs hold (the model as its preset name, the hardware on the network
-        the panel names: ``search_arguments``)."""
-        return search_arguments(self._controls())
+        the panel names: ``Hardware.with_network``)."""
+        return _search_arguments(self._controls())
 
     def _controls(self) -> dict[str, Any]:
         return {name: getattr(self, name).value for name in (*_INPUTS, "inter_node_GBps")}
@@ -346,7 +346,7 @@ class AdvisorPanel(Panel):
                 self._post(self._show_progress, generation, done, total)
 
         try:
-            result = self.searcher(**search_arguments(inputs), progress=progress)
+            result = self.searcher(**_search_arguments(inputs), progress=progress)
         except _Superseded:
             return None
         except Exception as error:  # shown in the panel, never as a traceback
