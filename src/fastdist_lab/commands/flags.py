@@ -240,7 +240,7 @@ def add_hardware_arguments(group: Any, presets: tuple[str, ...], default: str) -
         "--inter-node-GBps", dest="inter_node_GBps", type=float, default=None, metavar="GB/S",
         help="network bandwidth per GPU between nodes at line rate (GB/s), replacing the preset's: the node's "
         "adapters over its GPUs, or what NCCL measured on your cluster (nccl-tests' busbw through one adapter, "
-        "over the GPUs sharing it, over 0.9)",
+        "over the GPUs sharing it, over the model's network efficiency)",
     )  # fmt: skip
 
 

@@ -63,6 +63,9 @@ ROWS_STYLE = (
 _INPUTS = ("model", "gpus", "gpus_per_node", "hardware", "engine", "torch_compile", "global_batch_size", "top")
 """The search's inputs: each a control of the panel, named as ``cost.search``'s argument."""
 
+_CONTROLS = (*_INPUTS, "inter_node_GBps")
+"""The controls a search reads: ``_INPUTS`` and the network its hardware is priced on (``_search_arguments``)."""
+
 
 class Choice(NamedTuple):
     """A row of the Advisor's search, chosen: its number, ``Layout``, model preset, ``Training``, hardware preset and
@@ -182,7 +185,7 @@ class AdvisorPanel(Panel):
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._request = Debouncer(self._start, debounce)
-        for name in (*_INPUTS, "inter_node_GBps"):
+        for name in _CONTROLS:
             getattr(self, name).observe(lambda _: self._request.schedule(), names="value")
         self.search_button.on_click(lambda _: self.search())
         self.train_button.on_click(lambda _: self.train_row())
@@ -208,7 +211,7 @@ class AdvisorPanel(Panel):
         return _search_arguments(self._controls())
 
     def _controls(self) -> dict[str, Any]:
-        return {name: getattr(self, name).value for name in (*_INPUTS, "inter_node_GBps")}
+        return {name: getattr(self, name).value for name in _CONTROLS}
 
     def search(self) -> None:
         """Search the inputs now (a request waiting for the inputs to rest goes first): in a kernel on a thread, the
