@@ -27,7 +27,7 @@ from fastdist_lab.cost import (
     validate_rankings,
 )
 from fastdist_lab.cost.accuracy import training_of
-from fastdist_lab.cost.published_held_out import JEAN_ZAY_ADAPTER_BUSBW_GBPS, JEAN_ZAY_INTER_NODE_GBPS
+from fastdist_lab.cost.published_held_out import JEAN_ZAY_ADAPTER_BUSBW_GBPS, JEAN_ZAY_INTER_NODE_GBPS, bloom_run
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "validation.md"
@@ -194,3 +194,21 @@ def test_the_llm_foundry_exploration_prices_every_row_of_its_table():
     table = validate(held_out)
     for measured, predicted in zip(table["measured_seconds"], table["predicted_seconds"]):
         assert any(m == pytest.approx(measured) and p == pytest.approx(predicted) for _, m, p in found)
+
+
+def test_the_bloom_exploration_prices_the_chronicles_other_rows_as_the_held_out_ones():
+    # scripts/bloom_chronicle.py (docs/validation.md, "What the model does not capture"): 29 earlier rows, none fitted
+    spec = util.spec_from_file_location("bloom_chronicle", ROOT / "scripts" / "bloom_chronicle.py")
+    module = util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    found = module.errors()
+    assert len(found) == len(module.ROWS) == 29
+    assert all(measured > 0 and predicted > 0 for _, measured, predicted in found)
+    # the one-node rows hold a single node: no network and no pipeline to price, nothing data-parallel to reduce
+    one_node = [row for row, _, _ in found if row[0] == "one node"]
+    assert one_node and all(row[6:9] == (1, 8, 1) for row in one_node)
+    # the held-out BLOOM rows are made by the same function, so the exploration prices its rows as they are priced
+    held_out = [run for run in HELD_OUT_RUNS if run.name.startswith("BLOOM search")]
+    assert len(held_out) == 25
+    again = bloom_run("GBS Variations and Tweaking TP (02-25)", 14336, 72, True, 2048, 8, 8, 6, 4, 114.11)
+    assert again == held_out[0]

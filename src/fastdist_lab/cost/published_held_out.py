@@ -148,24 +148,31 @@ _BLOOM = (
 )  # fmt: skip
 
 
+def bloom_run(section: str, hidden: int, layers: int, fp16: bool, batch: int, dp: int, tp: int, pp: int, mbs: int,
+              seconds: float, heads: int = 64) -> PublishedRun:  # fmt: skip
+    """One row of BigScience's tr11 chronicles-prequel (053adafee8) as a run: GPT of ``hidden`` x ``layers`` (``heads``
+    heads, vocabulary 250,880) on ``dp x tp x pp`` A100 80GB of Jean Zay (``JEAN_ZAY_INTER_NODE_GBPS``) under the
+    Megatron-DeepSpeed of February 2022 (engine ``deepspeed-0.5``, ZeRO 1, full recompute, no flash attention),
+    micro-batch ``mbs`` at global batch ``batch``; fp16 (bf16 with fp32 gradients and lighter ends otherwise, as the
+    02-28 rows); ``seconds`` per iteration as the row of ``section`` gives it."""
+    return PublishedRun(
+        name=f"BLOOM search {hidden}x{layers}, batch {batch}: dp{dp} tp{tp} pp{pp} mbs{mbs}",
+        engine="deepspeed-0.5", source=f"BigScience tr11 chronicles-prequel (053adafee8), {section}, "
+                                   f"DP {dp} TP {tp} PP {pp} MBS {mbs} row",
+        model=gpt_model(hidden, layers, heads, vocab=250880), hardware="a100-sxm-80gb", gpus=dp * tp * pp,
+        inter_node_GBps=JEAN_ZAY_INTER_NODE_GBPS,
+        tensor_parallel=tp, pipeline_parallel=pp,
+        training=dict(zero_stage=1, micro_batch_size=mbs, num_microbatches=batch // (dp * mbs),
+                      recompute="full", flash_attention=False, bytes_per_gradient=2 if fp16 else 4,
+                      overlap_data_parallel=False, overlap_pipeline_parallel=False),
+        global_batch_size=batch, seconds=seconds, measured_from=f"{seconds} s per iteration (measured)",
+        lighter_ends=not fp16,
+    )  # fmt: skip
+
+
 def _bloom() -> list[PublishedRun]:
-    runs = []
-    for section, hidden, layers, fp16, batch, rows in _BLOOM:
-        for dp, tp, pp, mbs, seconds in rows:
-            runs.append(PublishedRun(
-                name=f"BLOOM search {hidden}x{layers}, batch {batch}: dp{dp} tp{tp} pp{pp} mbs{mbs}",
-                engine="deepspeed-0.5", source=f"BigScience tr11 chronicles-prequel (053adafee8), {section}, "
-                                           f"DP {dp} TP {tp} PP {pp} MBS {mbs} row",
-                model=gpt_model(hidden, layers, 64, vocab=250880), hardware="a100-sxm-80gb", gpus=384,
-                inter_node_GBps=JEAN_ZAY_INTER_NODE_GBPS,
-                tensor_parallel=tp, pipeline_parallel=pp,
-                training=dict(zero_stage=1, micro_batch_size=mbs, num_microbatches=batch // (dp * mbs),
-                              recompute="full", flash_attention=False, bytes_per_gradient=2 if fp16 else 4,
-                              overlap_data_parallel=False, overlap_pipeline_parallel=False),
-                global_batch_size=batch, seconds=seconds, measured_from=f"{seconds} s per iteration (measured)",
-                lighter_ends=not fp16,
-            ))  # fmt: skip
-    return runs
+    return [bloom_run(section, hidden, layers, fp16, batch, *row)
+            for section, hidden, layers, fp16, batch, rows in _BLOOM for row in rows]  # fmt: skip
 
 
 def _narayanan_table_2() -> list[PublishedRun]:
