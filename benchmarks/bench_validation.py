@@ -10,12 +10,13 @@ of layouts as ranking rows (``validate_rankings``: measured-fastest, predicted-f
 ``--markdown``, the table of docs/validation.md's "Rankings"); ``--calibrate`` fits the calibrated
 constants again on the calibration runs (a minute) and prints them; ``--write-trust`` writes
 ``src/fastdist_lab/cost/trust_table.py``, the validation errors the error bands rest on (``cost.trust``), from every
-run, dense and mixture of experts. The performance figure: the time to validate
+run, dense and mixture of experts; ``--write-docs`` rewrites every table of docs/validation.md and docs/step_time.md
+that these options print (what the tests compare the documents with). The performance figure: the time to validate
 every run, with a ratio against a baseline measured in the same run (one run, all its candidate settings, one by
 one).
 
 Run: python benchmarks/bench_validation.py [--markdown] [--moe] [--rankings] [--collectives] [--calibrate]
-     [--write-trust]
+     [--write-trust] [--write-docs]
 """
 
 from __future__ import annotations
@@ -132,8 +133,48 @@ def collectives_markdown(table) -> str:
     return "\n".join(lines)
 
 
-TRUST_TABLE = pathlib.Path(__file__).resolve().parents[1] / "src" / "fastdist_lab" / "cost" / "trust_table.py"
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TRUST_TABLE = ROOT / "src" / "fastdist_lab" / "cost" / "trust_table.py"
 """The module ``--write-trust`` writes."""
+VALIDATION_DOC = ROOT / "docs" / "validation.md"
+"""The document whose tables of runs, rankings and mixture-of-experts runs ``--write-docs`` writes."""
+STEP_TIME_DOC = ROOT / "docs" / "step_time.md"
+"""The document whose collectives table ``--write-docs`` writes."""
+
+
+def replace_block(text: str, block: str, occurrence: int = 0) -> str:
+    """``text`` with its ``occurrence``-th block shaped as ``block`` replaced by it: the block starts at a line equal
+    to ``block``'s first line and holds as many runs of non-blank lines, one blank line apart, as ``block`` does.
+    Raises ``ValueError`` where ``text`` has no such block."""
+    lines, first = text.split("\n"), block.split("\n")[0]
+    starts = [i for i, line in enumerate(lines) if line == first]
+    if len(starts) <= occurrence:
+        raise ValueError(f"no block {occurrence} starting {first[:60]!r}")
+    end = start = starts[occurrence]
+    for group in range(block.count("\n\n") + 1):
+        end += 1 if group else 0
+        while end < len(lines) and lines[end].strip():
+            end += 1
+    return "\n".join([*lines[:start], *block.split("\n"), *lines[end:]])
+
+
+def write_docs() -> list[str]:
+    """Write the tables of docs/validation.md (the dense runs, the rankings, the mixture-of-experts runs) and
+    docs/step_time.md (the collectives) as the code computes them now; returns the documents changed."""
+    dense, moe = validate(PUBLISHED_RUNS), validate(PUBLISHED_MOE_RUNS)
+    blocks = {VALIDATION_DOC: [(markdown(dense), 0), (rankings_markdown(validate_rankings()), 0),
+                               (moe_markdown(moe), 1)],
+              STEP_TIME_DOC: [(collectives_markdown(collective_table()), 0)]}  # fmt: skip
+    changed = []
+    for doc, replacements in blocks.items():
+        text = doc.read_text()
+        new = text
+        for block, occurrence in replacements:
+            new = replace_block(new, block, occurrence)
+        if new != text:
+            doc.write_text(new)
+            changed.append(doc.name)
+    return changed
 
 
 def trust_source(rows: list[tuple]) -> str:
@@ -162,7 +203,11 @@ def main() -> None:
     parser.add_argument("--moe", action="store_true", help="the mixture-of-experts runs (held out) instead")
     parser.add_argument("--rankings", action="store_true", help="the published comparisons of layouts (rankings)")
     parser.add_argument("--write-trust", action="store_true", help="write src/fastdist_lab/cost/trust_table.py")
+    parser.add_argument("--write-docs", action="store_true", help="write the tables of the two documents")
     args = parser.parse_args()
+    if args.write_docs:
+        print(f"rewrote the tables of {', '.join(write_docs()) or 'nothing (both documents are up to date)'}")
+        return
     if args.write_trust:
         rows = trust_rows()
         TRUST_TABLE.write_text(trust_source(rows))

@@ -54,7 +54,7 @@ def test_the_document_shows_this_table():
     bench = util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     assert bench.collectives_markdown(collective_table()) in DOC.read_text(), (
-        "docs/step_time.md is stale: python benchmarks/bench_validation.py --collectives"
+        "docs/step_time.md is stale: python benchmarks/bench_validation.py --write-docs"
     )
 
 

@@ -59,5 +59,26 @@ def test_the_document_shows_this_table(table):
     spec.loader.exec_module(bench)
     text = DOC.read_text()
     assert bench.markdown(table) in text, (
-        "docs/validation.md is stale: python benchmarks/bench_validation.py --markdown"
+        "docs/validation.md is stale: python benchmarks/bench_validation.py --write-docs"
     )
+
+
+def test_write_docs_replaces_each_table_in_place_and_names_a_missing_one():
+    # bench_validation.py --write-docs: the block that starts at a table's header line and holds as many tables as
+    # the new one is replaced, the text around it kept; a document without the table is refused, not appended to
+    from importlib import util
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_validation.py"
+    spec = util.spec_from_file_location("bench_validation", path)
+    bench = util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    text = "intro\n\n| a | b |\n| 1 | 2 |\n\n- tally old\n\nafter\n\n| a | b |\n| 5 | 6 |\n\nend"
+    block = "| a | b |\n| 3 | 4 |\n| 7 | 8 |\n\n- tally new"
+    assert bench.replace_block(text, block) == (
+        "intro\n\n| a | b |\n| 3 | 4 |\n| 7 | 8 |\n\n- tally new\n\nafter\n\n| a | b |\n| 5 | 6 |\n\nend"
+    )
+    assert bench.replace_block(text, "| a | b |\n| 9 | 9 |", occurrence=1).endswith("| a | b |\n| 9 | 9 |\n\nend")
+    with pytest.raises(ValueError, match="no block 2"):
+        bench.replace_block(text, block, occurrence=2)
+    with pytest.raises(ValueError, match="no block 0"):
+        bench.replace_block(text, "| c | d |\n| 1 | 2 |")

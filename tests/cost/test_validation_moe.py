@@ -79,5 +79,5 @@ def test_the_document_shows_the_moe_table(table):
     text = (ROOT / "docs" / "validation.md").read_text()
     assert "## Mixture of experts" in text
     assert _bench().moe_markdown(table) in text, (
-        "docs/validation.md is stale: python benchmarks/bench_validation.py --moe --markdown"
+        "docs/validation.md is stale: python benchmarks/bench_validation.py --write-docs"
     )
