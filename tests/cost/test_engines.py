@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from fastdist_lab import Layout
 from fastdist_lab.cost import (
+    DEFAULT_EFFICIENCY,
     ENGINE_TRAITS,
     ENGINES,
     PUBLISHED_RUNS,
@@ -31,6 +32,7 @@ from fastdist_lab.cost import (
 )
 from fastdist_lab.cost.compute import elementwise_bytes, gemm, layer_times, second_mm_seconds, streamed
 from fastdist_lab.cost.engines import check_engine, engine_allows
+from fastdist_lab.cost.overlap import block_tensors
 from fastdist_lab.errors import CostError
 
 H100 = "h100-sxm-80gb"
@@ -62,9 +64,11 @@ def test_megatron_is_the_default_and_its_predictions_are_unchanged(sizes):
 
 def test_deepspeed_with_a_pipeline_exposes_the_whole_gradient_reduction():
     # ReduceGrads after the last backward: the whole data-parallel all-reduce follows the pipeline, as it does
-    # with overlap_data_parallel=False under Megatron (blocking sends too, as overlap_pipeline_parallel=False).
+    # with overlap_data_parallel=False under Megatron (blocking sends too, as overlap_pipeline_parallel=False; and
+    # Megatron-LM of 2021, which accumulates gradients in a pass of its own as DeepSpeed does).
     deepspeed = _report(1, 4, 0, 8, engine="deepspeed").step(H100)
-    unhidden = _report(1, 4, 0, 8, overlap_data_parallel=False, overlap_pipeline_parallel=False).step(H100)
+    unhidden = _report(1, 4, 0, 8, engine="megatron-2021", overlap_data_parallel=False,
+                       overlap_pipeline_parallel=False).step(H100)  # fmt: skip
     megatron = _report(1, 4, 0, 8).step(H100)
     assert deepspeed.seconds == pytest.approx(unhidden.seconds, rel=1e-9)
     assert deepspeed.parts["data_comm_seconds"] > megatron.parts["data_comm_seconds"]
@@ -372,20 +376,29 @@ def test_every_second_mm_follows_the_blocks_call_order(heads, tp, swiglu):
 def test_older_code_waits_for_its_tensor_backward_all_reduces_and_nothing_else(old_engine, engine, tp, pp, m):
     # Megatron-DeepSpeed of 2021-22 and Megatron-LM of Narayanan et al. 2021 (copy_to_tensor_model_parallel_region,
     # before the asynchronous all-reduce): the input gradient's all-reduce follows the linear's backward; everything
-    # else is today's engine
+    # else is today's engine, but Megatron-LM of 2021's gradient accumulation, a pass of its own (the fusion came in
+    # 2022), which lengthens the backward
     old = _report(tp, pp, 1, m, engine=old_engine).step(H100)
     new = _report(tp, pp, 1, m, engine=engine).step(H100)
-    if tp == 1:
+    fused = ENGINE_TRAITS[old_engine].fused_accumulation == ENGINE_TRAITS[engine].fused_accumulation
+    if tp == 1 and fused:
         assert old.seconds == pytest.approx(new.seconds) and old.parts == pytest.approx(new.parts)
     else:
-        assert old.parts["tensor_comm_seconds"] > new.parts["tensor_comm_seconds"] and old.seconds > new.seconds
-        for part in ("forward_seconds", "backward_seconds", "recompute_seconds"):
+        assert old.seconds > new.seconds
+        if tp > 1:
+            assert old.parts["tensor_comm_seconds"] > new.parts["tensor_comm_seconds"]
+        for part in ("forward_seconds", "recompute_seconds"):
             assert old.parts[part] == pytest.approx(new.parts[part]), part
+        if fused:
+            assert old.parts["backward_seconds"] == pytest.approx(new.parts["backward_seconds"])
+        else:
+            assert old.parts["backward_seconds"] > new.parts["backward_seconds"]
         # an overlapped data-parallel reduction (Megatron's) hides behind the backward the all-reduces lengthen
         assert old.parts["data_comm_seconds"] <= new.parts["data_comm_seconds"] + 1e-12
     differs = [f.name for f in dataclasses.fields(EngineTraits)
                if getattr(ENGINE_TRAITS[engine], f.name) != getattr(ENGINE_TRAITS[old_engine], f.name)]  # fmt: skip
-    assert differs == ["tensor_backward_hidden"] and ENGINE_TRAITS[engine].tensor_backward_hidden
+    assert differs == ["tensor_backward_hidden"] + ([] if fused else ["fused_accumulation"])
+    assert ENGINE_TRAITS[engine].tensor_backward_hidden
     if engine == "deepspeed":
         with pytest.raises(CostError, match="engine='deepspeed-0.5' runs schedule '1f1b' only"):
             _report(tp, 4, 1, m, engine=old_engine, schedule="interleaved-1f1b")
@@ -440,3 +453,34 @@ def test_torch_compile_in_search_and_on_the_command_line():
     assert [run.returncode for run in shown] == [0, 0], shown[1].stderr
     assert shown[0].stdout != shown[1].stdout
     assert "engine fsdp2, torch.compile" in shown[1].stdout and "torch.compile" not in shown[0].stdout
+
+
+def test_an_engine_without_fused_accumulation_adds_each_micro_batchs_gradients_in_a_pass_of_its_own():
+    # Megatron-LM of 2021 (main_grad.add_ in its DDP hook) and DeepSpeed under ZeRO 0/1 (AccumulateGrad): one
+    # element-wise kernel per parameter tensor reading the new gradient and the accumulator, writing the sum; today's
+    # Megatron-LM accumulates inside the weight-gradient GEMM. One stage, tensor 1: nothing else differs.
+    model, hardware = Transformer.preset("llama2-7b"), Hardware.preset(H100)
+    layout = Layout(world_size=256, local_world_size=8)
+    steps = {}
+    for engine in ("megatron", "megatron-2021"):
+        for grad in (2, 4):
+            training = Training(num_microbatches=4, engine=engine, bytes_per_gradient=grad, overlap_data_parallel=False)
+            steps[engine, grad] = estimate(layout, model, training).step(hardware)
+    parameters = model.parameters()
+    for grad in (2, 4):
+        old, new = steps["megatron-2021", grad].parts, steps["megatron", grad].parts
+        extra = old["backward_seconds"] - new["backward_seconds"]
+        moved = parameters * (2 + 2 * grad)  # bf16 gradient read, the accumulator read and written
+        kernels = model.num_layers * block_tensors(model)
+        expected = moved / (hardware.memory_GBps * 1e9 * DEFAULT_EFFICIENCY.memory_efficiency)
+        expected += kernels * DEFAULT_EFFICIENCY.kernel_overhead_s
+        assert extra == pytest.approx(4 * expected, rel=0.02)  # each of the 4 micro-batches (embeddings aside)
+        assert old["forward_seconds"] == new["forward_seconds"]
+    assert steps["megatron-2021", 4].seconds > steps["megatron-2021", 2].seconds
+    # ZeRO 2 and 3 reduce each micro-batch's gradients and accumulate shards: no whole pass to price
+    for zero in (2, 3):
+        plain = _report(1, 1, zero, 4).step(H100)
+        unfused = _report(1, 1, zero, 4, engine="megatron-2021").step(H100)
+        assert unfused.parts["backward_seconds"] == pytest.approx(plain.parts["backward_seconds"])
+    unfused = [name for name in ENGINES if not ENGINE_TRAITS[name].fused_accumulation]
+    assert unfused == ["deepspeed", "deepspeed-0.3", "deepspeed-0.5", "megatron-2021"]

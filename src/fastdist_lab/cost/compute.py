@@ -31,7 +31,7 @@ from .hardware import Hardware
 from .links import collective_seconds
 from .model import Transformer
 from .moe import all_to_all_seconds, expert_parameters_per_gpu, moe_dense_parameters
-from .overlap import traits_of, zero_action_exposure
+from .overlap import block_tensors, traits_of, zero_action_exposure
 from .setups import Setups
 from .sizes import ACTIVATION_BYTES
 
@@ -250,6 +250,19 @@ def chunk_parameters(setups: Setups) -> np.ndarray:
     return params
 
 
+def accumulation_seconds(setups: Setups, hw: Hardware, eff: Efficiency) -> np.ndarray:
+    """Seconds per micro-batch of each stage (set-ups x stages) adding the micro-batch's weight gradients into the
+    accumulated ones, where the engine does it in a pass of its own (``EngineTraits.fused_accumulation`` false) and
+    ZeRO is 0 or 1: one element-wise kernel per parameter tensor (``overlap.block_tensors`` a layer), reading the new
+    gradient (``bytes_per_weight``) and the accumulator (``bytes_per_gradient``) and writing the sum; 0 elsewhere."""
+    if traits_of(setups).fused_accumulation:
+        return np.zeros((setups.size, setups.num_stages))
+    moved = chunk_parameters(setups) * float(setups.bytes_per_weight + 2 * setups.bytes_per_gradient)
+    kernels = setups.chunk_layers[None, :] * block_tensors(setups.model)
+    seconds = moved / (hw.memory_GBps * 1e9 * eff.memory_efficiency) + kernels * eff.kernel_overhead_s
+    return np.where((setups.zero_stage < 2)[:, None], seconds, 0.0)
+
+
 def stage_components(setups: Setups, hw: Hardware, eff: Efficiency) -> np.ndarray:
     """Seconds of one ``F``, ``B``, ``I`` and ``W`` action of each stage, split into ``COMPONENTS``: an array
     ``(set-ups, stages, 4 kinds, components)``; the action's duration is the sum over components."""
@@ -283,6 +296,8 @@ def stage_components(setups: Setups, hw: Hardware, eff: Efficiency) -> np.ndarra
         expert_f = moe * times["expert_forward"][:, None]
         expert_b = moe * times["expert_backward"][:, None] + np.where(full, expert_f, 0.0)
 
+    accumulate = accumulation_seconds(setups, hw, eff)  # with the weight gradients (a zero-bubble ``W``)
+    backward, weight = backward + accumulate, weight + accumulate
     data_f, data_b = _zero_exposure(setups, hw, eff, forward, backward + recompute)
     for kind, comp in ((0, forward), (1, backward), (2, backward - weight), (3, weight)):
         out[:, :, kind, col["forward" if kind == 0 else "backward"]] = comp

@@ -84,6 +84,11 @@ class EngineTraits:
     - ``recompute_every_second_mm``: its selective recompute is torchtitan's ``op`` policy, which keeps every
       compute op's output except every second ``mm`` of a block: those GEMMs run again in the backward
       (``compute.second_mm_seconds``); ``False``: selective recompute redoes the attention core only (Megatron).
+    - ``fused_accumulation``: under ZeRO 0/1 the weight-gradient GEMMs add each micro-batch's gradients into the
+      accumulated ones themselves (Megatron-LM's gradient accumulation fusion); ``False``: a separate element-wise
+      pass over every parameter tensor does it, reading the new gradient and the accumulator and writing the sum
+      (``compute.accumulation_seconds``). ZeRO 2/3 reduce each micro-batch's gradients and accumulate shards: not
+      priced.
     """
 
     schedules: tuple[str, ...] | None
@@ -105,10 +110,13 @@ class EngineTraits:
     rank_copies: int = 0
     fused_elementwise: bool = True
     recompute_every_second_mm: bool = False
+    fused_accumulation: bool = True
 
 
 ENGINE_TRAITS: dict[str, EngineTraits] = {
-    # Megatron-LM / Megatron-Core: what the model did before engines were a setting (calibrated on its runs).
+    # Megatron-LM / Megatron-Core: what the model did before engines were a setting (calibrated on its runs). Its
+    # weight-gradient GEMMs accumulate into main_grad (--gradient-accumulation-fusion, on by default since
+    # NVIDIA/Megatron-LM 83b1e42f30, 2022-02-13): fused_accumulation.
     "megatron": EngineTraits(
         schedules=None, max_zero_stage_with_pipeline=3, blocking_pipeline=False, reduce_after_pipeline=False,
         all_reduce_with_pipeline=False, tensor_backward_hidden=True, per_block=False,
@@ -127,13 +135,15 @@ ENGINE_TRAITS: dict[str, EngineTraits] = {
     # up to the prefetch bucket (runtime/zero/partitioned_param_coordinator.py fetch_sub_module). Its rows ran
     # Megatron-DeepSpeed, whose model code keeps Megatron's fused kernels (bigscience-workshop/Megatron-DeepSpeed
     # megatron/model/fused_layer_norm.py, fused_softmax.py, transformer.py bias_dropout_add_fused_train and
-    # bias-GeLU): fused_elementwise stays True.
+    # bias-GeLU): fused_elementwise stays True. Under ZeRO 0/1 each micro-batch's gradients are added into the
+    # accumulated ones by torch's AccumulateGrad (fp16: in place into .grad) or, with bf16, by BF16_Optimizer's
+    # update_hp_grads (into fp32 gradients, runtime/bf16_optimizer.py): fused_accumulation False.
     "deepspeed": EngineTraits(
         schedules=("1f1b",), max_zero_stage_with_pipeline=1, blocking_pipeline=True, reduce_after_pipeline=True,
         all_reduce_with_pipeline=True, tensor_backward_hidden=True, per_block=True,
         units_per_block=4, prefetch_blocks=0.0, prefetch_elements=5e7, reduce_bucket_elements=5e8,
         keeps_last_block=False, overlaps_zero0=False, gather_after_step=True, reshard_with_pipeline=True,
-        sync_last_microbatch_with_pipeline=False,
+        sync_last_microbatch_with_pipeline=False, fused_accumulation=False,
     ),
     # torch FSDP2 as torchtitan runs it (pytorch/torchtitan b5bcd76c): torchtitan/distributed/fsdp.py
     # fully_shard per transformer block, reshard_after_forward "default" = not pp_enabled, the last block not
@@ -168,8 +178,12 @@ ENGINE_TRAITS["deepspeed-0.3"] = dataclasses.replace(ENGINE_TRAITS["deepspeed"],
 # their examples/sc21 scripts): megatron/mpu/layers.py ColumnParallelLinear.forward calls
 # copy_to_tensor_model_parallel_region, whose backward all-reduces the input gradient after the linear's backward, and
 # the layer below waits for it. The asynchronous all-reduce that overlaps it with the weight-gradient GEMM came after
-# (--async-tensor-parallel-allreduce, cf7efd4f5a, 2021-08-30). The rest as ``megatron``.
-ENGINE_TRAITS["megatron-2021"] = dataclasses.replace(ENGINE_TRAITS["megatron"], tensor_backward_hidden=False)
+# (--async-tensor-parallel-allreduce, cf7efd4f5a, 2021-08-30). Its local DDP adds each micro-batch's gradients into
+# the contiguous main_grad buffer in a hook, ``param.main_grad.add_(param.grad.data)`` (megatron/model/distributed.py):
+# the fused accumulation came later (83b1e42f30, 2022-02-13). The rest as ``megatron``.
+ENGINE_TRAITS["megatron-2021"] = dataclasses.replace(
+    ENGINE_TRAITS["megatron"], tensor_backward_hidden=False, fused_accumulation=False
+)
 # DeepSpeed's pipeline engine of late 2021 / early 2022 under the Megatron-DeepSpeed of that time, as MT-NLG (Smith et
 # al. 2022) and BLOOM's layout search (DeepSpeed 2151c787, 2022-02-18) ran it. Its model code predates Megatron-LM's
 # asynchronous tensor-parallel all-reduce: ColumnParallelLinear.forward calls copy_to_tensor_model_parallel_region
