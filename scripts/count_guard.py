@@ -6,7 +6,10 @@ pytest's own counts: the tests collected and the tests whose run finished.
 
 As a pytest plugin it writes them to a JSON file after the collection and after every test::
 
-    python -m pytest -p scripts.count_guard --count-file counts.json
+    python -m pytest -p scripts.count_guard --count-file=counts.json
+
+(the path in the option's word: given as a word of its own, pytest-xdist's workers take it for a test path and its
+folder for their root folder)
 
 and fails the session (exit code 1, one line in the summary) when fewer tests finished than were collected. As a
 program, run after pytest, it reads that file and exits 1 with one line naming the numbers unless every collected
@@ -55,6 +58,13 @@ class CountGuard:
         self.collected = len(session.items)
         self.write()
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        """Under pytest-xdist the controller collects nothing itself: each worker collects the whole session (after
+        deselection) and reports its test ids here, the same list from every worker."""
+        self.collected = len(ids)
+        self.write()
+
     def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
         """One more test finished (passed, failed, skipped or errored: its whole run, teardown included)."""
         self.finished += 1
@@ -74,9 +84,11 @@ class CountGuard:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Start counting when ``--count-file`` is given (a file left by an earlier run is replaced)."""
+    """Start counting when ``--count-file`` is given (a file left by an earlier run is replaced). Under pytest-xdist
+    only the controller counts: it hears of every worker's collection and of every test that finished on any of
+    them (its workers, which get the same options, leave the file alone)."""
     path = config.getoption("--count-file")
-    if path:
+    if path and not hasattr(config, "workerinput"):
         config.pluginmanager.register(CountGuard(Path(path)), "count_guard_counts")
 
 

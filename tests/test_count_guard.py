@@ -3,6 +3,7 @@ pytest itself exits 0 or prints a green summary."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -22,7 +23,9 @@ TESTS = {
 }
 
 
-def _session(tmp_path: Path, kind: str) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess]:
+def _session(
+    tmp_path: Path, kind: str, *options: str
+) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess]:
     folder = tmp_path / kind
     folder.mkdir()
     (folder / "pytest.ini").write_text("[pytest]\n")
@@ -33,7 +36,7 @@ def _session(tmp_path: Path, kind: str) -> tuple[subprocess.CompletedProcess, su
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     command = [sys.executable, "-m", "pytest", "-p", "scripts.count_guard", "--count-file", str(counts)]
     session = subprocess.run(
-        [*command, "-p", "no:cacheprovider", "-q", "test_three.py"],
+        [*command, "-p", "no:cacheprovider", "-q", *options, "test_three.py"],
         cwd=folder, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     guard = subprocess.run(
@@ -58,6 +61,19 @@ def test_a_session_whose_process_ends_early_is_a_failure_although_pytest_exits_0
     ), guard.stderr
 
 
+def test_the_guard_counts_a_session_spread_over_workers_once(tmp_path):
+    # the suite runs on two pytest-xdist workers (pyproject.toml's addopts): the controller counts what each worker
+    # collected and every test that finished on either; the workers write nothing
+    session, guard = _session(tmp_path, "fine", "-p", "xdist.plugin", "-n", "2")
+    assert session.returncode == 0, session.stdout
+    assert guard.returncode == 0 and "all 3 collected tests ran" in guard.stdout, guard.stderr
+    counts = json.loads((tmp_path / "fine" / "counts.json").read_text())
+    assert counts == {"collected": 3, "finished": 3, "exitstatus": 0}
+    # a worker whose process ends in the middle of a test: xdist reports that test as failed and the session fails
+    session, guard = _session(tmp_path, "exits", "-p", "xdist.plugin", "-n", "2")
+    assert session.returncode != 0 and "crashed" in session.stdout, session.stdout
+
+
 def test_an_interrupted_session_is_a_failure(tmp_path):
     session, guard = _session(tmp_path, "interrupted")
     assert session.returncode != 0
@@ -79,4 +95,7 @@ def test_missing_broken_or_unfinished_counts_are_a_failure(tmp_path, content):
 def test_ci_runs_the_guard():
     script = (ROOT / ".ci" / "run").read_text()
     assert "-p scripts.count_guard --count-file" in script and "scripts/count_guard.py" in script
+    # the path in the option's own word: as a word of its own, pytest-xdist's workers (pyproject.toml's addopts) take
+    # it for a test path and root themselves in its folder, where the project's conftest finds no test of its own
+    assert '-p scripts.count_guard --count-file="$counts"' in script
     assert textwrap.dedent(script).count("python -m pytest") == 1

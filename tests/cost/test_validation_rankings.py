@@ -181,14 +181,21 @@ def test_the_document_shows_the_rankings(rankings):
     )
 
 
-def test_the_llm_foundry_exploration_prices_every_row_of_its_table():
-    # scripts/llm_foundry_h100.py (docs/validation.md, "What the model does not capture"): 37 rows, none fitted
-    spec = util.spec_from_file_location("llm_foundry_h100", ROOT / "scripts" / "llm_foundry_h100.py")
+def _exploration(name: str, rows: int) -> tuple:
+    """The module of ``scripts/<name>.py`` (an exploration of a published table, nothing fitted to it) and what its
+    ``errors()`` finds, each of its ``rows`` rows measured and priced."""
+    spec = util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     module = util.module_from_spec(spec)
     spec.loader.exec_module(module)
     found = module.errors()
-    assert len(found) == len(module.ROWS) == 37
+    assert len(found) == len(module.ROWS) == rows
     assert all(measured > 0 and predicted > 0 for _, measured, predicted in found)
+    return module, found
+
+
+def test_the_llm_foundry_exploration_prices_every_row_of_its_table():
+    # scripts/llm_foundry_h100.py (docs/validation.md, "What the model does not capture"): 37 rows, none fitted
+    _, found = _exploration("llm_foundry_h100", 37)
     # the five held-out H100 rows are rows of this table, measured and priced alike
     held_out = [run for run in HELD_OUT_RUNS if run.engine == "composer-fsdp" and "H100" in run.name]
     table = validate(held_out)
@@ -198,12 +205,7 @@ def test_the_llm_foundry_exploration_prices_every_row_of_its_table():
 
 def test_the_bloom_exploration_prices_the_chronicles_other_rows_as_the_held_out_ones():
     # scripts/bloom_chronicle.py (docs/validation.md, "What the model does not capture"): 29 earlier rows, none fitted
-    spec = util.spec_from_file_location("bloom_chronicle", ROOT / "scripts" / "bloom_chronicle.py")
-    module = util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    found = module.errors()
-    assert len(found) == len(module.ROWS) == 29
-    assert all(measured > 0 and predicted > 0 for _, measured, predicted in found)
+    _, found = _exploration("bloom_chronicle", 29)
     # the one-node rows hold a single node: no network and no pipeline to price, nothing data-parallel to reduce
     one_node = [row for row, _, _ in found if row[0] == "one node"]
     assert one_node and all(row[6:9] == (1, 8, 1) for row in one_node)

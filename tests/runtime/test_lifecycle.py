@@ -26,6 +26,11 @@ def _children() -> set[int]:
     return {child.pid for child in psutil.Process().children(recursive=True)}
 
 
+def _threads(process: psutil.Process) -> set[int]:
+    """Ids of the process's threads."""
+    return {thread.id for thread in process.threads()}
+
+
 def _temporary_dirs() -> set[str]:
     return set(glob.glob(os.path.join(tempfile.gettempdir(), "fastdist-lab-*")))
 
@@ -47,7 +52,7 @@ def test_start_close_cycles_leave_nothing_behind():
     me = psutil.Process()
     import torch  # noqa: F401 - its own helper threads are there before the first cluster
 
-    threads, dirs, children, listening = me.num_threads(), _temporary_dirs(), _children(), _listening(me)
+    threads, dirs, children, listening = _threads(me), _temporary_dirs(), _children(), _listening(me)
     seen: list[int] = []
     for cycle in range(8):
         with LocalCluster(2, backend="gloo", progress=False, timeout=60) as cluster:
@@ -56,9 +61,11 @@ def test_start_close_cycles_leave_nothing_behind():
                 assert cluster.run(lambda ctx: ctx.rank).values == [0, 1]
         assert not cluster.running
     assert not wait_gone(seen, 5)
-    assert _children() == children
-    assert _listening(me) == listening
-    assert me.num_threads() == threads
+    # nothing new is left: what an earlier test of this process started may end meanwhile (under pytest-xdist a
+    # worker runs files in another order than one process does), which is no leftover of these cycles
+    assert _children() <= children
+    assert _listening(me) <= listening
+    assert _threads(me) <= threads
     assert _temporary_dirs() == dirs
 
 
@@ -73,7 +80,7 @@ def test_close_is_idempotent_and_start_reopens():
     cluster.start()
     assert cluster.running
     cluster.close()
-    assert _children() == children
+    assert _children() <= children  # nothing new left (what an earlier test started may end meanwhile)
 
 
 def test_progress_callback_sees_every_rank_come_up():
@@ -177,7 +184,7 @@ def test_the_controller_hosts_no_store_and_listens_on_no_port():
     before = _listening(me)
     with LocalCluster(2, backend="gloo", local_world_size=2, progress=False) as cluster:
         assert cluster.run(lambda ctx: ctx.rank).values == [0, 1]
-        assert _listening(me) == before  # the store lives below the worker server, never in this process
+        assert _listening(me) <= before  # the store lives below the worker server, never in this process
 
 
 _QUIET = textwrap.dedent(
