@@ -61,12 +61,13 @@ def test_start_close_cycles_leave_nothing_behind():
                 assert cluster.run(lambda ctx: ctx.rank).values == [0, 1]
         assert not cluster.running
     assert not wait_gone(seen, 5)
-    # nothing new is left: what an earlier test of this process started may end meanwhile (under pytest-xdist a
-    # worker runs files in another order than one process does), which is no leftover of these cycles
+    # nothing new is left: what an earlier test of this process started may end meanwhile, taking its processes,
+    # threads, sockets and temporary folder with it (under pytest-xdist a worker runs files in another order than
+    # one process does), which is no leftover of these cycles
     assert _children() <= children
     assert _listening(me) <= listening
     assert _threads(me) <= threads
-    assert _temporary_dirs() == dirs
+    assert _temporary_dirs() <= dirs
 
 
 def test_close_is_idempotent_and_start_reopens():
