@@ -62,7 +62,7 @@ def test_a_session_whose_process_ends_early_is_a_failure_although_pytest_exits_0
 
 
 def test_the_guard_counts_a_session_spread_over_workers_once(tmp_path):
-    # the suite runs on two pytest-xdist workers (pyproject.toml's addopts): the controller counts what each worker
+    # CI runs the suite on two pytest-xdist workers (.ci/run, -n 2): the controller counts what each worker
     # collected and every test that finished on either; the workers write nothing
     session, guard = _session(tmp_path, "fine", "-p", "xdist.plugin", "-n", "2")
     assert session.returncode == 0, session.stdout
@@ -95,7 +95,7 @@ def test_missing_broken_or_unfinished_counts_are_a_failure(tmp_path, content):
 def test_ci_runs_the_guard():
     script = (ROOT / ".ci" / "run").read_text()
     assert "-p scripts.count_guard --count-file" in script and "scripts/count_guard.py" in script
-    # the path in the option's own word: as a word of its own, pytest-xdist's workers (pyproject.toml's addopts) take
+    # the path in the option's own word: as a word of its own, pytest-xdist's workers (.ci/run's -n 2) take
     # it for a test path and root themselves in its folder, where the project's conftest finds no test of its own
-    assert '-p scripts.count_guard --count-file="$counts"' in script
+    assert '-n 2 --dist loadfile -p scripts.count_guard --count-file="$counts"' in script
     assert textwrap.dedent(script).count("python -m pytest") == 1
