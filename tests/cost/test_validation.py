@@ -4,6 +4,7 @@ measurement is caught, and the document shows the table the code computes."""
 from __future__ import annotations
 
 import dataclasses
+from importlib import util
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,15 @@ def problems(summary) -> list[str]:
         if row["mean_abs_error"] >= mean or row["worst_abs_error"] >= worst:
             found.append(f"{name}: mean {row['mean_abs_error']:.1%}, worst {row['worst_abs_error']:.1%}")
     return found
+
+
+def _bench():
+    """``benchmarks/bench_validation.py`` as a module (it is a script, not part of the package)."""
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_validation.py"
+    spec = util.spec_from_file_location("bench_validation", path)
+    module = util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="module")
@@ -54,14 +64,8 @@ def test_a_wrong_measurement_is_caught(table):
 
 
 def test_the_document_shows_this_table(table):
-    from importlib import util
-
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_validation.py"
-    spec = util.spec_from_file_location("bench_validation", path)
-    bench = util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
     text = DOC.read_text()
-    assert bench.markdown(table) in text, (
+    assert _bench().markdown(table) in text, (
         "docs/validation.md is stale: python benchmarks/bench_validation.py --write-docs"
     )
 
@@ -69,12 +73,7 @@ def test_the_document_shows_this_table(table):
 def test_write_docs_replaces_each_table_in_place_and_names_a_missing_one():
     # bench_validation.py --write-docs: the block that starts at a table's header line and holds as many tables as
     # the new one is replaced, the text around it kept; a document without the table is refused, not appended to
-    from importlib import util
-
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_validation.py"
-    spec = util.spec_from_file_location("bench_validation", path)
-    bench = util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _bench()
     text = "intro\n\n| a | b |\n| 1 | 2 |\n\n- tally old\n\nafter\n\n| a | b |\n| 5 | 6 |\n\nend"
     block = "| a | b |\n| 3 | 4 |\n| 7 | 8 |\n\n- tally new"
     assert bench.replace_block(text, block) == (

@@ -54,7 +54,7 @@ def gemm(
     return np.maximum(compute, memory) + eff.kernel_overhead_s
 
 
-def streamed(moved: np.ndarray, kernels: int, hw: Hardware, eff: Efficiency) -> np.ndarray:
+def streamed(moved: np.ndarray, kernels: np.ndarray | int, hw: Hardware, eff: Efficiency) -> np.ndarray:
     """Seconds of ``kernels`` memory-bound kernels moving ``moved`` bytes in all."""
     return moved / (hw.memory_GBps * 1e9 * eff.memory_efficiency) + kernels * eff.kernel_overhead_s
 
@@ -259,8 +259,7 @@ def accumulation_seconds(setups: Setups, hw: Hardware, eff: Efficiency) -> np.nd
         return np.zeros((setups.size, setups.num_stages))
     moved = chunk_parameters(setups) * float(setups.bytes_per_weight + 2 * setups.bytes_per_gradient)
     kernels = setups.chunk_layers[None, :] * block_tensors(setups.model)
-    seconds = moved / (hw.memory_GBps * 1e9 * eff.memory_efficiency) + kernels * eff.kernel_overhead_s
-    return np.where((setups.zero_stage < 2)[:, None], seconds, 0.0)
+    return np.where((setups.zero_stage < 2)[:, None], streamed(moved, kernels, hw, eff), 0.0)
 
 
 def stage_components(setups: Setups, hw: Hardware, eff: Efficiency) -> np.ndarray:
