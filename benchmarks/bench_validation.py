@@ -184,10 +184,10 @@ def trust_source(rows: list[tuple]) -> str:
         "",
         "# ruff: noqa: E501",
         "",
-        "TRUST_RUNS: tuple[tuple[str, str, str, str, int, float, float], ...] = (",
+        "TRUST_RUNS: tuple[tuple[str, str, str, str, int, float, float, int], ...] = (",
         *(f"    ({', '.join(json.dumps(value) for value in row)})," for row in rows),
         ")  # fmt: skip",
-        '"""(run, engine, hardware family, kind, GPUs, error, measured MFU) of every validated run '
+        '"""(run, engine, hardware family, kind, GPUs, error, measured MFU, sequence length) of every validated run '
         '(``trust.TRUST_RUNS``)."""',
         "",
     ]

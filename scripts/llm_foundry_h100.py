@@ -1,25 +1,35 @@
-"""The step-time model against more of llm-foundry's H100 BF16 benchmark table than the validation holds (issue 27).
+"""The step-time model against more of llm-foundry's H100 BF16 and A100 80GB benchmark tables than the validation holds
+(issue 27).
 
-``cost.HELD_OUT_RUNS`` holds five H100 rows of llm-foundry's benchmarking README (mosaicml/llm-foundry 061f2c7ce6,
-``scripts/train/benchmarking/README.md``, "H100 80GB BF16"). This script prices 37 rows of the same table (MPT
-760M to 70B, sequences 512 to 65,536, 8 to 64 GPUs, with and without activation checkpointing) as those rows are
-priced: engine ``composer-fsdp``, ZeRO 3 (``FULL_SHARD``), fp32 gradient reduction (``DEFAULT`` mixed precision),
-the table's micro-batch size and gradient accumulation, on the ``h100-sxm-80gb`` preset. It is an exploration, not
-a validation set: nothing is fitted to it, and docs/validation.md ("What the model does not capture") says what it
-shows. Seconds per step: GPUs x micro-batch x accumulation x sequence over the table's tokens per second.
+``cost.HELD_OUT_RUNS`` holds five H100 rows and one A100 row of llm-foundry's benchmarking README
+(mosaicml/llm-foundry 061f2c7ce6, ``scripts/train/benchmarking/README.md``, "H100 80GB BF16" and "A100 80GB with
+1600 Gbps node-node interconnect (RoCE)"). This script prices 37 rows of the H100 table (MPT 760M to 70B, sequences
+512 to 65,536, 8 to 64 GPUs, with and without activation checkpointing) or, with ``--a100``, all 61 rows of the A100
+80GB table (MPT 125M to 70B, sequences 512 to 65,536, 8 to 64 GPUs) as those rows are priced: engine
+``composer-fsdp``, ZeRO 3 (``FULL_SHARD``), fp32 gradient reduction (``DEFAULT`` mixed precision; the A100 70B rows
+ran ``PURE`` bf16, 2 bytes), the table's micro-batch size and gradient accumulation, on the ``h100-sxm-80gb`` or
+``a100-sxm-80gb`` preset. It is an exploration, not a validation set: nothing is fitted to it, and docs/validation.md
+("What the model does not capture") says what it shows. Seconds per step: GPUs x micro-batch x accumulation x
+sequence over the table's tokens per second. Every run used MPT's ``attn_impl: triton`` (the benchmark script's
+default, ``submit_benchmarks.py``).
 
-Run from the repository root: ``python scripts/llm_foundry_h100.py`` (a few seconds).
+Run from the repository root: ``python scripts/llm_foundry_h100.py [--a100]`` (a few seconds).
 """
 
 from __future__ import annotations
 
+import argparse
+
 import numpy as np
 
-from fastdist_lab.cost import validate
+from fastdist_lab import Layout
+from fastdist_lab.cost import estimate, validate
+from fastdist_lab.cost.accuracy import training_of
 from fastdist_lab.cost.published_held_out import llm_foundry_run
 
 SIZES = {"70b": (8192, 64, 80), "30b": (7168, 56, 48), "13b": (5120, 40, 40), "7b": (4096, 32, 32),
-         "3b": (2560, 20, 32), "1b": (2048, 16, 24), "760m": (1536, 12, 24)}  # fmt: skip
+         "3b": (2560, 20, 32), "1b": (2048, 16, 24), "760m": (1536, 12, 24), "350m": (1024, 16, 24),
+         "125m": (768, 12, 12)}  # fmt: skip
 """MPT sizes of llm-foundry's ``scripts/train/yamls/pretrain``: d_model, heads, layers (expansion 4, vocab 50,368)."""
 
 # (size, sequence, GPUs, micro-batch, gradient accumulation, tokens/s, activation checkpointing), as the table has them.
@@ -46,30 +56,98 @@ ROWS = (
 )  # fmt: skip
 
 
-def errors() -> list[tuple[tuple, float, float]]:
-    """(row, measured seconds, predicted seconds) for every row of ``ROWS``, each made a run as the held-out rows are
-    (``published_held_out.llm_foundry_run``) and priced by ``validate``."""
+# The A100 80GB table, all its rows: as ``ROWS``, then the bytes per reduced gradient (``DEFAULT``: 4, ``PURE``: 2).
+A100_ROWS = (
+    ("70b", 2048, 64, 8, 4, 26274, True, 2), ("70b", 2048, 32, 2, 16, 11962, True, 2),
+    ("30b", 8192, 8, 1, 21, 4594, True, 4), ("30b", 4096, 8, 1, 21, 6513, True, 4),
+    ("30b", 2048, 8, 3, 21, 7330, True, 4), ("30b", 1024, 8, 6, 21, 7571, True, 4),
+    ("30b", 512, 8, 12, 21, 7739, True, 4), ("13b", 32768, 8, 1, 3, 8134, True, 4),
+    ("13b", 16384, 8, 3, 3, 11454, True, 4), ("13b", 8192, 8, 5, 3, 14362, True, 4),
+    ("13b", 4096, 8, 10, 3, 16482, True, 4), ("13b", 2048, 8, 2, 3, 18097, False, 4),
+    ("13b", 1024, 8, 40, 3, 18647, True, 4), ("7b", 65536, 8, 1, 2, 8108, True, 4),
+    ("7b", 32768, 8, 2, 2, 13382, True, 4), ("7b", 16384, 8, 4, 2, 19629, True, 4),
+    ("7b", 8192, 8, 8, 2, 25655, True, 4), ("7b", 4096, 8, 16, 2, 29472, True, 4),
+    ("7b", 2048, 8, 6, 2, 37130, False, 4), ("7b", 1024, 8, 64, 2, 34857, True, 4),
+    ("3b", 65536, 8, 1, 2, 14137, True, 4), ("3b", 32768, 8, 3, 6, 24235, True, 4),
+    ("3b", 16384, 8, 1, 6, 44233, False, 4), ("3b", 8192, 8, 3, 6, 61567, False, 4),
+    ("3b", 4096, 8, 5, 6, 75658, False, 4), ("3b", 2048, 8, 10, 2, 86491, False, 4),
+    ("3b", 1024, 8, 20, 6, 92643, False, 4), ("3b", 512, 8, 40, 6, 97019, False, 4),
+    ("1b", 65536, 8, 1, 2, 24353, True, 4), ("1b", 32768, 8, 1, 4, 50207, False, 4),
+    ("1b", 16384, 8, 2, 4, 79650, False, 4), ("1b", 8192, 8, 3, 4, 110516, False, 4),
+    ("1b", 4096, 8, 7, 4, 142457, False, 4), ("1b", 2048, 8, 14, 4, 164109, False, 4),
+    ("1b", 1024, 8, 18, 4, 176898, False, 4), ("1b", 512, 8, 56, 4, 185186, False, 4),
+    ("760m", 65536, 8, 1, 2, 33150, True, 4), ("760m", 32768, 8, 1, 2, 70417, False, 4),
+    ("760m", 16384, 8, 3, 2, 114198, False, 4), ("760m", 8192, 8, 6, 2, 167471, False, 4),
+    ("760m", 4096, 8, 12, 2, 218808, False, 4), ("760m", 2048, 8, 24, 2, 259472, False, 4),
+    ("760m", 1024, 8, 48, 2, 238122, False, 4), ("760m", 512, 8, 96, 2, 235571, False, 4),
+    ("350m", 65536, 8, 1, 2, 60195, False, 4), ("350m", 32768, 8, 2, 2, 109222, False, 4),
+    ("350m", 16384, 8, 4, 2, 188478, False, 4), ("350m", 8192, 8, 8, 2, 292559, False, 4),
+    ("350m", 4096, 8, 16, 2, 396442, False, 4), ("350m", 2048, 8, 32, 2, 470263, False, 4),
+    ("350m", 1024, 8, 64, 2, 518504, False, 4), ("350m", 512, 8, 128, 2, 554643, False, 4),
+    ("125m", 65536, 8, 1, 2, 162946, False, 4), ("125m", 32768, 8, 2, 2, 291256, False, 4),
+    ("125m", 16384, 8, 4, 2, 480322, False, 4), ("125m", 8192, 8, 8, 2, 723142, False, 4),
+    ("125m", 4096, 8, 16, 2, 947172, False, 4), ("125m", 2048, 8, 40, 2, 1142641, False, 4),
+    ("125m", 2048, 8, 32, 2, 1133901, False, 4), ("125m", 1024, 8, 64, 2, 1251751, False, 4),
+    ("125m", 512, 8, 128, 2, 1325455, False, 4),
+)  # fmt: skip
+
+TABLES = {"h100": (ROWS, "h100-sxm-80gb", "H100 80GB BF16"),
+          "a100": (A100_ROWS, "a100-sxm-80gb", "A100 80GB with 1600 Gbps node-node interconnect (RoCE)")}  # fmt: skip
+"""Each table: its rows, the hardware preset it is priced on and the table's name in the README."""
+
+
+def errors(table: str = "h100", attention_slowdown: float = 1.0) -> list[tuple[tuple, float, float]]:
+    """(row, measured seconds, predicted seconds) for every row of ``TABLES[table]``, each made a run as the
+    held-out rows are (``published_held_out.llm_foundry_run``) and priced by ``validate``; with an
+    ``attention_slowdown`` other than 1, priced on the preset with its fused attention that many times slower (a
+    what-if for MPT's Triton kernel, docs/validation.md)."""
+    rows, hardware, name = TABLES[table]
     runs = []
-    for size, seq, gpus, mbs, accumulation, tokens_per_second, checkpointing in ROWS:
-        row = (*SIZES[size], "h100-sxm-80gb", gpus, mbs, accumulation, checkpointing, 4, tokens_per_second)
-        runs.append(llm_foundry_run(size, *row, "H100 80GB BF16", seq))
-    table = validate(runs)
-    return list(zip(ROWS, table["measured_seconds"], table["predicted_seconds"]))
+    for size, seq, gpus, mbs, accumulation, tokens_per_second, checkpointing, *grad in rows:
+        row = (*SIZES[size], hardware, gpus, mbs, accumulation, checkpointing, *(grad or [4]), tokens_per_second)
+        runs.append(llm_foundry_run(size, *row, name, seq))
+    if attention_slowdown == 1.0:
+        found = validate(runs)
+        return list(zip(rows, found["measured_seconds"], found["predicted_seconds"]))
+    priced = []
+    for run in runs:
+        machine = run.machine()
+        forward, backward = machine.attention_efficiency
+        machine = machine.replace(attention_efficiency=(forward / attention_slowdown, backward / attention_slowdown))
+        layout = Layout(world_size=run.gpus, local_world_size=8)
+        priced.append(estimate(layout, run.transformer(), training_of(run, {})).step(machine).seconds)
+    return [(row, run.seconds, seconds) for row, run, seconds in zip(rows, runs, priced)]
 
 
 def main() -> None:
-    """Print each row's error, then the mean and worst, and both for long sequences and for the others."""
-    found = errors()
-    for (size, seq, gpus, mbs, accumulation, _, checkpointing), measured, predicted in found:
+    """Print each row's error, then the mean and worst: in all, by sequence length and, at 2,048 tokens, by size."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--a100", action="store_true", help="the A100 80GB table instead of the H100 one")
+    parser.add_argument("--attention-slowdown", type=float, default=1.0, metavar="X",
+                        help="price the fused attention X times slower than the preset's (a what-if; default 1)")
+    args = parser.parse_args()
+    if not args.attention_slowdown > 0:
+        parser.error(f"--attention-slowdown must be above 0, not {args.attention_slowdown}")
+    table = "a100" if args.a100 else "h100"
+    found = errors(table, args.attention_slowdown)
+    gpu = table.upper()
+    for (size, seq, gpus, mbs, accumulation, _, checkpointing, *_), measured, predicted in found:
         recompute = "full" if checkpointing else "none"
         error = predicted / measured - 1
         print(
-            f"MPT-{size:4s} seq {seq:6,} on {gpus:2} H100, micro-batch {mbs:2} x {accumulation:2}, recompute "
+            f"MPT-{size:4s} seq {seq:6,} on {gpus:2} {gpu}, micro-batch {mbs:3} x {accumulation:2}, recompute "
             f"{recompute:4s}: measured {measured:8.3f} s, predicted {predicted:8.3f} s, {error:+.1%}"
         )
     error = np.array([predicted / measured - 1 for _, measured, predicted in found])
-    long = np.array([row[1] >= 8192 for row, _, _ in found])
-    for name, mask in (("all", np.ones_like(long)), ("sequences >= 8,192", long), ("sequences < 8,192", ~long)):
+    seq = np.array([row[1] for row, _, _ in found])
+    small = np.array([row[0] in ("125m", "350m", "760m") for row, _, _ in found])
+    for name, mask in (
+        ("all", np.ones_like(seq, dtype=bool)), ("sequences >= 8,192", seq >= 8192), ("sequences < 8,192", seq < 8192),
+        ("sequences >= 32,768", seq >= 32768), ("2,048 tokens, MPT-760M and smaller", (seq == 2048) & small),
+        ("2,048 tokens, MPT-1B and larger", (seq == 2048) & ~small),
+    ):
+        if not mask.any():
+            continue
         part = error[mask]
         print(
             f"{name}: {mask.sum()} rows, mean |error| {np.abs(part).mean():.1%}, mean {part.mean():+.1%}, "

@@ -25,9 +25,11 @@ from fastdist_lab.cost import (
     NEAREST,
     PUBLISHED_RUNS,
     SCALE_REACH,
+    SEQUENCE_REACH,
     TRUST_RUNS,
     ErrorBand,
     Training,
+    Transformer,
     TrustRun,
     band_engines,
     band_for,
@@ -142,6 +144,50 @@ def test_a_run_far_outside_a_table_is_reported():
     outside = band_for("megatron", "hopper", "tp+dp", 1024, runs=table)
     assert not outside.validated and "8x beyond the largest validated run of tp+dp on hopper (128)" in outside.reason
     assert band_for("megatron", "hopper", "tp", 8, runs=()).reason == "no validated run at all"
+
+
+def test_sequences_beyond_the_validated_lengths_are_outside():
+    short = TrustRun("short", "megatron", "hopper", "tp+dp", 64, 0.02, 0.4, 2048)
+    long = TrustRun("long", "megatron", "hopper", "tp+dp", 64, -0.05, 0.4, 8192)
+    table = (short, long)
+    for seq in (1024, 2048, 4096, 8192, int(SEQUENCE_REACH * 8192)):  # within reach of the runs, either way
+        band = band_for("megatron", "hopper", "tp+dp", 64, runs=table, seq_length=seq)
+        assert band.validated and band.reason == "" and set(band.runs) == {"short", "long"}
+    far = band_for("megatron", "hopper", "tp+dp", 64, runs=table, seq_length=65536)
+    assert not far.validated
+    assert far.reason == (
+        "65,536-token sequences are 8x longer than the longest validated with megatron on hopper (8,192)")
+    assert far.text().startswith("outside validated runs: 65,536-token") and set(far.runs) == {"short", "long"}
+    assert band_for("megatron", "hopper", "tp+dp", 64, runs=table, seq_length=256).reason == (
+        "256-token sequences are 8x shorter than the shortest validated with megatron on hopper (2,048)")
+    # the other reasons still come with it, each named
+    both = band_for("megatron", "hopper", "tp+dp", 4096, runs=table, seq_length=65536)
+    assert both.reason.startswith("65,536-token") and "64x beyond the largest validated run of tp+dp" in both.reason
+    # a run whose sequence length is not known (0) never puts a set-up out of reach; nor does an unchecked one
+    unknown = TrustRun("unknown", "megatron", "hopper", "tp+dp", 64, 0.0, 0.4)
+    assert band_for("megatron", "hopper", "tp+dp", 64, runs=(unknown,), seq_length=131072).validated
+    assert band_for("megatron", "hopper", "tp+dp", 64, runs=table).validated
+
+
+def test_every_prediction_says_when_its_sequences_were_never_validated():
+    longest = max(run.seq_length for run in TRUST_RUNS if run.engine == "megatron" and run.family == "ampere")
+    layout = Layout(world_size=1024, local_world_size=8, tensor_parallel=8, pipeline_parallel=4)
+    training = Training(num_microbatches=16, recompute="full")
+    inside = estimate(layout, "gpt3-175b", training).step("a100-sxm-80gb")
+    assert inside.band.validated
+    seq = int(SEQUENCE_REACH * longest * 2)
+    model = Transformer.preset("gpt3-175b").replace(seq_length=seq)
+    step = estimate(layout, model, training).step("a100-sxm-80gb")
+    reason = (f"{seq:,}-token sequences are {seq // longest}x longer than the longest validated with megatron on "
+              f"ampere ({longest:,})")  # fmt: skip
+    assert not step.band.validated and step.band.reason == reason
+    assert f"outside validated runs: {reason}" in " ".join(step.to_text().split())  # wrapped lines, joined
+    assert step.band == band_for("megatron", "ampere", "tp+pp+dp", 1024, seq_length=seq)
+    result = search("llama2-7b", 64, hardware="a100-sxm-80gb", global_batch_size=64, seq_length=seq, top=4)
+    assert len(result.frame) and not result.frame["validated"].any()
+    expected = frame_bands(result.frame, "megatron", "ampere", 64, seq)
+    assert result.frame["validated"].tolist() == expected["validated"].tolist()
+    assert all(line.split()[15].endswith("?") for line in ranked_lines(result)[1:])
 
 
 def test_a_dense_kind_rests_on_a_dense_run_before_a_mixture_of_experts_one():

@@ -203,6 +203,21 @@ def test_the_llm_foundry_exploration_prices_every_row_of_its_table():
         assert any(m == pytest.approx(measured) and p == pytest.approx(predicted) for _, m, p in found)
 
 
+def test_the_llm_foundry_exploration_prices_the_a100_table_too():
+    # scripts/llm_foundry_h100.py --a100: all 61 rows of the A100 80GB table, none fitted, each priced as the held-out
+    # A100 row is (its 70B rows reduce bf16 gradients, PURE: 2 bytes; the others fp32)
+    module, _ = _exploration("llm_foundry_h100", 37)
+    found = module.errors("a100")
+    assert len(found) == len(module.A100_ROWS) == 61
+    assert all(measured > 0 and predicted > 0 for _, measured, predicted in found)
+    assert {row[-1] for row, _, _ in found} == {2, 4} and all(row[-1] == 2 for row, _, _ in found if row[0] == "70b")
+    held_out = [run for run in HELD_OUT_RUNS if run.engine == "composer-fsdp" and "A100" in run.name]
+    table = validate(held_out)
+    assert len(held_out) == 1
+    for measured, predicted in zip(table["measured_seconds"], table["predicted_seconds"]):
+        assert any(m == pytest.approx(measured) and p == pytest.approx(predicted) for _, m, p in found)
+
+
 def test_the_bloom_exploration_prices_the_chronicles_other_rows_as_the_held_out_ones():
     # scripts/bloom_chronicle.py (docs/validation.md, "What the model does not capture"): 29 earlier rows, none fitted
     _, found = _exploration("bloom_chronicle", 29)

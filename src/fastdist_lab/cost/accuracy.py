@@ -221,8 +221,9 @@ def calibrate(
 
 def trust_rows(runs: Sequence[PublishedRun] | None = None) -> list[tuple[Any, ...]]:
     """One row of ``trust.TRUST_RUNS`` per validated run (``PUBLISHED_RUNS`` and ``PUBLISHED_MOE_RUNS`` by default):
-    name, engine, hardware family, ``trust.setup_kind``, GPUs, the model's error (``validate``) and the MFU the run
-    measured (``step.model_flops`` over its measured seconds and its GPUs' peak), both rounded to 6 decimals."""
+    name, engine, hardware family, ``trust.setup_kind``, GPUs, the model's error (``validate``), the MFU the run
+    measured (``step.model_flops`` over its measured seconds and its GPUs' peak), both rounded to 6 decimals, and its
+    sequence length."""
     from .published_moe import PUBLISHED_MOE_RUNS
 
     chosen = tuple(PUBLISHED_RUNS) + tuple(PUBLISHED_MOE_RUNS) if runs is None else tuple(runs)
@@ -236,5 +237,6 @@ def trust_rows(runs: Sequence[PublishedRun] | None = None) -> list[tuple[Any, ..
                           run.expert_parallel, zero)  # fmt: skip
         flops = float(model_flops(run.transformer(), run.global_batch_size, run.tensor_parallel))
         mfu = flops / run.seconds / run.gpus / 1e12 / hardware.peak_tflops
-        rows.append((run.name, run.engine, hardware.family, kind, run.gpus, round(float(error), 6), round(mfu, 6)))
+        rows.append((run.name, run.engine, hardware.family, kind, run.gpus, round(float(error), 6), round(mfu, 6),
+                     int(run.transformer().seq_length)))  # fmt: skip
     return rows

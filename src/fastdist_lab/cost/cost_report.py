@@ -141,7 +141,8 @@ class CostReport:
             timeline=timeline,
             schedule_kind=self.training.schedule,
             sizes=(self.sizes.pipeline_parallel, self.sizes.microbatches, self.training.virtual_pipeline_stages),
-            band=band_for(self.training.engine, hw.family, self.kind, int(self.layout.world_size)),
+            band=band_for(self.training.engine, hw.family, self.kind, int(self.layout.world_size),
+                          seq_length=int(self.model.seq_length)),
         )
 
     @property

@@ -277,7 +277,7 @@ def search(
     ranked = np.lexsort((merged["peak_memory_bytes"], merged["seconds"] / np.maximum(merged["global_batch_size"], 1)))
     ranked = ranked if top is None else ranked[:top]
     result = pd.DataFrame({name: merged[name][ranked] for name in columns})
-    result = result.assign(**frame_bands(result, fixed["engine"], hw.family, gpus))
+    result = result.assign(**frame_bands(result, fixed["engine"], hw.family, gpus, int(model.seq_length)))
     result.attrs.update(hardware=hw, model=model, gpus=gpus)
     pruned += pruned_fitting
     return LayoutSearch(result, model, gpus, local, hw, fixed, searched, searched - pruned - pending.fitting, pruned)

@@ -2,8 +2,8 @@
 
 ``TRUST_RUNS`` (``cost/trust_table.py``, written by ``python benchmarks/bench_validation.py --write-trust``) holds one
 ``TrustRun`` per validated run: its engine, hardware family, kind of parallelism (``setup_kind``), GPUs, the model's
-error on it (``accuracy.validate``) and the MFU it measured. ``band_for(engine, family, kind, gpus)`` gives the
-``ErrorBand`` of a set-up from them, fast (no model is run):
+error on it (``accuracy.validate``), the MFU it measured and its sequence length. ``band_for(engine, family, kind,
+gpus, seq_length=...)`` gives the ``ErrorBand`` of a set-up from them, fast (no model is run):
 
 - the runs it rests on: those of the same engine (or its versions, ``engines.BAND_ENGINES``), hardware family and
   kind, the nearest in scale (log2 GPUs) first, ``NEAREST`` of them (and any as near as the last); with no run of
@@ -12,7 +12,11 @@ error on it (``accuracy.validate``) and the MFU it measured. ``band_for(engine, 
 - the band: where the measured step fell around the prediction on those runs, ``measured / predicted - 1``, from
   the lowest to the highest, widened to at least ``BAND_FLOOR`` either side;
 - ``validated`` is false, with a one-line ``reason``, for an engine or hardware family without validated runs, a
-  kind none was run with, or a scale more than ``SCALE_REACH`` times beyond the largest (or below the smallest).
+  kind none was run with, or a scale more than ``SCALE_REACH`` times beyond the largest (or below the smallest);
+  and for sequences more than ``SEQUENCE_REACH`` times longer than the longest validated with that engine on that
+  family (or shorter than the shortest): attention's share of a step grows with the sequence, and off the validated
+  lengths the model errs more (llm-foundry's MPT runs at 8K to 64K tokens are 15-35% slower than predicted,
+  docs/validation.md, "What the model does not capture").
 
 ``mfu_ceiling(family)`` is the highest MFU measured on a family: a predicted MFU above it is flagged
 (``mfu_flagged``), as the search and ``StepTime`` show it. The rule and its reasons: docs/validation.md, "Trust".
@@ -39,6 +43,10 @@ BAND_FLOOR = 0.03
 SCALE_REACH = 2.0
 """How far beyond the validated GPU counts (a factor, either way) a set-up still counts as validated."""
 
+SEQUENCE_REACH = 2.0
+"""How far beyond the validated sequence lengths of an engine on a hardware family (a factor, either way) a set-up
+still counts as validated."""
+
 KIND_DIMS: tuple[str, ...] = ("tp", "pp", "dp", "sdp", "ep", "zero3")
 """The sizes whose being above 1 makes a set-up's kind of parallelism (``zero3``: ZeRO stage 3), in this order."""
 
@@ -50,7 +58,8 @@ bands overlap), and whether its MFU is above every run measured on the hardware'
 @dataclass(frozen=True)
 class TrustRun:
     """One validated run as the bands read it: ``run`` (its name), ``engine``, hardware ``family``, ``kind``
-    (``setup_kind``), ``gpus``, the model's ``error`` (predicted / measured - 1) and the ``mfu`` it measured."""
+    (``setup_kind``), ``gpus``, the model's ``error`` (predicted / measured - 1), the ``mfu`` it measured and its
+    ``seq_length`` in tokens (``0``: not known, never out of reach)."""
 
     run: str
     engine: str
@@ -59,6 +68,7 @@ class TrustRun:
     gpus: int
     error: float
     mfu: float
+    seq_length: int = 0
 
 
 TRUST_RUNS: tuple[TrustRun, ...] = tuple(TrustRun(*row) for row in _TABLE)
@@ -145,17 +155,34 @@ def _scale(gpus: int, pool: list[TrustRun], where: str) -> str:
     return ""
 
 
+def _sequence(seq_length: int, pool: list[TrustRun], where: str) -> str:
+    known = [run.seq_length for run in pool if run.seq_length > 0]
+    if not known:
+        return ""
+    longest, shortest = max(known), min(known)
+    if seq_length > SEQUENCE_REACH * longest:
+        return (f"{seq_length:,}-token sequences are {seq_length / longest:.0f}x longer than the longest validated "
+                f"{where} ({longest:,})")  # fmt: skip
+    if seq_length * SEQUENCE_REACH < shortest:
+        return (f"{seq_length:,}-token sequences are {shortest / seq_length:.0f}x shorter than the shortest "
+                f"validated {where} ({shortest:,})")  # fmt: skip
+    return ""
+
+
 @functools.lru_cache(maxsize=1024)
 def band_for(engine: str = DEFAULT_ENGINE, family: str = "hopper", kind: str = "tp+pp+dp", gpus: int = 8,
-             runs: tuple[TrustRun, ...] | None = None) -> ErrorBand:  # fmt: skip
+             runs: tuple[TrustRun, ...] | None = None, seq_length: int | None = None) -> ErrorBand:  # fmt: skip
     """The ``ErrorBand`` of a set-up of ``kind`` (``setup_kind``) on ``gpus`` GPUs of ``family`` run by
-    ``engine``, from ``runs`` (``TRUST_RUNS`` by default; the module docstring gives the rule).
+    ``engine`` with sequences of ``seq_length`` tokens (``None``: not checked), from ``runs`` (``TRUST_RUNS`` by
+    default; the module docstring gives the rule).
 
     >>> band = band_for("megatron", "ampere", "tp+pp+dp", 1024)
     >>> band.validated, band.low < 0 < band.high, len(band.runs)
     (True, True, 5)
     >>> band_for("megatron", "blackwell", "tp+pp+dp", 1024).reason
     'no validated run on blackwell'
+    >>> band_for("megatron", "ampere", "tp+pp+dp", 1024, seq_length=32768).reason
+    '32,768-token sequences are 16x longer than the longest validated with megatron on ampere (2,048)'
     """
     table = TRUST_RUNS if runs is None else runs
     engines = band_engines(engine)  # an engine's versions share their runs (engines.BAND_ENGINES)
@@ -172,15 +199,19 @@ def band_for(engine: str = DEFAULT_ENGINE, family: str = "hopper", kind: str = "
         pool = pool or list(table)
     if not pool:
         return ErrorBand(-1.0, math.inf, (), math.inf, False, "no validated run at all")
+    unrun = bool(reasons)  # no run of this engine on this family: the reasons above say so, nothing more
+    if seq_length is not None and not unrun:
+        sequence = _sequence(int(seq_length), pool, f"with {engine} on {family}")
+        reasons += [sequence] if sequence else []
     same = [run for run in pool if run.kind == kind]
     if not same:
         mine = _parts(kind)
         nearest = min(_kind_distance(mine, run.kind) for run in pool)
         same = [run for run in pool if _kind_distance(mine, run.kind) == nearest]
-        if not reasons:
+        if not unrun:
             kinds = ", ".join(sorted({run.kind for run in same}))
             reasons.append(f"no validated run of {kind} on {family} (nearest: {kinds})")
-    if not reasons:
+    elif not unrun:
         scale = _scale(gpus, same, f"of {kind} on {family}")
         reasons += [scale] if scale else []
     far = sorted(same, key=lambda run: abs(math.log2(gpus) - math.log2(run.gpus)))
@@ -209,15 +240,17 @@ def mfu_flagged(family: str, mfu: Any) -> Any:
     return np.asarray(mfu) > (np.inf if ceiling is None else ceiling)
 
 
-def frame_bands(frame: Any, engine: str, family: str, gpus: int) -> dict[str, np.ndarray]:
-    """``TRUST_COLUMNS`` for the rows of a search frame (best first; one ``band_for`` per kind of row):
+def frame_bands(frame: Any, engine: str, family: str, gpus: int,
+                seq_length: int | None = None) -> dict[str, np.ndarray]:  # fmt: skip
+    """``TRUST_COLUMNS`` for the rows of a search frame (best first; one ``band_for`` per kind of row, of sequences
+    of ``seq_length`` tokens):
     ``tie`` where a row's band overlaps the best row's (per sequence, as the search ranks); the best row is the
     reference, never a tie itself, so a row's columns do not depend on how many rows were asked for."""
     codes = kind_codes(frame)
     n = len(codes)
     low, high, validated = np.empty(n), np.empty(n), np.empty(n, dtype=bool)
     for code in np.unique(codes):
-        band = band_for(engine, family, _kind_of_code(int(code)), gpus)
+        band = band_for(engine, family, _kind_of_code(int(code)), gpus, seq_length=seq_length)
         rows = codes == code
         low[rows], high[rows], validated[rows] = band.low, band.high, band.validated
     per = np.asarray(frame["seconds"], dtype=float) / np.maximum(np.asarray(frame["global_batch_size"]), 1)
