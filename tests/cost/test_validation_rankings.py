@@ -218,6 +218,26 @@ def test_the_llm_foundry_exploration_prices_the_a100_table_too():
         assert any(m == pytest.approx(measured) and p == pytest.approx(predicted) for _, m, p in found)
 
 
+def test_the_strong_scaling_exploration_prices_its_ends_as_the_weak_scaling_row():
+    # scripts/megatron_strong_scaling.py (docs/validation.md, "What the model does not capture"): the 177B row's
+    # model, batch and settings at 96 and 4,608 H100; its step's FLOPs over the stated MFU
+    spec = util.spec_from_file_location("megatron_strong_scaling", ROOT / "scripts" / "megatron_strong_scaling.py")
+    module = util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    row = next(run for run in PUBLISHED_RUNS if run.name == module.ROW)
+    ends = module.runs()
+    assert [run.gpus for run in ends] == [96, 4608] and not any(run.calibration for run in ends)
+    assert all(run.model == row.model and run.global_batch_size == row.global_batch_size == 1152 for run in ends)
+    # the same FLOPs a step: seconds x MFU x GPUs is the row's seconds x its TFLOP/s share x its GPUs
+    work = row.seconds * module.ROW_TFLOPS / module.PEAK_TFLOPS * row.gpus
+    for run, mfu in zip(ends, module.MEASURED_MFU.values()):
+        assert run.seconds * mfu * run.gpus == pytest.approx(work)
+    found = module.errors()
+    assert [gpus for gpus, *_ in found] == [96, 4608]
+    # the data-parallel collectives grow with the group: the predicted MFU falls from one end to the other
+    assert found[0][2] > found[1][2] and all(abs(error) < 1 for *_, error in found)
+
+
 def test_the_bloom_exploration_prices_the_chronicles_other_rows_as_the_held_out_ones():
     # scripts/bloom_chronicle.py (docs/validation.md, "What the model does not capture"): 29 earlier rows, none fitted
     _, found = _exploration("bloom_chronicle", 29)
