@@ -188,6 +188,7 @@ def test_every_prediction_says_when_its_sequences_were_never_validated():
     expected = frame_bands(result.frame, "megatron", "ampere", 64, seq)
     assert result.frame["validated"].tolist() == expected["validated"].tolist()
     assert all(line.split()[15].endswith("?") for line in ranked_lines(result)[1:])
+    assert f"outside every validated run (?): the first, {reason}" in search_summary(result)  # why, said once
 
 
 def test_a_dense_kind_rests_on_a_dense_run_before_a_mixture_of_experts_one():
