@@ -15,7 +15,7 @@ gpus, seq_length=...)`` gives the ``ErrorBand`` of a set-up from them, fast (no 
   kind none was run with, or a scale more than ``SCALE_REACH`` times beyond the largest (or below the smallest);
   and for sequences more than ``SEQUENCE_REACH`` times longer than the longest validated with that engine on that
   family (or shorter than the shortest): attention's share of a step grows with the sequence, and off the validated
-  lengths the model errs more (llm-foundry's MPT runs at 8K to 64K tokens are 15-35% slower than predicted,
+  lengths the model errs more (llm-foundry's MPT runs of 8K to 64K tokens ran 17-28% slower than predicted on average,
   docs/validation.md, "What the model does not capture").
 
 ``mfu_ceiling(family)`` is the highest MFU measured on a family: a predicted MFU above it is flagged
