@@ -38,6 +38,7 @@ from fastdist_lab.cost import (
     kind_codes,
     mfu_ceiling,
     mfu_flagged,
+    outside_reason,
     ranked_legend,
     ranked_lines,
     search,
@@ -189,6 +190,7 @@ def test_every_prediction_says_when_its_sequences_were_never_validated():
     assert result.frame["validated"].tolist() == expected["validated"].tolist()
     assert all(line.split()[15].endswith("?") for line in ranked_lines(result)[1:])
     assert f"outside every validated run (?): the first, {reason}" in search_summary(result)  # why, said once
+    assert outside_reason(result.frame.assign(validated=True), "megatron", "ampere", 64, seq) == ""  # none outside
 
 
 def test_a_dense_kind_rests_on_a_dense_run_before_a_mixture_of_experts_one():

@@ -91,6 +91,7 @@ from .trust import (
     kind_codes,
     mfu_ceiling,
     mfu_flagged,
+    outside_reason,
     setup_kind,
 )
 
@@ -191,6 +192,7 @@ __all__ = [
     "message_seconds",
     "mfu_ceiling",
     "mfu_flagged",
+    "outside_reason",
     "model_flops",
     "narayanan_flops",
     "nccl_choice",

@@ -235,8 +235,9 @@ def trust_rows(runs: Sequence[PublishedRun] | None = None) -> list[tuple[Any, ..
         zero = run.training.get("zero_stage", 0)
         kind = setup_kind(run.tensor_parallel, run.pipeline_parallel, data, run.sequence_data_parallel,
                           run.expert_parallel, zero)  # fmt: skip
-        flops = float(model_flops(run.transformer(), run.global_batch_size, run.tensor_parallel))
+        model = run.transformer()
+        flops = float(model_flops(model, run.global_batch_size, run.tensor_parallel))
         mfu = flops / run.seconds / run.gpus / 1e12 / hardware.peak_tflops
         rows.append((run.name, run.engine, hardware.family, kind, run.gpus, round(float(error), 6), round(mfu, 6),
-                     int(run.transformer().seq_length)))  # fmt: skip
+                     int(model.seq_length)))  # fmt: skip
     return rows

@@ -11,8 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..formatting import format_bytes, plural
-from .engines import DEFAULT_ENGINE
-from .trust import band_for, mfu_ceiling, setup_kind
+from .trust import mfu_ceiling, outside_reason
 
 if TYPE_CHECKING:
     from .search import LayoutSearch
@@ -158,19 +157,10 @@ def _trusted(result: LayoutSearch) -> str:
         text += (f"; {plural(flagged, 'row')} with an MFU above every run measured on {result.hardware.family} "
                  f"({ceiling:.1%}), marked ! and kept in step order")  # fmt: skip
     if outside:
-        text += f"; {plural(outside, 'row')} outside every validated run (?): {_why_outside(result)}"
+        reason = outside_reason(frame, result.fixed["engine"], result.hardware.family, result.gpus,
+                                int(result.model.seq_length))  # fmt: skip
+        text += f"; {plural(outside, 'row')} outside every validated run (?): the first, {reason}"
     return text
-
-
-def _why_outside(result: LayoutSearch) -> str:
-    """Why the first row outside every validated run is (``ErrorBand.reason``), for the summary."""
-    row = result.frame[~result.frame["validated"]].iloc[0]
-    sdp = int(row["sequence_data_parallel"])
-    kind = setup_kind(int(row["tensor_parallel"]), int(row["pipeline_parallel"]), int(row["data_parallel"]) // sdp,
-                      sdp, int(row["expert_parallel"]), int(row["zero_stage"]))  # fmt: skip
-    engine = result.fixed.get("engine", DEFAULT_ENGINE)
-    band = band_for(engine, result.hardware.family, kind, result.gpus, seq_length=int(result.model.seq_length))
-    return f"the first, {band.reason}"
 
 
 def _found(result: LayoutSearch) -> str:

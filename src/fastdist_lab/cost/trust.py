@@ -240,6 +240,17 @@ def mfu_flagged(family: str, mfu: Any) -> Any:
     return np.asarray(mfu) > (np.inf if ceiling is None else ceiling)
 
 
+def outside_reason(frame: Any, engine: str, family: str, gpus: int, seq_length: int | None = None) -> str:
+    """Why the first row of a search frame that ``frame_bands`` marks outside every validated run is outside (its
+    band's ``reason``); empty when every row is inside."""
+    codes = kind_codes(frame)
+    inside = np.asarray(frame["validated"], dtype=bool)
+    if inside.all():
+        return ""
+    code = int(codes[np.argmin(inside)])
+    return band_for(engine, family, _kind_of_code(code), gpus, seq_length=seq_length).reason
+
+
 def frame_bands(frame: Any, engine: str, family: str, gpus: int,
                 seq_length: int | None = None) -> dict[str, np.ndarray]:  # fmt: skip
     """``TRUST_COLUMNS`` for the rows of a search frame (best first; one ``band_for`` per kind of row, of sequences
