@@ -13,7 +13,13 @@ ran ``PURE`` bf16, 2 bytes), the table's micro-batch size and gradient accumulat
 sequence over the table's tokens per second. Every run used MPT's ``attn_impl: triton`` (the benchmark script's
 default, ``submit_benchmarks.py``).
 
-Run from the repository root: ``python scripts/llm_foundry_h100.py [--a100]`` (a few seconds).
+``--split`` separates, for each model and sequence length the table ran at two or more micro-batch sizes (with the
+same recompute), what a micro-batch costs into a part that grows with its tokens and a part that does not
+(``split_by_micro_batch``): a least-squares line through each row's seconds per micro-batch on one GPU, measured
+and predicted. The slopes' ratio says whether the model prices a token's compute right; the intercepts, per layer,
+what a micro-batch costs whatever its size.
+
+Run from the repository root: ``python scripts/llm_foundry_h100.py [--a100] [--split]`` (a few seconds).
 """
 
 from __future__ import annotations
@@ -119,18 +125,55 @@ def errors(table: str = "h100", attention_slowdown: float = 1.0) -> list[tuple[t
     return [(row, run.seconds, seconds) for row, run, seconds in zip(rows, runs, priced)]
 
 
+def split_by_micro_batch(
+    found: list[tuple[tuple, float, float]],
+) -> list[tuple[str, int, bool, tuple[int, ...], float, float, float]]:  # fmt: skip
+    """For each (size, sequence, recompute) of ``found`` (``errors()``' rows) run at two or more micro-batch sizes:
+    (size, sequence, recompute, the micro-batch sizes, measured slope over predicted slope, measured and predicted
+    intercept per layer in seconds), fitting seconds per micro-batch on one GPU (step over accumulation steps)
+    against the micro-batch's tokens by least squares, measured and predicted apart. A slope ratio under 1: a
+    token's work ran faster than priced; an intercept: seconds a micro-batch costs each layer whatever its tokens."""
+    groups: dict[tuple[str, int, bool], list[tuple[int, float, float]]] = {}
+    for (size, seq, _, mbs, accumulation, _, checkpointing, *_), measured, predicted in found:
+        groups.setdefault((size, seq, checkpointing), []).append(
+            (mbs, measured / accumulation, predicted / accumulation))
+    split = []
+    for (size, seq, checkpointing), points in groups.items():
+        sizes = tuple(sorted({mbs for mbs, _, _ in points}))
+        if len(sizes) < 2:
+            continue
+        tokens = np.array([mbs * seq for mbs, _, _ in points], dtype=np.float64)
+        measured_slope, measured_intercept = np.polyfit(tokens, [m for _, m, _ in points], 1)
+        predicted_slope, predicted_intercept = np.polyfit(tokens, [p for _, _, p in points], 1)
+        layers = SIZES[size][2]
+        split.append((size, seq, checkpointing, sizes, float(measured_slope / predicted_slope),
+                      float(measured_intercept / layers), float(predicted_intercept / layers)))  # fmt: skip
+    return split
+
+
 def main() -> None:
     """Print each row's error, then the mean and worst: in all, by sequence length and, at 2,048 tokens, by size."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--a100", action="store_true", help="the A100 80GB table instead of the H100 one")
     parser.add_argument("--attention-slowdown", type=float, default=1.0, metavar="X",
                         help="price the fused attention X times slower than the preset's (a what-if; default 1)")
+    parser.add_argument("--split", action="store_true",
+                        help="per model run at several micro-batch sizes: cost per token and per micro-batch")
     args = parser.parse_args()
     if not args.attention_slowdown > 0:
         parser.error(f"--attention-slowdown must be above 0, not {args.attention_slowdown}")
     table = "a100" if args.a100 else "h100"
     found = errors(table, args.attention_slowdown)
     gpu = table.upper()
+    if args.split:
+        for size, seq, checkpointing, sizes, ratio, measured, predicted in split_by_micro_batch(found):
+            recompute = "full" if checkpointing else "none"
+            print(
+                f"MPT-{size:4s} seq {seq:6,} on {gpu}, recompute {recompute:4s}, micro-batches {sizes}: measured slope "
+                f"/ predicted {ratio:.3f}; per layer and micro-batch, whatever its size: "
+                f"measured {measured * 1e3:6.2f} ms, predicted {predicted * 1e3:5.2f} ms"
+            )
+        return
     for (size, seq, gpus, mbs, accumulation, _, checkpointing, *_), measured, predicted in found:
         recompute = "full" if checkpointing else "none"
         error = predicted / measured - 1

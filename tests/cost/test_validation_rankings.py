@@ -218,6 +218,34 @@ def test_the_llm_foundry_exploration_prices_the_a100_table_too():
         assert any(m == pytest.approx(measured) and p == pytest.approx(predicted) for _, m, p in found)
 
 
+def test_the_llm_foundry_split_separates_a_cost_per_token_from_a_cost_per_micro_batch():
+    # scripts/llm_foundry_h100.py --split (docs/validation.md, "What the model does not capture"): MPT-30B and 70B
+    # with full recompute ran at several micro-batch sizes; a token of their work ran faster than priced on H100 and
+    # as priced on A100, and on both a micro-batch cost each layer ten-odd milliseconds the model does not price
+    module, found = _exploration("llm_foundry_h100", 37)
+    split = {(size, recompute): rest for size, _, recompute, *rest in module.split_by_micro_batch(found)}
+    assert set(split) >= {("70b", True), ("30b", True)}
+    for key in (("70b", True), ("30b", True)):
+        sizes, ratio, measured, predicted = split[key]
+        assert len(sizes) >= 2 and 0.7 < ratio < 0.85 and measured > 0.01 > 10 * predicted
+    a100 = {size: rest for size, _, _, *rest in module.split_by_micro_batch(module.errors("a100"))}
+    _, ratio, measured, predicted = a100["70b"]
+    assert abs(ratio - 1) < 0.05 and measured > 0.01 > 10 * predicted
+
+
+def test_the_llm_foundry_split_reports_what_it_is_given():
+    # the split is the fit of its input, not of the tables: rows measured as predicted give a ratio of 1 and equal
+    # intercepts; a fixed second per micro-batch added to the measurements comes back, per layer, as the intercept
+    module, found = _exploration("llm_foundry_h100", 37)
+    same = [(row, predicted, predicted) for row, _, predicted in found]
+    for *_, ratio, measured, predicted in module.split_by_micro_batch(same):
+        assert ratio == pytest.approx(1) and measured == pytest.approx(predicted, abs=1e-9)
+    padded = [(row, predicted + 0.48 * row[4], predicted) for row, _, predicted in found]  # 0.48 s x accumulation
+    split = {size: rest for size, _, _, *rest in module.split_by_micro_batch(padded)}
+    _, ratio, measured, predicted = split["30b"]  # 48 layers: 10 ms a layer more
+    assert ratio == pytest.approx(1) and measured - predicted == pytest.approx(0.48 / 48)
+
+
 def test_the_strong_scaling_exploration_prices_its_ends_as_the_weak_scaling_row():
     # scripts/megatron_strong_scaling.py (docs/validation.md, "What the model does not capture"): the 177B row's
     # model, batch and settings at 96 and 4,608 H100; its step's FLOPs over the stated MFU
