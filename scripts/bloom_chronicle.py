@@ -22,10 +22,17 @@ Every row is fp16 with 64 heads ("all NHEADS=64 (above too)", says the page) but
 Sizes a row gives as "200B" are 80 layers (12 x 14,400^2 x 80 is 199B; 12 x 13,824^2 x 80 plus the embeddings,
 187B).
 
-Run from the repository root: ``python scripts/bloom_chronicle.py`` (a few seconds).
+``--split`` fits each sweep's rows (one model and layout at two or more micro-batch sizes) as a pipeline runs them:
+seconds = (micro-batches + stages - 1) x layers a stage x (a x tokens of a micro-batch + b), by least squares,
+measured and predicted apart (``split_by_micro_batch``): ``a`` the cost of a token a layer, ``b`` what a layer costs
+each pipeline slot whatever the micro-batch's size, as ``scripts/llm_foundry_h100.py --split`` does for FSDP rows.
+
+Run from the repository root: ``python scripts/bloom_chronicle.py [--split]`` (a few seconds).
 """
 
 from __future__ import annotations
+
+import argparse
 
 import numpy as np
 
@@ -75,10 +82,54 @@ def errors() -> list[tuple[tuple, float, float]]:
     return list(zip(ROWS, table["measured_seconds"], table["predicted_seconds"]))
 
 
+def split_by_micro_batch(
+    found: list[tuple[tuple, float, float]],
+) -> list[tuple[str, int, int, tuple[int, int, int], tuple[int, ...], float, float, float]]:  # fmt: skip
+    """For each micro-batch sweep of ``found`` (``errors()``' rows; one section, model and layout at two or more
+    micro-batch sizes): (section, hidden, layers, (DP, TP, PP), the micro-batch sizes, measured ``a`` over
+    predicted ``a``, measured and predicted ``b`` in seconds), fitting each row's seconds as
+    ``slots x layers a stage x (a x tokens + b)`` (slots: micro-batches + stages - 1; tokens: the micro-batch's) by
+    least squares without a constant. A ratio near 1: a token's work priced right; ``b``: seconds a layer costs each
+    pipeline slot whatever the micro-batch's size. A step's own costs (the data-parallel reduction, the optimizer)
+    fall into both fits alike, so measured ``b`` less predicted ``b`` is what a slot misses where those are priced
+    right."""
+    sweeps: dict[tuple, list[tuple[int, float, float, float, float]]] = {}
+    for (group, section, hidden, layers, _, batch, dp, tp, pp, mbs, _), measured, predicted in found:
+        if group != "micro-batch sweep":
+            continue
+        slots = batch // (dp * mbs) + pp - 1
+        work = slots * layers / pp
+        sweeps.setdefault((section, hidden, layers, (dp, tp, pp)), []).append(
+            (mbs, work * mbs * 2048, work, measured, predicted))
+    split = []
+    for (section, hidden, layers, layout), points in sweeps.items():
+        sizes = tuple(sorted({mbs for mbs, *_ in points}))
+        if len(sizes) < 2:
+            continue
+        x = np.array([(tokens, slots) for _, tokens, slots, _, _ in points])
+        measured = np.linalg.lstsq(x, np.array([p[3] for p in points]), rcond=None)[0]
+        predicted = np.linalg.lstsq(x, np.array([p[4] for p in points]), rcond=None)[0]
+        split.append((section, hidden, layers, layout, sizes, float(measured[0] / predicted[0]), float(measured[1]),
+                      float(predicted[1])))  # fmt: skip
+    return split
+
+
 def main() -> None:
     """Print each row's error, then the mean per group and, over the one-node and sweep rows (all tensor 8, hidden a
-    multiple of 64 a GPU), per micro-batch."""
+    multiple of 64 a GPU), per micro-batch; with ``--split``, each sweep's cost per token and per slot instead."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--split", action="store_true",
+                        help="per micro-batch sweep: cost per token and per layer and pipeline slot")
+    args = parser.parse_args()
     found = errors()
+    if args.split:
+        for section, hidden, layers, (dp, tp, pp), sizes, ratio, measured, predicted in split_by_micro_batch(found):
+            print(
+                f"{hidden}x{layers:<2} dp{dp} tp{tp} pp{pp:<2} micro-batches {sizes}: measured / predicted cost of a "
+                f"token {ratio:.3f}; per layer and slot, whatever the micro-batch: measured {measured * 1e3:5.1f} ms, "
+                f"predicted {predicted * 1e3:4.1f} ms  ({section})"
+            )
+        return
     for (group, section, hidden, layers, _, batch, dp, tp, pp, mbs, _), measured, predicted in found:
         print(
             f"{group:17s} {hidden}x{layers:<2} batch {batch:4} dp{dp:<2} tp{tp} pp{pp:<2} mbs{mbs}: measured "

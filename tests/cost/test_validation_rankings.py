@@ -277,3 +277,26 @@ def test_the_bloom_exploration_prices_the_chronicles_other_rows_as_the_held_out_
     assert len(held_out) == 25
     again = bloom_run("GBS Variations and Tweaking TP (02-25)", 14336, 72, True, 2048, 8, 8, 6, 4, 114.11)
     assert again == held_out[0]
+
+
+def test_the_bloom_split_finds_a_cost_per_layer_and_slot_the_model_misses():
+    # scripts/bloom_chronicle.py --split: tensor 8 micro-batch sweeps of DeepSpeed's pipeline engine on A100; a
+    # token's work priced within 10%, and each layer's pipeline slot a few to 15 ms dearer than priced
+    module, found = _exploration("bloom_chronicle", 29)
+    split = module.split_by_micro_batch(found)
+    assert len(split) >= 5 and all(len(sizes) >= 2 for *_, sizes, _, _, _ in split)
+    assert all(abs(ratio - 1) < 0.1 and measured > predicted + 0.003 for *_, ratio, measured, predicted in split)
+
+
+def test_the_bloom_split_reports_what_it_is_given():
+    # rows measured as predicted: ratio 1, equal costs per slot; 10 ms more a layer and slot: b comes back 10 ms higher
+    module, found = _exploration("bloom_chronicle", 29)
+    same = [(row, predicted, predicted) for row, _, predicted in found]
+    for *_, ratio, measured, predicted in module.split_by_micro_batch(same):
+        assert ratio == pytest.approx(1) and measured == pytest.approx(predicted, abs=1e-9)
+    padded = []
+    for row, _, predicted in found:
+        _, _, _, layers, _, batch, dp, _, pp, mbs, _ = row
+        padded.append((row, predicted + 0.01 * (batch // (dp * mbs) + pp - 1) * layers / pp, predicted))
+    for *_, ratio, measured, predicted in module.split_by_micro_batch(padded):
+        assert ratio == pytest.approx(1) and measured - predicted == pytest.approx(0.01)
