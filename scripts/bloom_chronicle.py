@@ -39,6 +39,9 @@ import numpy as np
 from fastdist_lab.cost import validate
 from fastdist_lab.cost.published_held_out import bloom_run
 
+SEQUENCE = 2048
+"""Every row's sequence length in tokens (``bloom_run`` builds its model with ``gpt_model``'s default)."""
+
 # (group, section, hidden, layers, heads, global batch, DP, TP, PP, MBS, seconds), as the page has them.
 ROWS = (
     ("tile", "Best TFLOPs, fp16 (02-17)", 14400, 8, 32, 2048, 1, 8, 1, 1, 769.99),
@@ -100,7 +103,7 @@ def split_by_micro_batch(
         slots = batch // (dp * mbs) + pp - 1
         work = slots * layers / pp
         sweeps.setdefault((section, hidden, layers, (dp, tp, pp)), []).append(
-            (mbs, work * mbs * 2048, work, measured, predicted))
+            (mbs, work * mbs * SEQUENCE, work, measured, predicted))
     split = []
     for (section, hidden, layers, layout), points in sweeps.items():
         sizes = tuple(sorted({mbs for mbs, *_ in points}))
