@@ -109,7 +109,7 @@ def split_by_micro_batch(
         sizes = tuple(sorted({mbs for mbs, *_ in points}))
         if len(sizes) < 2:
             continue
-        x = np.array([(tokens, slots) for _, tokens, slots, _, _ in points])
+        x = np.array([(tokens, work) for _, tokens, work, _, _ in points])
         measured = np.linalg.lstsq(x, np.array([p[3] for p in points]), rcond=None)[0]
         predicted = np.linalg.lstsq(x, np.array([p[4] for p in points]), rcond=None)[0]
         split.append((section, hidden, layers, layout, sizes, float(measured[0] / predicted[0]), float(measured[1]),
