@@ -22,7 +22,7 @@ import time
 
 from fastdist_lab import Layout
 from fastdist_lab.cost import Training, Transformer, estimate, schedule, search
-from fastdist_lab.cost.search import LIMITS, _candidates
+from fastdist_lab.cost.search.candidates import LIMITS, candidates, shared_training
 
 MTNLG = Transformer(hidden_size=20480, num_layers=105, num_attention_heads=128, vocab_size=50257, seq_length=2048)
 
@@ -36,7 +36,8 @@ def search_530b(top: int | None) -> tuple[float, int, int]:
 
 def naive_530b(sample: int = 40) -> tuple[float, int]:
     """Seconds per set-up of estimate(...).step() on a sample of the search's set-ups, and how many there are."""
-    rows = _candidates(MTNLG, 5128, 8, 2520, {**LIMITS, "allow_smaller_batch": True}, True)
+    chosen = {**LIMITS, "allow_smaller_batch": True}
+    rows = candidates(MTNLG, 5128, 8, 2520, chosen, shared_training(chosen))
     count = len(rows["tensor_parallel"])
     picks = random.Random(0).sample(range(count), min(sample, count))
     start = time.perf_counter()

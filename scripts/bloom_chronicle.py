@@ -37,7 +37,7 @@ import argparse
 import numpy as np
 
 from fastdist_lab.cost import validate
-from fastdist_lab.cost.published_held_out import bloom_run
+from fastdist_lab.cost.evidence.published import bloom_run
 
 SEQUENCE = 2048
 """Every row's sequence length in tokens (``bloom_run`` builds its model with ``gpt_model``'s default)."""

@@ -107,8 +107,7 @@ def estimate_output(spec: dict[str, Any]) -> str:
 
 def search_output(spec: dict[str, Any]) -> str:
     """``search(...)``: the whole frame, the summary and ranked text, and the first rows as a layout and training."""
-    from fastdist_lab.cost import search
-    from fastdist_lab.cost.ranking import ranked_legend, ranked_lines, search_summary
+    from fastdist_lab.cost import ranked_legend, ranked_lines, search, search_summary
 
     arguments = dict(spec["arguments"])
     for name, value in list(arguments.items()):

@@ -30,8 +30,8 @@ import numpy as np
 
 from fastdist_lab import Layout
 from fastdist_lab.cost import estimate, validate
-from fastdist_lab.cost.accuracy import training_of
-from fastdist_lab.cost.published_held_out import llm_foundry_run
+from fastdist_lab.cost.evidence.accuracy import training_of
+from fastdist_lab.cost.evidence.published import llm_foundry_run
 
 SIZES = {"70b": (8192, 64, 80), "30b": (7168, 56, 48), "13b": (5120, 40, 40), "7b": (4096, 32, 32),
          "3b": (2560, 20, 32), "1b": (2048, 16, 24), "760m": (1536, 12, 24), "350m": (1024, 16, 24),

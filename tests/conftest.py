@@ -47,6 +47,7 @@ SLOW_PATHS = (
     "tests/cost/test_validation.py",  # the step time against every published run
     "tests/cost/test_validation_rankings.py",  # the same, and the published comparisons of layouts
     "tests/conventions/test_seeds_and_pictures.py",  # pictures
+    "tests/setup/test_new_field.py",  # a copy of the package with one more field, driven in a fresh interpreter
 )
 """Files (or folders) whose tests start processes, clusters, browsers or notebooks, draw pictures or drive torch's
 own classes: ``slow``."""

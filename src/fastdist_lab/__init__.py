@@ -2,8 +2,8 @@
 
 The numbering and seeds are those of ServiceNow's Fast-LLM (``fast_llm/engine/distributed``, commit 91b28fab).
 The top level holds what a notebook needs; the rest lives in subpackages: ``fastdist_lab.errors`` (every exception),
-``viz`` (pictures as free functions), ``conventions``, ``streams``, ``cost``, ``runtime``, ``checks``, ``widgets``,
-``exercises`` (the course's self-checking exercises).
+``viz`` (pictures as free functions), ``conventions``, ``streams``, ``setup`` (the vocabulary of a training set-up),
+``cost``, ``runtime``, ``checks``, ``widgets``, ``exercises`` (the course's self-checking exercises).
 Layout math is imported eagerly and never touches torch; the runtime, pictures and widgets are imported on first use.
 """
 
@@ -32,9 +32,9 @@ _LAZY: dict[str, str] = {
     "lab": ".widgets",
     "estimate": ".cost",
     "compare": ".cost",
-    "Transformer": ".cost",
-    "Training": ".cost",
-    "Hardware": ".cost",
+    "Transformer": ".setup",
+    "Training": ".setup",
+    "Hardware": ".setup",
     "search": ".cost",
 }
 """Public names imported on first use (they import torch, matplotlib or ipywidgets), and their modules."""
@@ -50,7 +50,7 @@ __all__ = [
     *_LAZY,
 ]
 
-_SUBPACKAGES = ("errors", "viz", "conventions", "streams", "cost", "runtime", "checks", "widgets", "exercises")
+_SUBPACKAGES = ("errors", "viz", "conventions", "streams", "setup", "cost", "runtime", "checks", "widgets", "exercises")
 """The public subpackages (and ``errors``), imported when first read as attributes of the root."""
 
 _MOVED: dict[str, tuple[str, ...]] = {

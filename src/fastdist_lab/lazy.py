@@ -5,6 +5,10 @@ from its module when first read (then kept), a subpackage is imported when first
 ``DeprecationWarning`` naming the new spelling, and ``dir()`` lists exactly the public names. ``warn_deprecated`` is
 the one wording of a deprecation, also for an old method or class attribute.
 
+A module that moved (``fastdist_lab.cost.model`` to ``fastdist_lab.setup.transformer``) keeps its old path for a
+release: ``moved_modules`` puts a module at the old path whose names are the new module's, each read with the same
+warning.
+
 A name that moved *up* a layer (``streams.draw`` to ``checks.draw_streams``) cannot be imported from its old place:
 a lower layer never imports a higher one. The package root registers a loader for each new spelling in
 ``SUCCESSORS`` (as it registers painters), and the old spelling serves ``successor(spelling)``.
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import types
 import warnings
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
@@ -78,3 +83,26 @@ def warn_deprecated(old: str, spelling: str, *, stacklevel: int = 3) -> None:
         DeprecationWarning,
         stacklevel=stacklevel,
     )
+
+
+def moved_modules(package: str, moves: Mapping[str, str]) -> None:
+    """Keep the old module paths of ``package`` importable for a release: ``package.<old>`` is a module whose names are
+    those of the module ``moves[old]`` names (an absolute dotted path), each read with a ``DeprecationWarning`` naming
+    the new path (``from fastdist_lab.cost.model import Transformer`` still works)."""
+    parent = sys.modules[package]
+    for old, new in moves.items():
+        name = f"{package}.{old}"
+        module = types.ModuleType(name, f"Deprecated: the module {new} (moved; the old path goes in the next release).")
+        module.__getattr__ = _moved_attribute(name, new)  # type: ignore[method-assign]
+        sys.modules.setdefault(name, module)
+        setattr(parent, old, sys.modules[name])
+
+
+def _moved_attribute(old: str, new: str) -> Callable[[str], Any]:
+    def __getattr__(attribute: str) -> Any:
+        if attribute.startswith("__"):
+            raise AttributeError(f"module {old!r} has no attribute {attribute!r}")
+        warn_deprecated(f"{old}.{attribute}", f"{new}.{attribute}")
+        return getattr(importlib.import_module(new), attribute)
+
+    return __getattr__

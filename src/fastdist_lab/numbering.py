@@ -192,3 +192,9 @@ class RankGrid:
 
     def __repr__(self) -> str:
         return "RankGrid(" + " < ".join(f"{a}={s}" for a, s in zip(self.axes, self.sizes)) + ", fastest first)"
+
+
+def divisors(n: int) -> list[int]:
+    """The divisors of ``n`` in increasing order: the sizes a dim of a world (or a node) of ``n`` ranks can take."""
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))

@@ -40,7 +40,7 @@ def test_the_list_holds_every_namespace_and_the_main_classes():
         "fastdist_lab",
         *(
             f"fastdist_lab.{p}"
-            for p in ("errors", "viz", "conventions", "streams", "cost", "runtime", "checks", "exercises")
+            for p in ("errors", "viz", "conventions", "streams", "setup", "cost", "runtime", "checks", "exercises")
         ),
         "fastdist_lab.widgets",
     }

@@ -12,9 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fastdist_lab.cost import Efficiency, Hardware
-from fastdist_lab.cost.efficiency import DEFAULT_EFFICIENCY
-from fastdist_lab.cost.links import FACTORS, bus_GBps, collective_seconds, message_seconds, nccl_choice
-from fastdist_lab.cost.published_collectives import COLLECTIVE_MEASUREMENTS, collective_table
+from fastdist_lab.cost.evidence.published_collectives import COLLECTIVE_MEASUREMENTS, collective_table
+from fastdist_lab.cost.formulas.links import FACTORS, bus_GBps, collective_seconds, message_seconds, nccl_choice
+from fastdist_lab.setup.efficiency import DEFAULT_EFFICIENCY
 
 A100 = Hardware.preset("a100-sxm-80gb")
 H100 = Hardware.preset("h100-sxm-80gb")

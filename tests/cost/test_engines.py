@@ -30,10 +30,10 @@ from fastdist_lab.cost import (
     estimate,
     search,
 )
-from fastdist_lab.cost.compute import elementwise_bytes, gemm, layer_times, second_mm_seconds, streamed
-from fastdist_lab.cost.engines import check_engine, engine_allows
-from fastdist_lab.cost.overlap import block_tensors
+from fastdist_lab.cost.formulas.compute import elementwise_bytes, gemm, layer_times, second_mm_seconds, streamed
+from fastdist_lab.cost.formulas.overlap import block_tensors
 from fastdist_lab.errors import CostError
+from fastdist_lab.setup.engines import ENGINE_REGISTRY, check_engine
 
 H100 = "h100-sxm-80gb"
 
@@ -194,8 +194,8 @@ def test_refusals_name_the_value():
 
 def test_every_engine_has_traits_and_search_keeps_only_what_it_runs():
     assert set(ENGINE_TRAITS) == set(ENGINES)
-    mask = engine_allows("deepspeed", np.array(["1f1b", "gpipe", "1f1b", "1f1b"], dtype=object),
-                         np.array([4, 4, 1, 4]), np.array([1, 1, 3, 2]))  # fmt: skip
+    mask = ENGINE_REGISTRY["deepspeed"].allows(np.array(["1f1b", "gpipe", "1f1b", "1f1b"], dtype=object),
+                                               np.array([4, 4, 1, 4]), np.array([1, 1, 3, 2]))  # fmt: skip
     assert mask.tolist() == [True, False, True, False]
     result = search("llama2-7b", 32, hardware=H100, global_batch_size=64, top=5, engine="deepspeed")
     frame = result.frame
@@ -344,9 +344,11 @@ def test_only_fsdp2s_selective_recompute_runs_the_gemms_again(monkeypatch):
     recompute = {(engine, r): layer_times(_llama_setups(engine, r), hw, eff)["recompute"]
                  for engine in ("fsdp2", "composer-fsdp", "megatron") for r in ("selective", "full")}  # fmt: skip
     setups = _llama_setups("fsdp2", "selective")
-    monkeypatch.setitem(ENGINE_TRAITS, "fsdp2", dataclasses.replace(ENGINE_TRAITS["fsdp2"],
-                                                                     recompute_every_second_mm=False))  # fmt: skip
-    assert layer_times(setups, hw, eff)["recompute"] == 0  # without the op policy: Megatron's selective, flash
+    fsdp2 = ENGINE_REGISTRY["fsdp2"]
+    changed = dataclasses.replace(fsdp2.traits, recompute_every_second_mm=False)
+    monkeypatch.setitem(ENGINE_REGISTRY, "fsdp2", dataclasses.replace(fsdp2, traits=changed))  # what Training takes
+    without = _llama_setups("fsdp2", "selective")
+    assert layer_times(without, hw, eff)["recompute"] == 0  # without the op policy: Megatron's selective, flash
     # the op policy runs again every element-wise kernel (eager: one per op) and every second mm
     tokens = setups.tokens * setups.micro_batch_size
     moved, kernels = elementwise_bytes(setups.model, np.float64(setups.model.hidden_size), 1, False)

@@ -9,10 +9,10 @@ from hypothesis import strategies as st
 
 from fastdist_lab import Layout
 from fastdist_lab.cost import Hardware, Training, Transformer, estimate, model_flops, search
-from fastdist_lab.cost.efficiency import DEFAULT_EFFICIENCY
-from fastdist_lab.cost.moe import all_to_all_seconds, chunk_moe_layers, expert_spread
+from fastdist_lab.cost.formulas.moe import all_to_all_seconds, chunk_moe_layers, expert_spread
 from fastdist_lab.errors import CostError
 from fastdist_lab.layout import nodes_spanned
+from fastdist_lab.setup.efficiency import DEFAULT_EFFICIENCY
 
 H100 = Hardware.preset("h100-sxm-80gb")
 

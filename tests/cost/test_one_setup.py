@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 
 from fastdist_lab import Layout
 from fastdist_lab.cost import Training, Transformer, estimate
-from fastdist_lab.cost.memory import as_numbers, rank_peaks, stage_memory
-from fastdist_lab.cost.schedules import stage_counts
-from fastdist_lab.cost.setups import PlacementOnDemand, Setups, placement
-from fastdist_lab.cost.sizes import Sizes
+from fastdist_lab.cost.formulas.memory import as_numbers, rank_peaks, stage_memory
+from fastdist_lab.cost.formulas.schedules import stage_counts
+from fastdist_lab.cost.formulas.setup_columns import PlacementOnDemand, Setups, placement
+from fastdist_lab.cost.formulas.sizes import Sizes
 from fastdist_lab.errors import CostError
 
 MODEL = Transformer.preset("llama2-7b")

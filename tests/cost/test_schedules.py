@@ -115,7 +115,6 @@ def test_every_schedule_is_torchs_class_priced_and_runnable():
     seconds = {}
     for name, kind in SCHEDULE_KINDS.items():
         assert kind.torch_class == f"Schedule{TORCH_NAMES[name]}" and hasattr(pipelining, kind.torch_class)
-        assert kind.priced and kind.runnable
         v = kind.min_virtual_stages
         seconds[name] = estimate(layout, "llama2-7b", Training(schedule=name, virtual_pipeline_stages=v,
                                                                num_microbatches=8)).step().seconds  # fmt: skip

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from fastdist_lab.cost import DEFAULT_EFFICIENCY, RECOMPUTE, SCHEDULES, Hardware, Transformer, search
-from fastdist_lab.cost.search_bounds import TableFloors, packed_keys
+from fastdist_lab.cost.search.bounds import TableFloors, packed_keys
 
 H100 = Hardware.preset("h100-sxm-80gb")
 FIXED = {"flash_attention": True, "overlap_data_parallel": True, "overlap_tensor_parallel": False,
@@ -78,7 +78,7 @@ def test_the_search_skips_tables_and_says_so():
     model, gpus, batch, limits = CASES["experts"]
     result = search(model, gpus, hardware=H100, global_batch_size=batch, top=5, **limits)
     assert result.pruned > 0
-    from fastdist_lab.cost.ranking import search_summary
+    from fastdist_lab.cost.search.ranking import search_summary
 
     line = search_summary(result)
     assert f"{result.pruned:,} cannot rank: a floor of their step is above the 5th best" in line, line

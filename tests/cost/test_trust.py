@@ -7,8 +7,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from importlib import util
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -46,8 +44,9 @@ from fastdist_lab.cost import (
     setup_kind,
     trust_rows,
 )
+from fastdist_lab.cost.evidence import trust_table
 
-REGENERATE = "python benchmarks/bench_validation.py --write-trust"
+REGENERATE = "python -m fastdist_lab.cost.evidence.write_trust"
 KINDS = sorted({run.kind for run in TRUST_RUNS})
 FAMILIES = ("ampere", "hopper", "blackwell")
 
@@ -61,11 +60,11 @@ def test_the_committed_table_is_what_validate_gives_now():
     rows = trust_rows()
     committed = [tuple(vars(run).values()) for run in TRUST_RUNS]
     assert rows == committed, f"the validation runs or the model changed: regenerate the table with `{REGENERATE}`"
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_validation.py"
-    spec = util.spec_from_file_location("bench_validation", path)
-    bench = util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    assert bench.trust_source(rows) == bench.TRUST_TABLE.read_text(), f"edited by hand? regenerate with `{REGENERATE}`"
+    written = json.loads(trust_table.TABLE.read_text())
+    assert written == trust_table.document(rows), f"edited by hand? regenerate with `{REGENERATE}`"
+    from fastdist_lab.cost.evidence.write_trust import main
+
+    assert main(["--check"]) == 0
 
 
 def test_a_changed_measurement_changes_the_table_row_the_slow_test_compares():

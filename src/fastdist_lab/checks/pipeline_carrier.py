@@ -36,13 +36,13 @@ from typing import Any
 import torch
 import torch.distributed
 
-from ..cost import SCHEDULE_KINDS
 from ..errors import ClusterError, PipeliningUnavailable
+from ..setup import SCHEDULE_KINDS, ScheduleKind
 
 TESTED_TORCH = "2.13"
 """The torch release whose pipelining and c10d registry the tests pin."""
 
-SCHEDULES: dict[str, str] = {name: kind.torch_class for name, kind in SCHEDULE_KINDS.items() if kind.runnable}
+SCHEDULES: dict[str, str] = {name: kind.torch_class for name, kind in SCHEDULE_KINDS.items()}
 """Deprecated (``fastdist_lab.checks.SCHEDULES``): schedule names and torch's class for each, read from the one
 registry, ``fastdist_lab.cost.SCHEDULE_KINDS`` (``.torch_class``)."""
 
@@ -62,7 +62,7 @@ def require_pipelining() -> Any:
         ) from None
     world = getattr(distributed_c10d, "_world", None)
     registry = getattr(world, "pg_group_ranks", None)
-    classes = [kind.torch_class for kind in SCHEDULE_KINDS.values() if kind.runnable]
+    classes = [kind.torch_class for kind in SCHEDULE_KINDS.values()]
     missing = [name for name in (*classes, "PipelineStage") if not hasattr(pipelining, name)]
     if not isinstance(registry, dict) or missing:
         what = f"has no {', '.join(missing)}" if missing else "has no c10d registry of groups (_world.pg_group_ranks)"
@@ -244,10 +244,9 @@ def build_stages(
     return stages
 
 
-def make_schedule(name: str, stages: list[Any], micro_batches: int, loss_fn: Any) -> Any:
-    """torch's schedule ``name`` (its class from ``cost.SCHEDULE_KINDS``) over this rank's ``stages`` (gradients
-    not divided by the micro-batches: the loss function scales them)."""
-    kind = SCHEDULE_KINDS[name]
+def make_schedule(kind: ScheduleKind, stages: list[Any], micro_batches: int, loss_fn: Any) -> Any:
+    """torch's schedule of ``kind`` (``ScheduleKind.torch_class``) over this rank's ``stages`` (gradients not divided
+    by the micro-batches: the loss function scales them)."""
     schedule = getattr(require_pipelining(), kind.torch_class)
     if kind.multi_stage:
         return schedule(stages, micro_batches, loss_fn=loss_fn, scale_grads=False)

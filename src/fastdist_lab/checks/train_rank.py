@@ -27,8 +27,8 @@ from typing import Any
 import torch
 
 from ..config import DistributedConfig, PhaseType
-from ..cost import SCHEDULE_KINDS, Training
 from ..seeds import generator_seeds
+from ..setup import Training
 from .moe_layer import is_expert, is_tensor_partial
 from .parallel_ops import all_gather, all_reduce, reduce_scatter
 from .pipeline_carrier import build_stages, make_schedule, pipeline_carrier, registered
@@ -81,7 +81,7 @@ class TrainingPlan:
 
     def num_stages(self, pipeline: int) -> int:
         """Pipeline stages of this plan on ``pipeline`` ranks."""
-        return SCHEDULE_KINDS[self.training.schedule].stages(pipeline, self.training.virtual_pipeline_stages)
+        return self.training.schedule_spec.stages(pipeline, self.training.virtual_pipeline_stages)
 
 
 def stage_layers(layers: int, stage: int, stages: int) -> range:
@@ -295,7 +295,7 @@ def train_rank(ctx: Any, plan: TrainingPlan) -> dict[str, Any]:
     losses: list[torch.Tensor] = []
     with registered(carrier, pipe_members):
         pipeline_stages = build_stages(modules, stages, carrier, metas)
-        schedule = make_schedule(plan.training.schedule, pipeline_stages, micro_batches, loss_fn)
+        schedule = make_schedule(plan.training.schedule_spec, pipeline_stages, micro_batches, loss_fn)
         last = stages - 1 in modules
         args = (inputs,) if 0 in modules else ()
         schedule.step(*args, target=targets if last else None, losses=losses if last else None)

@@ -19,10 +19,10 @@ from typing import Any
 import pandas as pd
 import torch
 
-from ..cost import SCHEDULE_KINDS, Training, check_schedule
 from ..errors import ClusterError, CostError, LayoutError
 from ..layout import Layout
 from ..runtime.supervisor import preload_in_workers
+from ..setup import SCHEDULE_KINDS, Training, check_schedule
 from .dropout_check import dropout_rows, mask_ids
 from .pipeline_carrier import require_pipelining
 from .tiny_gpt import TinyGPT, reference_step
@@ -223,7 +223,7 @@ def training_settings(
         layout = layout.replace(sequence_tensor_parallel=True)
     micro_batches = training.microbatches(layout.pipeline_parallel)
     stages = check_schedule(
-        training.schedule,
+        training.schedule_spec,
         layout.pipeline_parallel,
         micro_batches,
         training.virtual_pipeline_stages,
@@ -248,7 +248,7 @@ def model_for(layout: Layout, training: Training | None = None) -> TinyGPT:
     """
     training = Training() if training is None else training
     base, tp = TinyGPT(), layout.tensor_parallel
-    stages = SCHEDULE_KINDS[training.schedule].stages(layout.pipeline_parallel, training.virtual_pipeline_stages)
+    stages = training.schedule_spec.stages(layout.pipeline_parallel, training.virtual_pipeline_stages)
     split = layout.sequence_data_parallel * (tp if training.sequence_tensor_parallel or
                                              layout.sequence_tensor_parallel else 1)  # fmt: skip
     heads = math.lcm(base.heads, tp)
@@ -309,7 +309,7 @@ def check_training(
     settings = {"micro_batches": micro_batches, "micro_batch_size": training.micro_batch_size, "dropout": dropout}
     settings.update(zero_stage=training.zero_stage, recompute=training.recompute, seed=seed)
     settings["sequence_tensor_parallel"] = bool(layout.sequence_tensor_parallel)
-    if SCHEDULE_KINDS[training.schedule].multi_stage:
+    if training.schedule_spec.multi_stage:
         settings["virtual_stages"] = training.virtual_pipeline_stages
     check = TrainingCheck(applied, str(getattr(cluster, "mode", "processes")), training.schedule, settings, None,
                           None, None, _empty_tensors(), None, [], tolerance, training=training)  # fmt: skip

@@ -8,9 +8,8 @@ import json
 import sys
 from typing import Any
 
-from ..cost import HARDWARE_PRESETS, PRESETS
-from ..cost.hardware import DEFAULT_HARDWARE
 from ..errors import CostError
+from ..setup import DEFAULT_HARDWARE, HARDWARE_PRESETS, PRESETS
 from .flags import (
     add_hardware_arguments,
     add_layout_arguments,
@@ -59,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
             "--replay runs the step's collectives on the pool's groups, which has no expert groups yet; leave out "
             f"--replay or --expert-parallel={layout.expert_parallel}",
         )
-    from ..cost import Transformer, estimate
+    from ..cost import estimate
+    from ..setup import Transformer
 
     try:
         changes = {} if args.seq_length is None else {"seq_length": args.seq_length}

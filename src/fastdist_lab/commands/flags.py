@@ -98,51 +98,71 @@ def add_layout_arguments(parser: argparse.ArgumentParser, launcher: bool = False
 
 
 def add_training_arguments(parser: argparse.ArgumentParser) -> None:
-    """The training set-up's flags, spelled and defaulted alike in every command (``cost.Training``'s defaults):
-    ``--schedule`` (1f1b), ``--virtual-pipeline-stages`` / ``--virtual-stages`` (1), ``--micro-batches`` /
-    ``--num-microbatches`` (the pipeline size), ``--micro-batch-size`` (1), ``--zero-stage`` (0) or
-    ``--distributed-optimizer`` (ZeRO 1), ``--recompute`` (none), ``--sequence-tensor-parallel``, ``--engine``
-    (megatron) and ``--torch-compile`` (eager). Values are
-    checked by ``Training`` (one line naming the value)."""
-    from ..cost import DEFAULT_ENGINE, ENGINES, RECOMPUTE, SCHEDULES
+    """The training set-up's flags, generated from ``Training``'s declarations (``setup.TRAINING_SETTINGS``): each
+    field's flag, aliases and help, spelled and defaulted alike in every command (``cost``, ``train-step``); a field
+    on by default is turned off by ``--no-...``. Values are checked by ``Training`` (one line naming the value)."""
+    from ..setup import TRAINING_SETTINGS, Training
+    from ..setup.settings import defaults_of
 
-    group = parser.add_argument_group("training set-up", "as cost.Training: the same flags in cost and train-step")
-    group.add_argument("--schedule", default="1f1b", metavar="NAME",
-                       help=f"pipeline schedule: {', '.join(SCHEDULES)} (default: %(default)s)")  # fmt: skip
-    group.add_argument(
-        "--virtual-pipeline-stages",
-        "--virtual-stages",
-        dest="virtual_pipeline_stages",
-        type=int,
-        default=1,
-        help="model chunks per pipeline rank (>= 2 for interleaved-1f1b; default 1)",
-    )
-    group.add_argument("--micro-batches", "--num-microbatches", dest="num_microbatches", type=int, default=None,
-                       help="micro-batches per step and data rank (default: the pipeline size)")  # fmt: skip
-    group.add_argument("--micro-batch-size", type=int, default=1, help="sequences per micro-batch (default: 1)")
-    zero = group.add_mutually_exclusive_group()
-    zero.add_argument("--zero-stage", type=int, default=None, help="ZeRO stage 0-3 (default: 0)")
-    zero.add_argument("--distributed-optimizer", action="store_true", help="shard optimizer states (ZeRO 1)")
-    group.add_argument("--recompute", choices=RECOMPUTE, default="none",
-                       help="activation recompute in the backward pass (default: none)")  # fmt: skip
-    group.add_argument("--sequence-tensor-parallel", action="store_true",
-                       help="split the residual stream along the sequence over the tensor group")  # fmt: skip
-    group.add_argument("--expert-load-imbalance", type=float, default=1.0, metavar="X",
-                       help="mixture of experts: busiest expert rank's tokens over the mean (default: 1.0)")
-    group.add_argument("--engine", default=DEFAULT_ENGINE, metavar="NAME",
-                       help=f"training engine: {', '.join(ENGINES)} (default: %(default)s)")  # fmt: skip
-    group.add_argument("--torch-compile", action="store_true",
-                       help="the model runs under torch.compile: element-wise work fused (default: eager)")
+    defaults = defaults_of(Training)
+    group = parser.add_argument_group("training set-up", "as setup.Training: the same flags in cost and train-step")
+    exclusive = {name: group.add_mutually_exclusive_group() for name, spec in TRAINING_SETTINGS.items()
+                 if spec.excludes}  # fmt: skip
+    exclusive.update({TRAINING_SETTINGS[name].excludes: place for name, place in exclusive.items()})
+    for name, spec in TRAINING_SETTINGS.items():
+        place = exclusive.get(name, group)
+        place.add_argument(*flag_names(spec, defaults[name]), dest=name, **flag_options(name, spec, defaults[name]))
+
+
+def flag_names(spec: Any, default: Any) -> list[str]:
+    """A setting's flag and its aliases (``--no-<flag>`` for a flag that is on by default, and no alias)."""
+    flag = spec.cli_flag(default)
+    return [flag] if flag != spec.flag else [flag, *spec.aliases]
+
+
+def flag_options(name: str, spec: Any, default: Any) -> dict[str, Any]:
+    """The ``add_argument`` options of one value of the setting ``name`` (``spec``, a ``setup.Setting``) whose default
+    is ``default``: its type, choices, how many values and its help with the default said once."""
+    shown = spec.none_means if default is None else default
+    if spec.kind == "flag":
+        what = "off" if default else "on"
+        return {"action": "store_false" if default else "store_true", "default": default,
+                "help": f"{spec.help} ({what} with the flag; default: {'on' if default else 'off'})"}  # fmt: skip
+    options: dict[str, Any] = {"default": default, "help": f"{spec.help} (default: {shown})"}
+    if spec.kind == "choice":  # refused by the parser, or by Training (its one line names the field)
+        options.update(metavar="NAME", help=f"{spec.help}: {', '.join(map(str, spec.choices))} (default: {shown})")
+        if spec.cli_choices:
+            options["type"] = choice_of(name, spec.choices)
+    elif spec.kind == "number":
+        options.update(type=float, metavar="X")
+    elif spec.kind == "counts":
+        options.update(type=int, nargs="+", metavar="N")
+    else:
+        options.update(type=int, metavar="N")
+    return options
+
+
+def choice_of(name: str, choices: Any) -> Any:
+    """An argparse ``type`` for the choice setting ``name``: the value when it is one of ``choices``, else an error that
+    names the field and its choices (``argument --engine: invalid choice: 'jax' (engine='jax' must be one of ...)``)."""
+
+    def choice(value: str) -> str:
+        if value not in choices:
+            choices_text = ", ".join(map(repr, choices))
+            raise argparse.ArgumentTypeError(
+                f"invalid choice: {value!r} ({name}={value!r} must be one of {choices_text})"
+            )
+        return value
+
+    return choice
 
 
 def training_from_args(args: argparse.Namespace) -> Any:
-    """The ``cost.Training`` that ``add_training_arguments``' flags describe (``CostError`` naming a bad value)."""
-    from ..cost import Training
+    """The ``setup.Training`` that ``add_training_arguments``' flags describe (``CostError`` naming a bad value);
+    each flag's value is stored under its field's name."""
+    from ..setup import TRAINING_SETTINGS, Training
 
-    fields = ("schedule", "virtual_pipeline_stages", "num_microbatches", "micro_batch_size", "distributed_optimizer",
-              "zero_stage", "recompute", "sequence_tensor_parallel", "expert_load_imbalance", "engine",
-              "torch_compile")  # fmt: skip
-    return Training(**{name: getattr(args, name) for name in fields})  # each flag's dest is the field's name
+    return Training(**{name: getattr(args, name) for name in TRAINING_SETTINGS})
 
 
 def given_shape_flags(args: argparse.Namespace) -> list[str]:
@@ -247,7 +267,7 @@ def add_hardware_arguments(group: Any, presets: tuple[str, ...], default: str) -
 def hardware_from_args(args: argparse.Namespace) -> Any:
     """The ``Hardware`` the flags name: the ``--hardware`` preset on ``--inter-node-GBps`` where given
     (``Hardware.with_network``). ``CostError`` (one line naming the value) for a bad bandwidth."""
-    from ..cost import Hardware
+    from ..setup import Hardware
 
     return Hardware.preset(args.hardware).with_network(args.inter_node_GBps)
 

@@ -7,11 +7,13 @@ import argparse
 import json
 import sys
 import textwrap
+from typing import Any
 
-from ..cost import DEFAULT_ENGINE, ENGINES, HARDWARE_PRESETS, LIMITS, PRESETS, RANKED_ROWS, RECOMPUTE, SCHEDULES
-from ..cost.hardware import DEFAULT_HARDWARE
+from ..cost import LIMITS, RANKED_ROWS
+from ..cost.search.candidates import SEARCH_SETTINGS
 from ..errors import CostError
-from .flags import add_hardware_arguments, hardware_from_args, usage_error
+from ..setup import DEFAULT_HARDWARE, HARDWARE_PRESETS, PRESETS
+from .flags import add_hardware_arguments, flag_names, flag_options, hardware_from_args, usage_error
 
 HELP = (
     "rank every layout and training set-up of a model on some GPUs (tensor, pipeline, virtual stages, "
@@ -37,57 +39,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     limits = parser.add_argument_group(
         "limits", "narrow the search; without them every value the model and the GPUs allow is tried"
     )
-    for flags, name, what in (
-        (("--tensor-parallel", "--tp"), "tensor_parallel", "tensor-parallel sizes (default: the divisors of a node)"),
-        (("--pipeline-parallel", "--pp"), "pipeline_parallel", "pipeline-parallel sizes (default: every one)"),
-        (("--virtual-pipeline-stages", "--virtual-stages"), "virtual_pipeline_stages", "virtual stages per rank"),
-        (("--sequence-data-parallel", "--sdp"), "sequence_data_parallel", "sequence-data-parallel sizes"),
-        (("--micro-batch-size",), "micro_batch_size", "micro-batch sizes"),
-        (("--zero-stage",), "zero_stage", "ZeRO stages"),
-        (("--expert-parallel", "--ep"), "expert_parallel",
-         "expert-parallel sizes (default: the divisors of the experts; 1 for a dense model)"),
-        (("--expert-tensor-parallel", "--etp"), "expert_tensor_parallel",
-         "expert-tensor-parallel sizes (default: 1, and the tensor size for wide experts)"),
-    ):
-        default = LIMITS[name]
-        shown = f" (default: {' '.join(map(str, default))})" if default is not None else ""
-        limits.add_argument(*flags, dest=name, type=int, nargs="+", metavar="N", default=argparse.SUPPRESS,
-                            help=what if "default" in what else what + shown)  # fmt: skip
-    limits.add_argument("--schedule", choices=SCHEDULES, nargs="+", default=argparse.SUPPRESS,
-                        help="pipeline schedules (default: every one but looped-bfs)")  # fmt: skip
-    limits.add_argument(
-        "--recompute",
-        choices=RECOMPUTE,
-        nargs="+",
-        default=argparse.SUPPRESS,
-        help="activation recompute (default: none and full; selective only without flash attention)",
-    )
-    on_off = {"choices": ("on", "off"), "nargs": "?", "const": "on", "default": argparse.SUPPRESS}
-    for flag, what in (
-        ("--sequence-tensor-parallel", "sequence parallel in the tensor group on (the flag alone) or off"),
-        ("--pipeline-first", "pipeline ranks vary before data ranks (the flag alone), or data first (off)"),
-    ):
-        limits.add_argument(flag, **on_off, help=f"{what}; default: both are tried")
-    limits.add_argument("--engine", default=argparse.SUPPRESS, metavar="NAME",
-                        help=f"training engine: {', '.join(ENGINES)} (default: {DEFAULT_ENGINE})")  # fmt: skip
-    limits.add_argument("--expert-load-imbalance", type=float, default=argparse.SUPPRESS, metavar="X",
-                        help="mixture of experts: tokens of the busiest expert rank over the mean (default: 1.0)")
+    fixed = parser.add_argument_group("fixed for every set-up (as setup.Training)")
+    for name, spec in SEARCH_SETTINGS.items():  # declared once, beside each field (setup.Training's Settings)
+        if spec.search == "varied":
+            limits.add_argument(*[spec.flag, *spec.aliases], dest=name, **varied_options(spec, LIMITS[name]))
+        else:
+            options = {**flag_options(name, spec, LIMITS[name]), "default": argparse.SUPPRESS}
+            fixed.add_argument(*flag_names(spec, LIMITS[name]), dest=name, **options)
     limits.add_argument(
         "--allow-smaller-batch",
         action="store_true",
         default=argparse.SUPPRESS,
         help="where the batch does not divide over the data ranks, run the largest that does",
     )
-    kernels = parser.add_argument_group("kernels and overlap (fixed for every set-up)")
-    for flag, action, what in (
-        ("--no-flash-attention", "store_false", "attention keeps its scores (no fused kernel)"),
-        ("--no-overlap-data-parallel", "store_false", "gradients reduced after the last backward"),
-        ("--no-overlap-pipeline-parallel", "store_false", "blocking sends between stages"),
-        ("--overlap-tensor-parallel", "store_true", "tensor-parallel collectives overlap their GEMMs"),
-        ("--torch-compile", "store_true", "the model runs under torch.compile: element-wise work fused"),
-    ):
-        name = flag.removeprefix("--no-").removeprefix("--").replace("-", "_")  # the Training field it sets
-        kernels.add_argument(flag, dest=name, action=action, default=argparse.SUPPRESS, help=what)
     output = parser.add_argument_group("output")
     output.add_argument("--top", type=int, default=RANKED_ROWS, help="rows to show (default: %(default)s)")
     output.add_argument("--format", choices=("table", "json", "csv"), default="table",
@@ -95,11 +59,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     output.add_argument("--quiet", action="store_true", help="no progress bar (it shows on a terminal only)")
 
 
+def varied_options(spec: Any, tried: Any) -> dict[str, Any]:
+    """The ``add_argument`` options of a limit the search varies (``spec``, a ``setup.Setting``; ``tried``: the values
+    it tries by default, ``None`` for every one the model and the GPUs allow): one or more values, or for a flag
+    ``on`` / ``off`` (both tried when not given)."""
+    if spec.kind == "flag":
+        return {"choices": ("on", "off"), "nargs": "?", "const": "on", "default": argparse.SUPPRESS,
+                "help": f"{spec.help}; default: both are tried"}  # fmt: skip
+    shown = "" if tried is None or "default" in spec.help else f" (default: {' '.join(map(str, tried))})"
+    options: dict[str, Any] = {"nargs": "+", "default": argparse.SUPPRESS, "help": spec.help + shown}
+    if spec.kind == "choice":
+        return {**options, "choices": spec.choices, "metavar": "NAME",
+                "help": f"{spec.help}: {', '.join(spec.choices)}{shown}"}  # fmt: skip
+    return {**options, "type": int, "metavar": "N"}
+
+
 def search_limits(args: argparse.Namespace) -> dict[str, object]:
     """The ``search`` keyword arguments the flags give: only what was given, spelled as ``LIMITS`` names it."""
     given = {name: getattr(args, name) for name in LIMITS if hasattr(args, name)}
-    for name in ("sequence_tensor_parallel", "pipeline_first"):
-        if name in given:
+    for name, spec in SEARCH_SETTINGS.items():
+        if name in given and spec.search == "varied" and spec.kind == "flag":
             given[name] = given[name] == "on"
     given["top"] = args.top
     return given
@@ -109,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     """Search and print the best rows; 0 on success, 1 when no set-up fits the memory, 2 for bad input (one line on
     stderr)."""
     from ..cost import search
-    from ..cost.ranking import ranked_legend, ranked_lines, search_summary
+    from ..cost.search.ranking import ranked_legend, ranked_lines, search_summary
     from ..runtime.progress import finish, resolve_progress
 
     progress = resolve_progress(False if args.quiet else None, "search", leave=False)

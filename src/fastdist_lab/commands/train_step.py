@@ -76,8 +76,8 @@ def run(args: argparse.Namespace) -> int:
     layout = layout_from_args(args, experts=True)  # LayoutError -> exit 2 in cli.main
     from ..checks import TinyGPT, check_training
     from ..checks.train_step import training_settings
-    from ..cost import DEFAULT_ENGINE
     from ..errors import ClusterError, CostError
+    from ..setup import DEFAULT_ENGINE
 
     try:
         training = training_from_args(args)

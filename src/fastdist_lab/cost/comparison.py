@@ -8,10 +8,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import CostError
+from ..setup import Hardware, Training, Transformer
 from .cost_report import CostReport, estimate
-from .hardware import Hardware
-from .model import Transformer
-from .training import Training
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -13,17 +13,14 @@ import numpy as np
 from ..errors import CostError
 from ..formatting import TEXT_WIDTH, format_bytes, format_seconds, wrap_lines
 from ..painters import paint
-from .communication import COMMUNICATION_COLUMNS, CollectiveRow, row_columns, step_rows
-from .efficiency import DEFAULT_EFFICIENCY, Efficiency
-from .engines import DEFAULT_ENGINE
-from .hardware import Hardware
-from .memory import MEMORY_COLUMNS, as_numbers, stage_memory
-from .model import Transformer
-from .setups import Setups
-from .sizes import Sizes
-from .step import StepTime, step_columns
-from .training import Training
-from .trust import band_for, setup_kind
+from ..setup import DEFAULT_EFFICIENCY, DEFAULT_ENGINE, Efficiency, Hardware, Training, Transformer, setup_kind
+from .evidence.trust import band_for
+from .formulas.communication import COMMUNICATION_COLUMNS, CollectiveRow, row_columns, step_rows
+from .formulas.memory import MEMORY_COLUMNS, as_numbers, stage_memory
+from .formulas.setup_columns import Setups
+from .formulas.sizes import Sizes, one_setup
+from .formulas.step import step_columns
+from .step_time import StepTime
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -147,7 +144,7 @@ class CostReport:
 
     @property
     def kind(self) -> str:
-        """The set-up's kind of parallelism (``trust.setup_kind``: ``"tp+pp+dp"``), as its error band reads it."""
+        """The set-up's kind of parallelism (``setup_kind``: ``"tp+pp+dp"``), as its error band reads it."""
         layout = self.layout
         data = layout.data_parallel // layout.sequence_data_parallel
         expert = getattr(layout, "expert_parallel", 1)
@@ -349,8 +346,7 @@ def estimate(layout: Any, model: Transformer | str, training: Training | None = 
     training = Training() if training is None else training
     if not isinstance(training, Training):
         raise CostError(f"training={training!r} must be a Training")
-    sizes = Sizes.of(layout, model, training)
-    setups = Setups.single(layout, model, training, sizes.sequence_parallel)
+    sizes, setups = one_setup(layout, model, training)
     stages = stage_memory(as_numbers(setups))  # one row, computed on plain numbers (issue 26: 1.5x faster)
     rows = step_rows(layout, model, training, sizes, stages)
     return CostReport(layout, model, training, sizes, stages, rows, setups)

@@ -223,8 +223,9 @@ def _tensor_all_reduces(report: Any) -> int:
 def check_tensor_collectives_per_layer(per_layer: Any) -> None:
     """Exercise: tensor-parallel all-reduces of one transformer layer for one micro-batch (forward and backward,
     no sequence tensor parallel, no recompute), checked against ``estimate(...).communication``."""
-    from ..cost import Training, estimate
+    from ..cost import estimate
     from ..layout import Layout
+    from ..setup import Training
 
     model = "llama2-7b"
     report = estimate(Layout(world_size=2, tensor_parallel=2), model, Training(num_microbatches=1))

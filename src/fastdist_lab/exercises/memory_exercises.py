@@ -14,8 +14,9 @@ ZERO_DATA_PARALLEL = 8
 
 def _state_bytes_per_parameter(stage: int, data_parallel: int) -> float:
     """(weights + gradients + optimizer) bytes over parameters of one rank, from the cost report."""
-    from ..cost import Training, estimate
+    from ..cost import estimate
     from ..layout import Layout
+    from ..setup import Training
 
     report = estimate(Layout(world_size=data_parallel), "llama2-7b", Training(zero_stage=stage))
     row = report.memory.iloc[0]

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..cost import divisors
 from ..layout import Layout
+from ..numbering import divisors
 from .canvas import blend, frame, rgb8, stripe_slots
 from .colors import fade
 from .grid import CellGrid, place_cells

@@ -15,8 +15,8 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from ..cost import SCHEDULES
-from ..cost.hardware import GiB
+from ..setup import SCHEDULES
+from ..setup.hardware import GiB
 from .canvas import blend, png_bytes
 from .colors import group_colors
 from .render import InlineFigure, to_pixels

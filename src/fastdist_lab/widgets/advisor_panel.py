@@ -23,27 +23,16 @@ import numpy as np
 import traitlets
 from ipyevents import Event
 
-from ..cost import (
-    DEFAULT_ENGINE,
-    ENGINES,
-    HARDWARE_PRESETS,
-    PRESETS,
-    RANKED_LEGEND,
-    RANKED_ROWS,
-    Hardware,
-    Training,
-    ranked_legend,
-    ranked_lines,
-    search_summary,
-)
+from ..cost import RANKED_LEGEND, RANKED_ROWS, ranked_legend, ranked_lines, search_summary
 from ..cost import search as search_layouts
-from ..cost.hardware import DEFAULT_HARDWARE
 from ..errors import CostError
 from ..layout import Layout
 from ..runtime.progress import bar_delay
+from ..setup import DEFAULT_ENGINE, DEFAULT_HARDWARE, HARDWARE_PRESETS, PRESETS, Hardware, Training
 from ..validation import check_int
 from ..viz import SearchPicture
 from .panel_parts import Debouncer, Panel, error_html, network_box, number_box, short_error
+from .setting_controls import make_controls, panel_settings
 
 SEARCH_DELAY = 0.4
 """Seconds the inputs must rest, in a kernel, before they are searched."""
@@ -60,7 +49,7 @@ ROWS_STYLE = (
 )
 """CSS of the ranked rows and their header (one monospace font: the columns line up)."""
 
-_INPUTS = ("model", "gpus", "gpus_per_node", "hardware", "engine", "torch_compile", "global_batch_size", "top")
+_INPUTS = ("model", "gpus", "gpus_per_node", "hardware", *panel_settings("advisor"), "global_batch_size", "top")
 """The search's inputs: each a control of the panel, named as ``cost.search``'s argument."""
 
 _CONTROLS = (*_INPUTS, "inter_node_GBps")
@@ -126,13 +115,13 @@ class AdvisorPanel(Panel):
                                         max=1024)  # fmt: skip
         self.hardware = widgets.Dropdown(options=list(HARDWARE_PRESETS), value=hardware, description="hardware",
                                          style=style).add_class("fdl-advisor-hardware")  # fmt: skip
-        self.engine = widgets.Dropdown(options=list(ENGINES), value=engine, description="engine", style=style,
-                                       tooltip="cost.Training.engine: the engine every row is priced for")  # fmt: skip
-        self.engine.add_class("fdl-advisor-engine")
+        self.controls = make_controls("advisor")
+        """The ``Training`` fields every row of the search shares that the Advisor offers (``setting_controls``: the
+        engine, ``torch_compile``), by name; each also an attribute (``panel.engine``)."""
+        for name, control in self.controls.items():
+            setattr(self, name, control)
+        self.engine.value = engine
         self.inter_node_GBps = network_box("fdl-advisor-network")
-        self.torch_compile = widgets.Checkbox(
-            value=False, description="torch.compile", indent=False, tooltip="cost.Training.torch_compile"
-        ).add_class("fdl-advisor-compile")
         self.global_batch_size = number_box(global_batch_size, "global batch", "170px", "fdl-advisor-batch", min=1,
                                             max=1 << 24)  # fmt: skip
         self.top = number_box(top, "rows", "120px", "fdl-advisor-top", min=1, max=1000)
@@ -159,7 +148,7 @@ class AdvisorPanel(Panel):
         row = widgets.Layout(flex_flow="row wrap", align_items="center")
         table = widgets.VBox([self.header, self.rows, self.legend], layout=widgets.Layout(margin="0 12px 0 0"))
         self.widget.children = [
-            widgets.HBox([self.model, self.gpus, self.gpus_per_node, self.hardware, self.engine, self.torch_compile],
+            widgets.HBox([self.model, self.gpus, self.gpus_per_node, self.hardware, *self.controls.values()],
                          layout=row),  # fmt: skip
             widgets.HBox([self.global_batch_size, self.inter_node_GBps, self.top, self.search_button,
                           self.train_button, self.progress], layout=row),  # fmt: skip

@@ -12,43 +12,17 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from ..cost import (
-    DEFAULT_ENGINE,
-    ENGINES,
-    HARDWARE_PRESETS,
-    PRESETS,
-    RECOMPUTE,
-    SCHEDULES,
-    CostReport,
-    Hardware,
-    Training,
-    Transformer,
-    compare_reports,
-    estimate,
-    format_bytes,
-    layout_name,
-)
+from ..cost import CostReport, compare_reports, estimate, format_bytes, layout_name
 from ..layout import Layout
+from ..setup import DEFAULT_HARDWARE, HARDWARE_PRESETS, PRESETS, TRAINING_SETTINGS, Hardware, Training, Transformer
 from ..viz import to_png
 from ..viz.cost_pictures import plot_memory, plot_traffic, traffic_dim, traffic_title
 from .layout_panel import LayoutPanel
-from .panel_parts import (
-    TABLE_STYLE,
-    ZERO_CHOICES,
-    ClusterFollower,
-    Debouncer,
-    frame_table,
-    network_box,
-    number_box,
-    short_error,
-)
+from .panel_parts import TABLE_STYLE, ClusterFollower, Debouncer, frame_table, network_box, number_box, short_error
+from .setting_controls import control_value, make_controls, set_control
 from .step_view import StepView
 
 _VIEWS = (("this layout", "single"), ("data-first vs pipeline-first", "compare"))
-_CONTROLS = ("micro_batch_size", "zero_stage", "sequence_tensor_parallel", "recompute", "schedule",
-             "virtual_pipeline_stages", "expert_load_imbalance", "engine", "torch_compile")  # fmt: skip
-"""The ``Training`` fields whose control (of the same name) holds their value as it is."""
-_CONTROLLED = (*_CONTROLS, "num_microbatches", "distributed_optimizer")  # num_microbatches: 0 for None
 
 
 def other_order(layout: Layout) -> Layout:
@@ -119,39 +93,21 @@ class CostPanel(ClusterFollower):
         preset = Transformer.preset(model)
         self.model = widgets.Dropdown(options=list(PRESETS), value=model, description="model", style=style)
         self.seq_length = number_box(preset.seq_length, "sequence length", "190px", min=1, max=1 << 22)
-        self.micro_batch_size = number_box(1, "micro-batch", "190px", min=1, max=4096)
-        self.num_microbatches = number_box(0, "micro-batches (0: stages)", "230px", min=0, max=1 << 16)
-        self.zero_stage = widgets.Dropdown(options=list(ZERO_CHOICES), value=0, description="ZeRO", style=style)
-        self.sequence_tensor_parallel = widgets.Checkbox(value=False, description="sequence tensor parallel",
-                                                         indent=False)  # fmt: skip
-        self.recompute = widgets.Dropdown(options=list(RECOMPUTE), value="none", description="recompute", style=style)
-        self.schedule = widgets.Dropdown(options=list(SCHEDULES), value="1f1b", description="schedule", style=style)
-        self.virtual_pipeline_stages = number_box(1, "virtual stages", "190px", min=1, max=128)
-        self.hardware = widgets.Dropdown(options=list(HARDWARE_PRESETS), value="dgx-h100", description="hardware",
-                                         style=style)  # fmt: skip
+        self.hardware = widgets.Dropdown(options=list(HARDWARE_PRESETS), value=DEFAULT_HARDWARE,
+                                         description="hardware", style=style)  # fmt: skip
         self.inter_node_GBps = network_box()
-        self.engine = widgets.Dropdown(options=list(ENGINES), value=DEFAULT_ENGINE, description="engine", style=style,
-                                       tooltip="cost.Training.engine: the engine that runs the step")  # fmt: skip
-        self.torch_compile = widgets.Checkbox(
-            value=False, description="torch.compile", indent=False, tooltip="cost.Training.torch_compile"
-        )
-        self.expert_load_imbalance = widgets.BoundedFloatText(
-            value=1.0, min=1.0, max=64.0, step=0.05, description="expert load (busiest / mean)",
-            continuous_update=False, style=style, layout=widgets.Layout(width="260px"),
-            disabled=not preset.is_moe, tooltip="Training.expert_load_imbalance: a mixture of experts only",
-        )  # fmt: skip
+        self.controls = make_controls("cost")
+        """The training set-up's controls by field name (``setting_controls``: one per field declared with a
+        control), each also an attribute of the panel (``panel.micro_batch_size``)."""
+        for name, control in self.controls.items():
+            setattr(self, name, control)
+        self.controls["expert_load_imbalance"].disabled = not preset.is_moe  # a dense model routes nothing
         self.view = widgets.ToggleButtons(options=list(_VIEWS), value="single")
         self.replay_button = self._cluster_button = widgets.Button(description="Replay on cluster", icon="play")
         self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="200px"))
         for control, css in (
             (self.model, "fdl-cost-model"), (self.seq_length, "fdl-cost-seq-length"),
-            (self.micro_batch_size, "fdl-cost-micro-batch"), (self.num_microbatches, "fdl-cost-microbatches"),
-            (self.zero_stage, "fdl-cost-zero"), (self.sequence_tensor_parallel, "fdl-cost-stp"),
-            (self.recompute, "fdl-cost-recompute"), (self.hardware, "fdl-cost-hardware"),
-            (self.inter_node_GBps, "fdl-cost-network"),
-            (self.schedule, "fdl-cost-schedule"), (self.virtual_pipeline_stages, "fdl-cost-virtual-stages"),
-            (self.expert_load_imbalance, "fdl-cost-expert-load"), (self.engine, "fdl-cost-engine"),
-            (self.torch_compile, "fdl-cost-compile"),
+            (self.hardware, "fdl-cost-hardware"), (self.inter_node_GBps, "fdl-cost-network"),
             (self.view, "fdl-cost-view"), (self.replay_button, "fdl-cost-replay"), (self.progress, "fdl-cost-progress"),
         ):  # fmt: skip
             control.add_class(css)
@@ -164,10 +120,8 @@ class CostPanel(ClusterFollower):
         self.replay_table = widgets.HTML().add_class("fdl-cost-replay-table")
         row = widgets.Layout(flex_flow="row wrap", align_items="center")
         self.widget.children = [
-            widgets.HBox([self.model, self.seq_length, self.micro_batch_size, self.num_microbatches], layout=row),
-            widgets.HBox([self.zero_stage, self.sequence_tensor_parallel, self.recompute, self.hardware], layout=row),
-            widgets.HBox([self.schedule, self.virtual_pipeline_stages, self.expert_load_imbalance], layout=row),
-            widgets.HBox([self.engine, self.torch_compile, self.inter_node_GBps], layout=row),
+            widgets.HBox([self.model, self.seq_length, self.hardware, self.inter_node_GBps], layout=row),
+            widgets.HBox(list(self.controls.values()), layout=row),
             widgets.HBox([self.view, self.replay_button, self.progress], layout=row),
             self.status,
             self.step_view.widget,
@@ -188,8 +142,8 @@ class CostPanel(ClusterFollower):
         self._stale = False
         self._redraw = Debouncer(self._render, debounce)
         self.model.observe(self._on_model, names="value")
-        for name in ("seq_length", "num_microbatches", "hardware", "inter_node_GBps", "view", *_CONTROLS):
-            getattr(self, name).observe(lambda _: self._estimate(), names="value")
+        for control in (self.seq_length, self.hardware, self.inter_node_GBps, self.view, *self.controls.values()):
+            control.observe(lambda _: self._estimate(), names="value")
         self.replay_button.on_click(lambda _: self.replay())
         self.observe(lambda _: self._estimate(), names="layout")
         self.observe(lambda _: self._refresh_button(), names="cluster")
@@ -211,9 +165,7 @@ class CostPanel(ClusterFollower):
         """The ``Training`` the controls hold, with ``other_training`` (``CostError`` when they contradict each
         other)."""
         return Training(
-            **self.other_training,
-            **{name: getattr(self, name).value for name in _CONTROLS},
-            num_microbatches=self.num_microbatches.value or None,
+            **self.other_training, **{name: control_value(name, control) for name, control in self.controls.items()}
         )
 
     @contextmanager
@@ -239,12 +191,12 @@ class CostPanel(ClusterFollower):
             if training is not None:
                 default = Training()
                 self.other_training = {
-                    name: getattr(training, name) for name in Training.__dataclass_fields__
-                    if name not in _CONTROLLED and getattr(training, name) != getattr(default, name)
-                }  # fmt: skip
-                for name in _CONTROLS:
-                    getattr(self, name).value = getattr(training, name)
-                self.num_microbatches.value = training.num_microbatches or 0
+                    name: getattr(training, name) for name in TRAINING_SETTINGS
+                    if name not in self.controls and name != "distributed_optimizer"
+                    and getattr(training, name) != getattr(default, name)
+                }  # fmt: skip (distributed_optimizer: the ZeRO stage's control says it)
+                for name, control in self.controls.items():
+                    set_control(name, control, getattr(training, name))
             if hardware is not None:
                 self.hardware.value = hardware
             if inter_node_GBps is not None:
@@ -263,7 +215,7 @@ class CostPanel(ClusterFollower):
     # ----------------------------------------------------------------- reactions
     def _on_model(self, change: dict) -> None:
         preset = Transformer.preset(change["new"])
-        self.expert_load_imbalance.disabled = not preset.is_moe  # a dense model routes nothing
+        self.controls["expert_load_imbalance"].disabled = not preset.is_moe  # a dense model routes nothing
         seq = preset.seq_length
         if self.seq_length.value != seq:
             self.seq_length.value = seq  # estimates once, through the seq_length observer

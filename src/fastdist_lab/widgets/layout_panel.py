@@ -12,11 +12,11 @@ import numpy as np
 import traitlets
 
 from ..config import DIM_NAMES
-from ..cost import divisors
 from ..errors import LayoutError
 from ..experts import EXPERT_DIM_NAMES
 from ..formatting import members_text, plural
 from ..layout import RANK_COLUMNS, Layout
+from ..numbering import divisors
 from ..validation import check_int
 from ..viz import grid_picture, verdict_marks
 from ..viz.layout_picture import check_ranks

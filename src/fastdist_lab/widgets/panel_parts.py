@@ -112,10 +112,6 @@ def network_box(css: str = "") -> Any:
     return box
 
 
-ZERO_CHOICES = (("0: none", 0), ("1: distributed optimizer", 1), ("2: + gradients", 2), ("3: + weights", 3))
-"""The ZeRO stages as a dropdown offers them (label, stage): the cost panel's and the train view's."""
-
-
 class FactorDropdown(widgets.Dropdown):
     """A ``Dropdown`` of positive integers that offers the values that can be valid.
 

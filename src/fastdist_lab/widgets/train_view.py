@@ -2,8 +2,9 @@
 (``checks.check_training``), shown as the per-parameter table and the rank grid coloured by each rank's worst
 error (green within the tolerance, red outside: ``viz.training_marks``); clicking a rank lists its tensors.
 
-The step runs a ``cost.Training``: the one the controls hold (schedule, virtual stages, ZeRO stage, recompute), with
-the rest (micro-batches, micro-batch size, sequence tensor parallel) as last ``load``-ed, e.g. an Advisor row's."""
+The step runs a ``setup.Training``: the one the controls hold (the fields declared with a control for the ``"train"``
+panel: ZeRO stage, recompute, schedule, virtual stages), with the rest (micro-batches, micro-batch size, sequence
+tensor parallel) as last ``load``-ed, e.g. an Advisor row's."""
 
 from __future__ import annotations
 
@@ -13,12 +14,13 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from ..cost import RECOMPUTE, SCHEDULES, Training
 from ..layout import Layout
+from ..setup import Training
 from ..viz import grid_picture, training_marks
 from .grid_view import GridView
-from .panel_parts import TABLE_STYLE, ZERO_CHOICES, frame_table
+from .panel_parts import TABLE_STYLE, frame_table
 from .rank_card import hover_text
+from .setting_controls import make_controls, set_control
 
 TRAIN_HINT = "<i>click a rank to list its tensors and their errors</i>"
 """What the side card says before a rank is chosen."""
@@ -53,25 +55,19 @@ def rank_tensors_html(check: Any, rank: int) -> str:
 
 
 class TrainStepView:
-    """The *Train step* button with its settings (``schedule``, ``virtual_stages``, ``zero_stage``, ``recompute``,
-    ``dropout``; ``training()`` is the ``cost.Training`` they make with the last ``load``-ed set-up), a line saying
+    """The *Train step* button with its settings (``controls``: ``zero_stage``, ``recompute``, ``schedule``,
+    ``virtual_pipeline_stages``; and ``dropout``; ``training()`` is the ``setup.Training`` they make with the last
+    ``load``-ed set-up), a line saying
     that set-up (``setup``), a status line, the rank grid of the last step (``view``) and the per-parameter table
     (``table``); ``check`` is the last ``TrainingCheck``."""
 
     def __init__(self) -> None:
         self.button = widgets.Button(description="Train step", icon="graduation-cap", disabled=True)
         self.button.add_class("fdl-train-step")
-        narrow = widgets.Layout(width="170px")
-        self.schedule = widgets.Dropdown(options=list(SCHEDULES), value="1f1b", description="schedule",
-                                         layout=widgets.Layout(width="240px"))  # fmt: skip
-        self.schedule.add_class("fdl-train-schedule")
-        self.virtual_stages = widgets.BoundedIntText(value=1, min=1, max=64, description="virtual", layout=narrow)
-        self.virtual_stages.add_class("fdl-train-virtual-stages")
-        self.zero_stage = widgets.Dropdown(options=list(ZERO_CHOICES), value=0, description="ZeRO",
-                                           layout=widgets.Layout(width="260px"))  # fmt: skip
-        self.zero_stage.add_class("fdl-train-zero")
-        self.recompute = widgets.Dropdown(options=list(RECOMPUTE), value="none", description="recompute", layout=narrow)
-        self.recompute.add_class("fdl-train-recompute")
+        self.controls = make_controls("train")
+        """The training set-up's controls by field name (``setting_controls``), each also an attribute."""
+        for name, control in self.controls.items():
+            setattr(self, name, control)
         self.dropout = widgets.BoundedFloatText(
             value=0.0, min=0.0, max=0.9, step=0.05, description="dropout", layout=widgets.Layout(width="160px")
         ).add_class("fdl-train-dropout")
@@ -80,7 +76,7 @@ class TrainStepView:
         self.view = GridView(self.select, self._zoom_to, self._hover_text)
         self.view.widget.layout.display = "none"
         self.table = widgets.HTML().add_class("fdl-train-table")
-        controls = [self.button, self.schedule, self.virtual_stages, self.zero_stage, self.recompute, self.dropout]
+        controls = [self.button, *self.controls.values(), self.dropout]
         self.widget = widgets.VBox(
             [widgets.HBox(controls, layout=widgets.Layout(flex_flow="row wrap")), self.setup, self.status,
              self.view.widget, self.table]
@@ -90,7 +86,7 @@ class TrainStepView:
         """The set-up last ``load``-ed: the fields without a control come from it."""
         self._highlight: int | None = None
         self._zoom: tuple[int, int] | None = None
-        for control in (self.schedule, self.virtual_stages, self.zero_stage, self.recompute):
+        for control in self.controls.values():
             control.observe(lambda _: self._show_setup(), names="value")
         self._show_setup()
 
@@ -101,16 +97,18 @@ class TrainStepView:
     def load(self, training: Training) -> None:
         """Set the controls to ``training`` (an Advisor row's, say) and keep its other fields for the next step."""
         self.loaded = training
-        self.schedule.value = training.schedule
-        self.virtual_stages.value = training.virtual_pipeline_stages
-        self.zero_stage.value = training.zero_stage
-        self.recompute.value = training.recompute
+        for name, control in self.controls.items():
+            set_control(name, control, getattr(training, name))
         self._show_setup()
 
     def training(self) -> Training:
         """The ``cost.Training`` the next step runs: the controls over the last ``load``-ed set-up."""
-        return self.loaded.replace(schedule=self.schedule.value, virtual_pipeline_stages=self.virtual_stages.value,
-                                   zero_stage=self.zero_stage.value, recompute=self.recompute.value)  # fmt: skip
+        return self.loaded.replace(**{name: control.value for name, control in self.controls.items()})
+
+    @property
+    def virtual_stages(self) -> Any:
+        """The virtual stages' control (``controls["virtual_pipeline_stages"]``), by its earlier name."""
+        return self.controls["virtual_pipeline_stages"]
 
     def _show_setup(self) -> None:
         try:
