@@ -101,7 +101,7 @@ def test_a_worker_server_killed_during_a_call_is_named_and_the_next_call_starts_
         f"the worker server (pid {server.pid}{separator}{how}) died during _sleep: ranks 0-7 lost with it",
         "the workers were stopped; the next call starts a fresh worker server and workers",
     ]
-    assert not isinstance(error, ClusterTimeout) and elapsed < 0.5 + 3  # as quick as a worker's death
+    assert not isinstance(error, ClusterTimeout) and elapsed < 0.5 + 10  # never the call's deadline (60 s)
     assert error.ranks == list(range(WORLD))
     assert {(r.status, r.error.type) for r in error.results} == {("died", "ServerDied")}
     assert not wait_gone(processes, 10)  # nothing of the dead server is left running

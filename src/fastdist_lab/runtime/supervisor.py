@@ -55,8 +55,9 @@ Report = Callable[[int, str], None]
 """``report(done, message)``: start-up progress (``done`` out of world size + 2)."""
 STOP_WAIT = 5.0
 """Seconds a server gets to end its workers and exit when the cluster closes, before its session is killed."""
-GUARD_WAIT = 1.0
-"""Seconds to wait, once the server died, for its guard to end what was below it and exit with the server's status."""
+GUARD_WAIT = 5.0
+"""Seconds to wait, once the server died, for its guard to end what was below it and exit with the server's status
+(a fraction of a second on an idle machine; more on a loaded one)."""
 CONTROLLER_MODULES = ("torch", "cloudpickle", "pandas", "tqdm.auto")
 """What the controller of a ``LocalCluster`` imports (the cluster's own modules need torch; results and progress need
 pandas and tqdm): ``prewarm`` imports them in the background."""
@@ -388,8 +389,10 @@ class WorkerServer:
             reply = self.channel.ask(
                 ExitStatuses(0, tuple(pids)), Statuses, time.monotonic() + 2, "statuses", self.check
             )
-        except (OSError, EOFError, ClusterError):  # it could not answer: dying (told to leave, it ends its workers
-            deadline = time.monotonic() + GUARD_WAIT  # first), or hung; give ``death`` the time to see it gone
+        except ClusterError:  # gone (``check``), or too slow to answer
+            return {}
+        except (OSError, EOFError):  # its channel closed: it is exiting (told to leave, it ends its workers first);
+            deadline = time.monotonic() + GUARD_WAIT  # ``death`` can tell how once it is gone
             while self.server_pid is not None and process_running(self.server_pid) and time.monotonic() < deadline:
                 time.sleep(0.01)
             return {}
