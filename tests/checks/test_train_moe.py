@@ -1,21 +1,28 @@
 """A mixture-of-experts training step (``checks.moe_layer``) on the pool's expert groups against one process.
 
 Gloo, 8 processes (the session's cluster, ``conftest.gloo``): expert parallel 2 and 4, expert-tensor parallel 1 and
-the tensor size (2), one case with 2 pipeline stages. Threads for the fault and the arguments refused."""
+the tensor size (2), one case with 2 pipeline stages; the worker server killed during a step. Threads for the fault
+and the arguments refused."""
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+
+import psutil
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fastdist_lab import Layout, SimulatedCluster
+from fastdist_lab import ClusterError, Layout, SimulatedCluster
 from fastdist_lab.checks import TrainingFault, check_training
 from fastdist_lab.checks.moe_layer import MoE
 from fastdist_lab.checks.tiny_gpt import Parallel, TinyGPT
 from fastdist_lab.cost import Training
-from fastdist_lab.errors import LayoutError
+from fastdist_lab.errors import ClusterTimeout, LayoutError
+from fastdist_lab.runtime.procs import wait_gone
 
 GLOO_CASES = {
     "ep2-etp1-tp2": dict(tensor_parallel=2, expert_parallel=2, expert_tensor_parallel=1),
@@ -41,6 +48,30 @@ def test_a_moe_step_on_gloo_matches_one_process(gloo, sizes):
     assert len(experts) == 4 * 3 * max(4, 2 * layout.expert_parallel)  # every expert's three tensors, every layer
     assert (experts["ranks"] == 8 // layout.pipeline_parallel // layout.expert_parallel).all()
     assert check.table["ok"].all()
+
+
+def test_a_worker_server_killed_during_a_moe_step_is_named(gloo, monkeypatch):
+    layout = Layout(world_size=8, backend="gloo", **GLOO_CASES["ep4-etp1"])
+    run, processes = gloo.run, []
+
+    def run_and_kill_the_server(fn, *args, **options):  # the cluster's own run; the server dies 0.25 s into the step
+        if fn.__name__ == "train_rank":
+            server = psutil.Process(gloo.server_pid)
+            processes.extend([server.parent().pid, server.pid, *gloo.pids])  # its guard, itself, its workers
+            threading.Timer(0.25, os.kill, (server.pid, signal.SIGKILL)).start()
+        return run(fn, *args, **options)
+
+    monkeypatch.setattr(gloo, "run", run_and_kill_the_server)
+    with pytest.raises(ClusterError) as caught:
+        check_training(gloo, layout)
+    monkeypatch.undo()
+    assert not isinstance(caught.value, ClusterTimeout)
+    assert str(caught.value).splitlines()[0] == (
+        f"the worker server (pid {processes[1]}, killed by SIGKILL) died during train_rank: ranks 0-7 lost with it"
+    )
+    assert not wait_gone(processes, 10)
+    assert gloo.run(lambda ctx: ctx.rank).values == list(range(8))  # a fresh server and workers, the layout re-applied
+    assert gloo.layout == layout and gloo.server_pid != processes[1]
 
 
 def test_with_sequence_tensor_parallel_and_zero_1_on_threads(threads):

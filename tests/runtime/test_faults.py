@@ -1,4 +1,5 @@
-"""Hangs, killed workers and interrupts: every call ends within its deadline and the cluster recovers."""
+"""Hangs, killed workers, a killed worker server and interrupts: every call ends within its deadline, names what
+died, and the cluster recovers."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import signal
 import threading
 import time
 
+import psutil
 import pytest
 
 from fastdist_lab import ClusterError
 from fastdist_lab.errors import ClusterTimeout
+from fastdist_lab.runtime.procs import wait_gone
 
 WORLD = 8
 """Ranks of the shared cluster (see conftest)."""
@@ -46,8 +49,6 @@ def test_a_hung_rank_raises_cluster_timeout_with_stacks_and_the_cluster_recovers
 
 
 def test_a_worker_killed_between_calls_shows_as_not_running_and_is_replaced(cluster):
-    from fastdist_lab.runtime.procs import wait_gone
-
     assert cluster.running
     victim = cluster.pids[4]
     os.kill(victim, signal.SIGKILL)
@@ -66,10 +67,65 @@ def test_a_killed_worker_server_shows_as_not_running_and_is_replaced(cluster):
     while cluster.running and time.monotonic() < deadline:
         time.sleep(0.01)
     assert not cluster.running
-    with pytest.warns(RuntimeWarning, match="died since the last call; starting fresh workers"):
+    named = rf"the worker server \(pid {server}, killed by SIGKILL\) died since the last call; starting fresh workers"
+    with pytest.warns(RuntimeWarning, match=named):
         results = cluster.run(lambda ctx: ctx.distributed.tensor_group.size())
     assert results.values == [2] * WORLD  # a new server, new workers, the layout applied again
     assert cluster.running and cluster.server_pid not in (None, server)
+
+
+def _sleep(ctx, seconds):
+    import time
+
+    time.sleep(seconds)
+    return ctx.rank
+
+
+@pytest.mark.parametrize("victim", ["server", "guard"])
+def test_a_worker_server_killed_during_a_call_is_named_and_the_next_call_starts_afresh(cluster, victim):
+    assert cluster.run(_sleep, 0).values == list(range(WORLD))  # loaded on every rank before the timed call
+    server = psutil.Process(cluster.server_pid)
+    guard = server.parent()  # the process the cluster launched, above the server (README, "What a local cluster runs")
+    processes = [guard.pid, server.pid, *cluster.pids]
+    timer = threading.Timer(0.5, os.kill, (server.pid if victim == "server" else guard.pid, signal.SIGKILL))
+    timer.start()
+    begin = time.monotonic()
+    with pytest.raises(ClusterError) as caught:
+        cluster.run(_sleep, 60, timeout=60)
+    elapsed = time.monotonic() - begin
+    timer.join()
+    error = caught.value
+    how = "killed by SIGKILL" if victim == "server" else f"its guard, pid {guard.pid}, was killed by SIGKILL"
+    separator = ", " if victim == "server" else "; "
+    assert str(error).splitlines() == [
+        f"the worker server (pid {server.pid}{separator}{how}) died during _sleep: ranks 0-7 lost with it",
+        "the workers were stopped; the next call starts a fresh worker server and workers",
+    ]
+    assert not isinstance(error, ClusterTimeout) and elapsed < 0.5 + 10  # never the call's deadline (60 s)
+    assert error.ranks == list(range(WORLD))
+    assert {(r.status, r.error.type) for r in error.results} == {("died", "ServerDied")}
+    assert not wait_gone(processes, 10)  # nothing of the dead server is left running
+    results = cluster.run(lambda ctx: ctx.distributed.tensor_group.size())
+    assert results.values == [2] * WORLD  # a new server, new workers, the layout applied again
+    assert cluster.server_pid not in (None, server.pid) and set(cluster.pids).isdisjoint(processes)
+
+
+def test_a_worker_killed_while_every_rank_waits_is_named_not_the_server(cluster):
+    assert cluster.run(_sleep, 0).values == list(range(WORLD))
+    server = cluster.server_pid
+    victim = cluster.pids[3]
+    timer = threading.Timer(0.5, os.kill, (victim, signal.SIGKILL))
+    timer.start()
+    with pytest.raises(ClusterError) as caught:
+        cluster.run(_sleep, 60, timeout=60)
+    timer.join()
+    text = str(caught.value)
+    assert text.startswith(f"rank 3 died during _sleep\n  rank 3: WorkerDied: worker process {victim} died (killed by "
+                           "SIGKILL)\nranks 0-2, 4-7 did not answer afterwards"), text  # fmt: skip
+    assert "worker server" not in text and caught.value.ranks == list(range(WORLD))
+    assert caught.value.results[3].status == "died" and caught.value.results[0].status == "timeout"
+    assert cluster.run(lambda ctx: ctx.rank).values == list(range(WORLD))
+    assert cluster.server_pid == server  # the server lived on: only its workers were replaced
 
 
 def _sleep_on_rank_2(ctx, seconds):

@@ -13,9 +13,10 @@ the controller beside the ``Spawned`` reply (``Channel.send_with`` / ``receive``
 unix socket).
 
 ``Workers`` is how a call reaches the worker processes (``cluster.perform_call``'s transport): it sends a call to
-every rank, hands back the replies that arrived, tells which ranks' processes are gone, forwards interrupts, collects
-Python stacks (faulthandler dumps triggered with SIGUSR1) and exit statuses, and stops the generation, through the
-two callables the worker server that forked it passes in.
+every rank, hands back the replies that arrived, tells which ranks' processes are gone (and whether the worker server
+died, taking every rank with it), forwards interrupts, collects Python stacks (faulthandler dumps triggered with
+SIGUSR1) and exit statuses, and stops the generation, through the three callables the worker server that forked it
+passes in.
 """
 
 from __future__ import annotations
@@ -323,7 +324,8 @@ class Channel:
 class Workers:
     """The workers of one generation, as a call sees them: ``pids`` and ``channels`` by rank, stack dumps under
     ``stack_dir``. The worker server (process ``server_pid``) that forked them passes ``kill(pids)`` (end them and
-    their descendants, and wait until they are gone) and ``statuses(pids)`` (how each ended, in words, by pid)."""
+    their descendants, and wait until they are gone), ``statuses(pids)`` (how each ended, in words, by pid) and
+    ``death()`` (its own death in words, ``None`` while it runs: ``supervisor.WorkerServer.death``)."""
 
     def __init__(
         self,
@@ -332,6 +334,7 @@ class Workers:
         server_pid: int,
         kill: Callable[[list[int]], None],
         statuses: Callable[[list[int]], dict[int, str]],
+        death: Callable[[], str | None],
     ):
         self.pids = dict(pids)
         self.channels: dict[int, Channel] = {}
@@ -339,6 +342,7 @@ class Workers:
         self.server_pid = server_pid
         self.kill = kill
         self.statuses = statuses
+        self.death = death
         self.stopped = False
 
     @property
@@ -424,6 +428,11 @@ class Workers:
         for rank in targets:
             stacks[rank] = "(no stack: the process did not answer SIGUSR1)"
         return stacks
+
+    def loss(self) -> str | None:
+        """The worker server's death, once it died (every worker dies with it), in words to go before "died"
+        (``"the worker server (pid 12, killed by SIGKILL)"``); ``None`` while it runs."""
+        return self.death()
 
     def death_errors(self, ranks: set[int]) -> dict[int, RankError]:
         """A ``WorkerDied`` error for each of ``ranks``: how its process ended, and what faulthandler wrote."""

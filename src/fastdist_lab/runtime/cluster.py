@@ -137,6 +137,11 @@ class CallTransport(Protocol):
         """Why each of ``ranks`` is gone."""
         ...
 
+    def loss(self) -> str | None:
+        """The process that took every rank with it when it died (a worker server), in words to go before "died";
+        ``None`` when there is none, or it runs."""
+        ...
+
     def pid(self, rank: int) -> int | None:
         """A process id to show for ``rank`` (``None`` where there is none)."""
         ...
@@ -241,9 +246,10 @@ def perform_call(
             stop = False
             state.settled = True
             return RankResults(state.records.values(), coordinates, state.label, world_size=len(state.ranks))
-        stacks = transport.stacks(state.pending) if state.pending else {}
         deaths = transport.death_errors(state.dead) if state.dead else {}
-        failure = call_failure(state, stacks, deaths, transport.pid, coordinates)
+        loss = transport.loss() if state.dead else None  # after: a server told to leave ends its workers first
+        stacks = transport.stacks(state.pending) if state.pending and loss is None else {}
+        failure = call_failure(state, stacks, deaths, transport.pid, coordinates, loss)
     finally:
         finish(progress)
         if stop:
@@ -395,9 +401,10 @@ class Cluster(ClusterFacts):
         if not self.running or (self._pending is not None and not self._restarting):  # a restart was cut short
             ranks = self._ranks
             if ranks is not None and not ranks.stopped and not self.running:
-                gone = ranks.gone(set(ranks.ranks))
-                what = f"{ranks_text(gone)} died" if gone else "the worker server died"  # only processes have one
-                self._warn_fresh(f"{what} since the last call")
+                loss = ranks.loss()
+                gone = ranks.gone(set(ranks.ranks)) if loss is None else set()
+                what = loss or (ranks_text(gone) if gone else f"the {word}")
+                self._warn_fresh(f"{what} died since the last call")
             self.restart()
 
     def _warn_fresh(self, why: str) -> None:

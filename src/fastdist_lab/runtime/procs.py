@@ -162,6 +162,35 @@ def describe_status(status: int | None) -> str:
     return f"status {status}"
 
 
+def die_by(sig: int) -> None:
+    """End this process by ``sig``'s default action (its parent then sees it killed by that signal, as it was asked
+    to end); never returns."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
+    os.kill(os.getpid(), sig)
+    os._exit(128 + sig)  # a signal whose default action does not end the process
+
+
+def status_to_code(status: int | None) -> int:
+    """A ``waitpid`` status passed on as an exit code of one's own, as a shell does: the code it exited with, or 128
+    plus the number of the signal that ended it (0 when unknown). The guard exits so with its server's status."""
+    if status is None:
+        return 0
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 0
+
+
+def describe_code(code: int) -> str:
+    """Words for an exit code made by ``status_to_code`` (above 128: ended by that signal), or for a
+    ``Popen.returncode`` (below 0: ended by that signal)."""
+    if code < 0:
+        return describe_status(-code)
+    return describe_status(code - 128 if code > 128 else code << 8)
+
+
 def files_needed(world_size: int) -> int:
     """Open files one worker of a ``world_size`` cluster may need (its groups' sockets plus an allowance)."""
     return FILES_PER_PROCESS + FILES_PER_PEER * world_size

@@ -171,6 +171,10 @@ class _Runner:
             out.append(self._replies.popleft())
         return out
 
+    def loss(self) -> str | None:
+        """Nothing holds every rank but this process: ``None``."""
+        return None
+
     def death_errors(self, ranks: set[int]) -> dict[int, RankError]:
         """Why each of ``ranks`` is gone."""
         return {rank: RankError("RankThreadEnded", f"the thread running rank {rank} ended") for rank in ranks}

@@ -32,6 +32,8 @@ STATUS_MISSING = "missing"
 GROUPS_INTERRUPTED = "GroupsInterrupted"
 """The error type of a rank interrupted while its pool was creating or releasing groups (its groups may no longer
 match its partners': the controller discards the ranks)."""
+SERVER_DIED = "ServerDied"
+"""The error type of a rank lost with the process every rank depends on (a local cluster's worker server)."""
 
 REPR_CHARS = 80
 """Characters of a value's ``repr`` shown in ``repr(RankResult)``."""
@@ -304,14 +306,26 @@ def call_failure(
     deaths: dict[int, RankError],
     pid_of: Callable[[int], int | None],
     coordinates: Any = None,
+    loss: str | None = None,
 ) -> ClusterError:
     """The error of a call that not every rank answered: ``ClusterError`` when ranks died, or when ranks whose error
     ends the call (``failed``) left others waiting, else ``ClusterTimeout`` with the ``stacks`` of those that did not
     answer. ``state`` is the call's ``cluster.CallState`` (its label, limit, ranks, ``records`` of the answers,
     ``pending``, ``dead`` and ``failed`` ranks); ``deaths`` says why each dead rank is gone; every rank's record is in
-    the error's ``results``."""
+    the error's ``results``. ``loss``: the process that died and took every rank that had not answered with it (the
+    worker server, in words to go before "died"), named instead of each rank."""
     label, limit, pending, dead = state.label, state.limit, set(state.pending), set(state.dead)
     records = dict(state.records)
+    if loss is not None:
+        lost = sorted(dead | pending)
+        for rank in lost:
+            records[rank] = RankResult(rank, STATUS_DIED, error=RankError(SERVER_DIED, f"{loss} died"))
+        results = RankResults(records.values(), coordinates, label, world_size=len(state.ranks))
+        answered = sorted(state.records)
+        parts = [f"{loss} died during {label}: {ranks_text(lost)} lost with it"
+                 + (f" ({ranks_text(answered)} had answered)" if answered else ""),
+                 "the workers were stopped; the next call starts a fresh worker server and workers"]  # fmt: skip
+        return ClusterError("\n".join(parts), results=results, ranks=lost)
     for rank in dead:
         records[rank] = RankResult(rank, STATUS_DIED, error=deaths.get(rank, RankError("WorkerDied", "gone")))
     for rank in pending:

@@ -24,7 +24,16 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from .channel import Channel
-from .procs import become_subreaper, describe_status, die_with_parent, end_subtree, raise_file_limit, reap
+from .procs import (
+    become_subreaper,
+    describe_status,
+    die_by,
+    die_with_parent,
+    end_subtree,
+    raise_file_limit,
+    reap,
+    status_to_code,
+)
 from .server_messages import (
     Exit,
     ExitStatuses,
@@ -163,7 +172,9 @@ def server_main(config: dict[str, Any], guard: int) -> None:
             os.close(stderr_fd)
         channel.send(ServerReady(os.getpid()))
         serve(channel, guard, statuses)
-    except (_Leave, EOFError, BrokenPipeError):
+    except _Leave:
+        code = -signal.SIGTERM
+    except (EOFError, BrokenPipeError):
         pass
     except BaseException:
         traceback.print_exc()
@@ -173,6 +184,8 @@ def server_main(config: dict[str, Any], guard: int) -> None:
         end_subtree(statuses)
         sys.stdout.flush()
         sys.stderr.flush()
+        if code < 0:  # told to leave (SIGTERM): its guard sees it ended so, and tells the controller
+            die_by(-code)
         os._exit(code)  # skip interpreter teardown (torch's is slow); the subtree is already gone
 
 
@@ -194,8 +207,13 @@ def _reap_until_gone(parent: int, server: int, statuses: dict[int, int]) -> None
 
 def guard_main(config: dict[str, Any], parent: int, server: int) -> None:
     """The guard's life, once it forked the ``server``: tell the controller the server's pid, then reap until the
-    server or the controller (``parent``) is gone; end everything below and remove the cluster's directory."""
+    server or the controller (``parent``) is gone; end everything below and remove the cluster's directory.
+
+    It exits with the server's status as a shell passes it on (``procs.status_to_code``: 137 when the server was
+    killed by SIGKILL), so that the controller can say how the server died; told to leave (SIGTERM), it ends by
+    SIGTERM itself."""
     statuses: dict[int, int] = {}
+    code = 0
     try:
         become_subreaper()
         if config.get("die_with_parent"):
@@ -210,13 +228,16 @@ def guard_main(config: dict[str, Any], parent: int, server: int) -> None:
             if config.get("stderr_fd") is not None:
                 os.close(config["stderr_fd"])
             _reap_until_gone(parent, server, statuses)
+            code = status_to_code(statuses.get(server))
     except _Leave:
-        pass
+        code = -signal.SIGTERM
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         end_subtree(statuses)
         shutil.rmtree(config["tmpdir"], ignore_errors=True)
-        os._exit(0)
+        if code < 0:  # told to leave (SIGTERM): the controller sees the guard ended by it
+            die_by(-code)
+        os._exit(code)
 
 
 BOOTSTRAP = """\

@@ -33,7 +33,7 @@ from typing import Any
 from ..errors import ClusterError, ClusterTimeout
 from ..formatting import ranks_text
 from .channel import Channel, Workers
-from .procs import files_needed, hold_interrupts, kill_quietly, preload, process_running, wait_gone
+from .procs import describe_code, files_needed, hold_interrupts, kill_quietly, preload, process_running, wait_gone
 from .results import RankError
 from .server import BOOTSTRAP
 from .server_messages import (
@@ -55,6 +55,9 @@ Report = Callable[[int, str], None]
 """``report(done, message)``: start-up progress (``done`` out of world size + 2)."""
 STOP_WAIT = 5.0
 """Seconds a server gets to end its workers and exit when the cluster closes, before its session is killed."""
+GUARD_WAIT = 5.0
+"""Seconds to wait, once the server died, for its guard to end what was below it and exit with the server's status
+(a fraction of a second on an idle machine; more on a loaded one)."""
 CONTROLLER_MODULES = ("torch", "cloudpickle", "pandas", "tqdm.auto")
 """What the controller of a ``LocalCluster`` imports (the cluster's own modules need torch; results and progress need
 pandas and tqdm): ``prewarm`` imports them in the background."""
@@ -139,14 +142,37 @@ class WorkerServer:
         """Raise ``ClusterError`` (quoting the server's log) unless the server (and its guard) runs."""
         if self.launched and (self.server_pid is None or process_running(self.server_pid)):
             return
-        code = None if self.process is None else self.process.poll()
+        death = self.death()
         try:
             with open(self._log_path(), encoding="utf-8", errors="replace") as file:
                 tail = file.read()[-4000:].strip()
         except OSError:
             tail = ""
-        what = "the worker server exited" if code is None else f"the worker server exited (code {code})"
+        what = "the worker server exited" if death is None else f"{death} died"
         raise ClusterError(what + (f":\n{tail}" if tail else "; see its output above"))
+
+    def death(self) -> str | None:
+        """The process that died, once the server or its guard is gone, in words to go before "died": ``"the worker
+        server (pid 12, killed by SIGKILL)"``, or ``"the worker server (pid 12; its guard, pid 11, was killed by
+        SIGKILL)"`` (the server dies with its guard); ``None`` while both run, and when nothing was launched.
+
+        How the server ended comes from its guard's exit code (the guard exits with the server's status,
+        ``server.guard_main``): once the server is gone, the guard gets ``GUARD_WAIT`` seconds to exit."""
+        process, server = self.process, self.server_pid
+        if process is None:
+            return None
+        code = process.poll()
+        if code is None and (server is None or process_running(server)):
+            return None
+        if code is None:  # the server is gone; its guard ends what was below it, then exits
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                code = process.wait(GUARD_WAIT)
+        pid = "" if server is None else f"pid {server}"
+        if code is not None and code < 0:  # the guard itself was killed (the server follows it: parent-death)
+            guard = f"its guard, pid {process.pid}, was {describe_code(code)}"
+            return f"the worker server ({'; '.join(part for part in (pid, guard) if part)})"
+        details = ", ".join(part for part in (pid, "" if code is None else describe_code(code)) if part)
+        return "the worker server" + (f" ({details})" if details else "")
 
     def _log_path(self) -> str:
         return os.path.join(self.tmpdir or tempfile.gettempdir(), "server.log")
@@ -293,7 +319,7 @@ class WorkerServer:
             )
         except OSError as error:
             raise _descriptors_error(error, "the workers' channels could not be taken") from error
-        workers = Workers(reply.pids, stack_dir, self.server_pid, self.kill_workers, self.exit_statuses)
+        workers = Workers(reply.pids, stack_dir, self.server_pid, self.kill_workers, self.exit_statuses, self.death)
         try:
             if reply.error:
                 raise ClusterError(reply.error)
@@ -363,7 +389,12 @@ class WorkerServer:
             reply = self.channel.ask(
                 ExitStatuses(0, tuple(pids)), Statuses, time.monotonic() + 2, "statuses", self.check
             )
-        except (OSError, EOFError, ClusterError):
+        except ClusterError:  # gone (``check``), or too slow to answer
+            return {}
+        except (OSError, EOFError):  # its channel closed: it is exiting (told to leave, it ends its workers first);
+            deadline = time.monotonic() + GUARD_WAIT  # ``death`` can tell how once it is gone
+            while self.server_pid is not None and process_running(self.server_pid) and time.monotonic() < deadline:
+                time.sleep(0.01)
             return {}
         return {int(pid): text for pid, text in reply.statuses.items()}
 
