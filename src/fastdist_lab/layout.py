@@ -262,10 +262,20 @@ class Layout(LayoutFields):
 
     def groups(self, name: str) -> np.ndarray:
         """Every group of dim ``name`` (a dense dim or an expert dim): one row per group, members in group-rank
-        order, rows by first member."""
-        if name in EXPERT_DIM_AXES:
-            return self.expert_grid.groups(name)
-        return self.rank_grid.groups(self.dim_axes(name))
+        order, rows by first member (read-only: computed once per layout and dim)."""
+        found = self._groups.get(name)
+        if found is None:
+            if name in EXPERT_DIM_AXES:
+                found = self.expert_grid.groups(name)
+            else:
+                found = self.rank_grid.groups(self.dim_axes(name))
+            found.setflags(write=False)
+            self._groups[name] = found
+        return found
+
+    @cached_property
+    def _groups(self) -> dict[str, np.ndarray]:
+        return {}
 
     def group_index(self, name: str) -> np.ndarray:
         """Each global rank's row in ``groups(name)`` (array indexed by global rank)."""

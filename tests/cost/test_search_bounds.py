@@ -12,8 +12,6 @@ from fastdist_lab.cost import DEFAULT_EFFICIENCY, RECOMPUTE, SCHEDULES, Hardware
 from fastdist_lab.cost.search.bounds import TableFloors, packed_keys
 
 H100 = Hardware.preset("h100-sxm-80gb")
-FIXED = {"flash_attention": True, "overlap_data_parallel": True, "overlap_tensor_parallel": False,
-         "overlap_pipeline_parallel": True, "expert_load_imbalance": 1.0}  # fmt: skip (search's defaults)
 CASES = {
     "dense": (Transformer.preset("llama2-7b", num_layers=8), 32, 64, {"micro_batch_size": (1, 2)}),
     "experts": (Transformer.preset("qwen3-30b-a3b", num_layers=8), 16, 64, {"micro_batch_size": (1, 2)}),
@@ -42,7 +40,7 @@ def _floors(result) -> np.ndarray:
     rows = {name: frame[name].to_numpy() for name in frame.columns}
     rows["recompute"] = np.array([RECOMPUTE.index(r) for r in frame["recompute"]])
     rows["schedule_index"] = np.array([SCHEDULES.index(s) for s in frame["schedule"]])
-    floors = TableFloors(result.model, rows, result.gpus_per_node, FIXED, H100, DEFAULT_EFFICIENCY)
+    floors = TableFloors(result.model, rows, result.gpus_per_node, result.shared, H100, DEFAULT_EFFICIENCY)
     out = np.zeros(len(frame))
     keys = ("schedule", "pipeline_parallel", "virtual_pipeline_stages", "num_microbatches")
     for key, index in frame.groupby(list(keys)).indices.items():

@@ -16,9 +16,9 @@ from ..painters import paint
 from ..setup import DEFAULT_EFFICIENCY, DEFAULT_ENGINE, Efficiency, Hardware, Training, Transformer, setup_kind
 from .evidence.trust import band_for
 from .formulas.communication import COMMUNICATION_COLUMNS, CollectiveRow, row_columns, step_rows
-from .formulas.memory import MEMORY_COLUMNS, as_numbers, stage_memory
+from .formulas.memory import MEMORY_COLUMNS, stage_memory
 from .formulas.setup_columns import Setups
-from .formulas.sizes import Sizes, one_setup
+from .formulas.sizes import Sizes
 from .formulas.step import step_columns
 from .step_time import StepTime
 
@@ -42,9 +42,22 @@ class CostReport:
     """
 
     def __init__(self, layout: Any, model: Transformer, training: Training, sizes: Sizes, stages: dict[str, np.ndarray],
-                 rows: list[CollectiveRow], setups: Setups):  # fmt: skip
-        self.layout, self.model, self.training, self.sizes, self.setups = layout, model, training, sizes, setups
-        self._stages, self._rows = stages, rows
+                 rows: list[CollectiveRow] | None = None, setups: Setups | None = None):  # fmt: skip
+        self.layout, self.model, self.training, self.sizes = layout, model, training, sizes
+        self._stages = stages
+        if rows is not None:
+            self._rows = rows
+        if setups is not None:
+            self.setups = setups
+
+    @cached_property
+    def setups(self) -> Setups:
+        """The set-up as the step-time formulas read it (one-entry ``Setups``), made when first read."""
+        return Setups.single(self.layout, self.model, self.training, self.sizes.sequence_parallel)
+
+    @cached_property
+    def _rows(self) -> list[CollectiveRow]:
+        return step_rows(self.layout, self.model, self.training, self.sizes, self._stages)
 
     # ------------------------------------------------------------------ memory
     @cached_property
@@ -346,7 +359,8 @@ def estimate(layout: Any, model: Transformer | str, training: Training | None = 
     training = Training() if training is None else training
     if not isinstance(training, Training):
         raise CostError(f"training={training!r} must be a Training")
-    sizes, setups = one_setup(layout, model, training)
-    stages = stage_memory(as_numbers(setups))  # one row, computed on plain numbers (issue 26: 1.5x faster)
-    rows = step_rows(layout, model, training, sizes, stages)
-    return CostReport(layout, model, training, sizes, stages, rows, setups)
+    sizes = Sizes.of(layout, model, training)
+    # one row, computed on plain numbers (issue 26: 1.5x faster than on one-entry arrays); the communication rows
+    # and the step's one-entry Setups are made when first read
+    stages = stage_memory(Setups.single(layout, model, training, sizes.sequence_parallel, numbers=True))
+    return CostReport(layout, model, training, sizes, stages)

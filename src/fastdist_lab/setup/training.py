@@ -137,19 +137,18 @@ class Training:
     )
     flash_attention: bool = setting(
         True, flag="--flash-attention", help="a fused attention kernel that never stores the scores", kind="flag",
-        control="checkbox", label="flash attention", css="flash",
     )
     overlap_data_parallel: bool = setting(
-        True, flag="--overlap-data-parallel", kind="flag", control="checkbox", label="overlap data parallel",
-        help="gradient reductions and parameter gathers overlap the backward and forward", css="overlap-dp",
+        True, flag="--overlap-data-parallel", kind="flag",
+        help="gradient reductions and parameter gathers overlap the backward and forward",
     )
     overlap_tensor_parallel: bool = setting(
         False, flag="--overlap-tensor-parallel", help="tensor-parallel collectives overlap the GEMMs they feed",
-        kind="flag", control="checkbox", label="overlap tensor parallel", css="overlap-tp",
+        kind="flag",
     )
     overlap_pipeline_parallel: bool = setting(
-        True, flag="--overlap-pipeline-parallel", kind="flag", control="checkbox", label="overlap pipeline",
-        help="activations and gradients between stages travel while the stages compute", css="overlap-pp",
+        True, flag="--overlap-pipeline-parallel", kind="flag",
+        help="activations and gradients between stages travel while the stages compute",
     )
     expert_load_imbalance: float = setting(
         1.0, flag="--expert-load-imbalance", kind="number", minimum=1.0, maximum=1e6,

@@ -36,10 +36,9 @@ def make_control(name: str, spec: Setting, panel: str) -> Any:
     style = {"description_width": "initial"}
     if spec.control == "checkbox":
         control = widgets.Checkbox(value=value, description=spec.label, indent=False, tooltip=tooltip)
-    elif spec.control == "dropdown":
-        labels = spec.option_labels or tuple(map(str, spec.choices or ()))
-        control = widgets.Dropdown(options=list(zip(labels, spec.choices or ())), value=value, style=style,
-                                   description=spec.label, tooltip=tooltip)  # fmt: skip
+    elif spec.control == "dropdown":  # the choices, or (label, choice) pairs where the setting gives labels
+        options = list(zip(spec.option_labels, spec.choices or ())) if spec.option_labels else list(spec.choices or ())
+        control = widgets.Dropdown(options=options, value=value, style=style, description=spec.label, tooltip=tooltip)
     elif spec.control == "float":
         control = number_box(value, spec.label, _width(spec.label), kind=widgets.BoundedFloatText,
                              min=spec.minimum or 0.0, max=min(spec.maximum or FLOAT_LIMIT, FLOAT_LIMIT), step=0.05)

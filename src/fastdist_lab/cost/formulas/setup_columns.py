@@ -18,6 +18,7 @@ import functools
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -203,11 +204,13 @@ def expert_spreads(
     return {dim: Spread(nodes=nodes, per_node=per_node) for dim, (nodes, per_node) in found.items()}
 
 
+@functools.lru_cache(maxsize=4096)
 def chunk_layers(
     num_layers: int, pipeline_parallel: int, virtual_stages: int, explicit: tuple[int, ...] | None
 ) -> np.ndarray:
     """Layers of each stage (model chunk) in stage order: ``explicit`` (checked), or ``num_layers`` split evenly
-    over ``pipeline_parallel * virtual_stages`` chunks, the first ``num_layers % chunks`` one layer more."""
+    over ``pipeline_parallel * virtual_stages`` chunks, the first ``num_layers % chunks`` one layer more (cached and
+    read-only: every estimate reads it twice, every search table once)."""
     chunks = pipeline_parallel * virtual_stages
     if explicit is not None:
         if len(explicit) != chunks or sum(explicit) != num_layers:
@@ -215,12 +218,17 @@ def chunk_layers(
                 f"layers_per_stage={explicit!r} must give {chunks} stages (pipeline_parallel * "
                 f"virtual_pipeline_stages) summing to num_layers={num_layers}"
             )
-        return np.array(explicit, dtype=np.int64)
+        return _read_only(np.array(explicit, dtype=np.int64))
     if chunks > num_layers:
         raise CostError(
             f"pipeline_parallel * virtual_pipeline_stages = {chunks} stages is more than num_layers={num_layers}"
         )
-    return num_layers // chunks + (np.arange(chunks) < num_layers % chunks).astype(np.int64)
+    return _read_only(num_layers // chunks + (np.arange(chunks) < num_layers % chunks).astype(np.int64))
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    array.setflags(write=False)
+    return array
 
 
 @dataclass(frozen=True)
@@ -262,12 +270,17 @@ class Setups:
     expert_placement: Mapping[str, Any] | None = None
 
     @classmethod
-    def single(cls, layout: Any, model: Transformer, training: Training, sequence_parallel: bool) -> Setups:
-        """The one set-up of ``training`` on ``layout`` (already checked by ``Sizes.of``)."""
+    def single(cls, layout: Any, model: Transformer, training: Training, sequence_parallel: bool,
+               numbers: bool = False) -> Setups:  # fmt: skip
+        """The one set-up of ``training`` on ``layout`` (already checked by ``Sizes.of``): one-entry arrays, or with
+        ``numbers`` plain numbers (``memory.as_numbers``' form, built directly: what ``estimate``'s memory reads)."""
         pp, v = int(layout.pipeline_parallel), training.virtual_pipeline_stages
         tp, sdp, dp = int(layout.tensor_parallel), int(layout.sequence_data_parallel), int(layout.data_parallel)
         ep, etp = layout_expert_sizes(layout)
-        one = lambda value, dtype=np.int64: np.array([value], dtype=dtype)  # noqa: E731
+        if numbers:
+            one = lambda value, dtype=int: dtype(value)  # noqa: E731
+        else:
+            one = lambda value, dtype=np.int64: np.array([value], dtype=dtype)  # noqa: E731
         return cls(
             model=model,
             training=training,
@@ -368,9 +381,15 @@ class Setups:
         return chunk_moe_layers(self.model, self.chunk_layers)
 
     def rank_moe_layers(self) -> np.ndarray:
-        """Mixture-of-experts layers of each pipeline rank (the sum of its stages)."""
+        """Mixture-of-experts layers of each pipeline rank (the sum of its stages; zeros for a dense model)."""
+        if not self.model.is_moe:
+            return np.zeros(self.pipeline_parallel, dtype=np.int64)
         return self.chunk_moe_layers.reshape(self.virtual_pipeline_stages, self.pipeline_parallel).sum(axis=0)
 
     def rank_layers(self) -> np.ndarray:
-        """Layers of each pipeline rank (the sum of its stages)."""
+        """Layers of each pipeline rank (the sum of its stages; a new array each call, which callers may change)."""
+        return self._rank_layers.copy()
+
+    @cached_property
+    def _rank_layers(self) -> np.ndarray:
         return self.chunk_layers.reshape(self.virtual_pipeline_stages, self.pipeline_parallel).sum(axis=0)

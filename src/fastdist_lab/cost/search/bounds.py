@@ -58,11 +58,12 @@ FLOOR_COLUMNS: tuple[str, ...] = (
 
 
 def table_setups(model: Transformer, key: TableKey, rows: dict[str, np.ndarray], local: int,
-                 shared: Training) -> Setups:  # fmt: skip
+                 shared: Training | dict[str, Any]) -> Setups:  # fmt: skip
     """The ``Setups`` of the rows sharing one schedule table ``key`` (``search``'s columns) and the ``shared``
-    training set-up (with the table's schedule, virtual stages and micro-batches); the placements are computed when
-    first read (memory needs none)."""
+    training set-up (with the table's schedule, virtual stages and micro-batches; its fields by name are taken too);
+    the placements are computed when first read (memory needs none)."""
     kind, pp, v, m = key
+    shared = shared if isinstance(shared, Training) else Training(**shared)
     n = len(rows["tensor_parallel"])
     tp = rows["tensor_parallel"].astype(np.int64)
     first = rows["pipeline_first"].astype(bool)
@@ -112,7 +113,7 @@ class TableFloors:
     seconds per sequence of the global batch). Per-layer times are computed once per distinct ``FLOOR_COLUMNS``
     row, on one stage holding the whole model with the expert groups on the fewest nodes."""
 
-    def __init__(self, model: Transformer, rows: dict[str, np.ndarray], local: int, shared: Training,
+    def __init__(self, model: Transformer, rows: dict[str, np.ndarray], local: int, shared: Training | dict[str, Any],
                  hardware: Hardware, efficiency: Efficiency) -> None:  # fmt: skip
         self.model = model
         self.rows = rows
