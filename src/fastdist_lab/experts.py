@@ -44,6 +44,10 @@ EXPERT_DIM_NAMES: tuple[str, ...] = tuple(EXPERT_DIM_AXES)
 EXPERT_AXES: tuple[str, ...] = ("expert_tensor", "expert", "expert_data", "pipeline")
 """The axes of a stage's expert numbering, fastest first, with the pipeline stage slowest."""
 
+EXPERT_GROUP_DIMS: tuple[str, ...] = tuple(name for name, axes in EXPERT_DIM_AXES.items() if len(axes) == 1)
+"""The expert dims of one axis each (``expert``, ``expert_tensor``, ``expert_data``): the groups the training step
+runs on and whose spread over nodes the cost model reads."""
+
 
 def held_experts(slot: int, expert_parallel: int, num_experts: int | None = None) -> str:
     """Which experts expert rank ``slot`` of ``expert_parallel`` (EP) holds, in words.

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from ..config import DistributedConfig, PhaseType
+from ..experts import EXPERT_GROUP_DIMS
 from ..seeds import generator_seeds
 from ..setup import Training
 from .moe_layer import is_expert, is_tensor_partial
@@ -36,7 +37,6 @@ from .tiny_gpt import Parallel, Recorder, StageModule, TinyGPT, split_dim, token
 
 TRAINING_DIMS = ("tensor", "sequence_data", "data", "pipeline")
 """The dims whose groups a training step uses."""
-EXPERT_TRAINING_DIMS = ("expert", "expert_tensor", "expert_data")
 """The expert dims whose groups a training step with experts uses."""
 
 
@@ -116,7 +116,7 @@ def expert_groups(ctx: Any, fault: TrainingFault) -> dict[str, tuple[Any, tuple[
     if ctx.distributed is not None and "expert" not in ctx.distributed.expert_groups:
         return {"expert": (None, (ctx.rank,), 0), "expert_tensor": _group(ctx, "tensor", fault),
                 "expert_data": _group(ctx, "data", fault)}  # fmt: skip
-    return {dim: _group(ctx, dim, fault) for dim in EXPERT_TRAINING_DIMS}
+    return {dim: _group(ctx, dim, fault) for dim in EXPERT_GROUP_DIMS}
 
 
 def rank_groups(ctx: Any, fault: TrainingFault) -> dict[str, tuple[int, ...]]:

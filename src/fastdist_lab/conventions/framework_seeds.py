@@ -33,6 +33,7 @@ import numpy as np
 
 from ..config import MAX_SEED
 from ..errors import ConventionError
+from ..experts import EXPERT_AXES
 from ..seeds import DEVICE_TYPES, stream_ids
 
 if TYPE_CHECKING:
@@ -83,8 +84,6 @@ MEGATRON_EXPERT_OFFSET = 1024
 MEGATRON_EP_OFFSET = 100
 """Megatron-Core's per-expert-rank seed offset (the expert-tensor rank adds 1 per rank)."""
 
-EXPERT_AXES: tuple[str, ...] = ("expert_tensor", "expert", "expert_data", "pipeline")
-"""The expert coordinates the expert stream tables report on (``fastdist_lab.experts.EXPERT_AXES``)."""
 
 EXPERT_STREAMS: dict[str, str] = {
     "fastdist tp": "this project's rule: an expert layer draws from the rank's tp generator",

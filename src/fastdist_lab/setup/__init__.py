@@ -33,40 +33,12 @@ from .training import RECOMPUTE, TRAINING_SETTINGS, Training
 from .transformer import VOCAB_PADDING, Transformer
 
 __all__ = [
-    "BAND_ENGINES",
-    "DEFAULT_EFFICIENCY",
-    "DEFAULT_ENGINE",
-    "DEFAULT_HARDWARE",
-    "ENGINES",
-    "ENGINE_REGISTRY",
-    "ENGINE_TRAITS",
-    "HARDWARE_PRESETS",
-    "KIND_DIMS",
-    "PRESETS",
-    "RECOMPUTE",
-    "SCHEDULES",
-    "SCHEDULE_KINDS",
-    "SUSTAINED",
-    "TRAINING_SETTINGS",
-    "VOCAB_PADDING",
-    "Efficiency",
-    "Engine",
-    "EngineTraits",
-    "Hardware",
-    "ScheduleKind",
-    "Setting",
-    "Training",
-    "Transformer",
-    "band_engines",
-    "check_engine",
-    "check_schedule",
-    "engine_record",
-    "kind_codes",
-    "schedule_kind",
-    "setting",
-    "settings_of",
-    "setup_kind",
-]
+    "BAND_ENGINES", "DEFAULT_EFFICIENCY", "DEFAULT_ENGINE", "DEFAULT_HARDWARE", "ENGINES", "ENGINE_REGISTRY",
+    "ENGINE_TRAITS", "HARDWARE_PRESETS", "KIND_DIMS", "PRESETS", "RECOMPUTE", "SCHEDULES", "SCHEDULE_KINDS",
+    "SUSTAINED", "TRAINING_SETTINGS", "VOCAB_PADDING", "Efficiency", "Engine", "EngineTraits", "Hardware",
+    "ScheduleKind", "Setting", "Training", "Transformer", "band_engines", "check_engine", "check_schedule",
+    "engine_record", "kind_codes", "schedule_kind", "setting", "settings_of", "setup_kind",
+]  # fmt: skip
 
 __getattr__, __dir__ = lazy_attributes(__name__, {}, __all__)
 """``dir()`` is ``__all__``: the modules of the package stay out of it."""

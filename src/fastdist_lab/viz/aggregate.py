@@ -18,16 +18,12 @@ import numpy as np
 from ..layout import Layout
 from ..numbering import divisors
 from .canvas import blend, frame, rgb8, stripe_slots
-from .colors import fade
+from .colors import BAD, GOOD, NODE_LINE, TEXT_DARK, fade
 from .grid import CellGrid, place_cells
 from .picture import (
-    BAD,
     DPI,
     EMPTY,
-    GOOD,
     MAX_WIDTH,
-    NODE_LINE,
-    TEXT_DARK,
     Colouring,
     GridGeometry,
     GridPicture,

@@ -18,6 +18,17 @@ _PALETTE_HEX: tuple[str, ...] = (
 PALETTE: np.ndarray = np.array([hex_rgb(c) for c in _PALETTE_HEX])
 """The 20 light colours used first (text in black stays readable on each)."""
 
+TEXT_DARK = hex_rgb("#222222")
+"""Text and margins."""
+GOOD, BAD = hex_rgb("#1b7f3b"), hex_rgb("#c0001a")
+"""A check's verdict: passed (green), failed (red)."""
+RANK_FRAME = hex_rgb("#d62728")
+"""The frame of the highlighted rank."""
+GROUP_LINE = hex_rgb("#111111")
+"""The outline of the highlighted rank's group."""
+NODE_LINE, NODE_LINE_DENSE = hex_rgb("#333333"), hex_rgb("#777777")
+"""The lines between nodes (lighter where the nodes are many and thin)."""
+
 DISTINCT_COLORS = len(PALETTE)
 """How many categories a picture can colour so that the eye tells them apart: beyond, colours repeat or blur, and
 a picture colours by something with fewer values (``viz.layout_picture``)."""

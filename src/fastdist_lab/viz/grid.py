@@ -24,7 +24,7 @@ from ..formatting import plural
 from ..layout import Layout
 from ..validation import check_int
 from .canvas import cell_edges
-from .colors import fade, group_colors
+from .colors import GROUP_LINE, NODE_LINE, NODE_LINE_DENSE, RANK_FRAME, fade, group_colors
 from .render import InlineFigure
 from .text import atlas, text_image
 
@@ -32,9 +32,6 @@ TEXT_LIMIT = 1024
 """Worlds up to this many ranks get the rank and its coordinates written in every cell."""
 
 _EMPTY = np.array([0.97, 0.97, 0.97])
-_NODE_LINE = "#333333"
-_HIGHLIGHT_GROUP = "#111111"
-_HIGHLIGHT_RANK = "#d62728"
 
 
 @dataclass(frozen=True)
@@ -278,7 +275,7 @@ def draw_grid(
     ax.tick_params(axis="both", length=0, labelsize=max(6.0, fontsize))
     ax.xaxis.set_ticks_position("top")
     for spine in ax.spines.values():
-        spine.set_color(_NODE_LINE)
+        spine.set_color(NODE_LINE)
 
 
 @lru_cache(maxsize=64)
@@ -315,20 +312,20 @@ def _draw_outlines(ax: Axes, grid: CellGrid, highlight: int | None, members: np.
         ax.add_collection(
             LineCollection(
                 _node_lines(grid),
-                colors="#777777" if dense else _NODE_LINE,
+                colors=NODE_LINE_DENSE if dense else NODE_LINE,
                 linewidths=1.6 if text else (0.3 if dense else 0.8),
             )
         )
     if highlight is not None and members is not None:
         mask = grid.image(members, False)
-        ax.add_collection(LineCollection(_edges(mask), colors=_HIGHLIGHT_GROUP, linewidths=2.2))
+        ax.add_collection(LineCollection(_edges(mask), colors=GROUP_LINE, linewidths=2.2))
         ax.add_patch(
             Rectangle(
                 (grid.col[highlight] + 0.06, grid.row[highlight] + 0.06),
                 0.88,
                 0.88,
                 fill=False,
-                edgecolor=_HIGHLIGHT_RANK,
+                edgecolor=RANK_FRAME,
                 linewidth=2.4,
             )
         )

@@ -20,9 +20,9 @@ from ..errors import LayoutError
 from ..formatting import plural
 from ..layout import Layout
 from .aggregate import compose_aggregate, unit_name, unit_size
-from .colors import DISTINCT_COLORS, PALETTE, gradient_colors, text_color
+from .colors import BAD, DISTINCT_COLORS, GOOD, PALETTE, TEXT_DARK, gradient_colors, text_color
 from .grid import cell_label, check_dim, check_highlight, describe, dim_title
-from .picture import BAD, DETAIL_LIMIT, GOOD, TEXT_DARK, Colouring, GridPicture, Marks, compose_detail
+from .picture import DETAIL_LIMIT, Colouring, GridPicture, Marks, compose_detail
 
 SPANS: tuple[str, ...] = (
     "one whole {dim} group",

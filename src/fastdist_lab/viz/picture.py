@@ -19,8 +19,9 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..layout import Layout
-from .canvas import blend, frame, hex_rgb, outline_cells, png_bytes, rgb8
-from .colors import group_colors
+from .canvas import blend, frame, outline_cells, png_bytes, rgb8
+from .colors import BAD, GROUP_LINE, NODE_LINE, RANK_FRAME, TEXT_DARK, group_colors
+from .colors import GOOD as GOOD  # the verdict colours, for the pictures that mark checks
 from .grid import CellGrid, cell_grid
 from .render import InlineFigure
 from .text import atlas
@@ -32,12 +33,6 @@ MAX_WIDTH = 980
 """Pictures are laid out to fit this many pixels across (a notebook's output area)."""
 
 DPI = 100.0
-TEXT_DARK = hex_rgb("#222222")
-GOOD = hex_rgb("#1b7f3b")
-BAD = hex_rgb("#c0001a")
-RANK_FRAME = hex_rgb("#d62728")
-GROUP_LINE = hex_rgb("#111111")
-NODE_LINE = hex_rgb("#333333")
 EMPTY = np.array([0.97, 0.97, 0.97])
 
 

@@ -33,12 +33,10 @@ from typing import Any
 
 import numpy as np
 
+from ...experts import EXPERT_GROUP_DIMS
 from ...layout import Layout, nodes_spanned
 from ...setup import Efficiency, Hardware, Transformer
 from .nccl_tuning import BASE_LATENCY_US, NETWORK_STEP_US, NVLINK_STEP_US
-
-EXPERT_SPREAD_DIMS: tuple[str, ...] = ("expert", "expert_tensor", "expert_data")
-"""The expert dims whose placement on nodes the step time reads."""
 
 
 def chunk_moe_layers(model: Transformer, chunk_layers: np.ndarray) -> np.ndarray:
@@ -74,7 +72,7 @@ def expert_spread(
     tensor_parallel: int, pipeline_parallel: int, sequence_data_parallel: int, data_parallel: int,
     expert_parallel: int, expert_tensor_parallel: int, local_world_size: int, pipeline_first: bool,
 ) -> dict[str, tuple[int, int]]:  # fmt: skip
-    """For each of ``EXPERT_SPREAD_DIMS``, ``(nodes, per_node)``: the most nodes one group spans and its members per
+    """For each of ``EXPERT_GROUP_DIMS``, ``(nodes, per_node)``: the most nodes one group spans and its members per
     node, read off the ``Layout``'s own expert groups (one numbering: ``fastdist_lab.experts``)."""
     world = tensor_parallel * pipeline_parallel * data_parallel
     layout = Layout(
@@ -84,7 +82,7 @@ def expert_spread(
         expert_tensor_parallel=expert_tensor_parallel,
     )  # fmt: skip
     spread = {}
-    for dim in EXPERT_SPREAD_DIMS:
+    for dim in EXPERT_GROUP_DIMS:
         groups = layout.groups(dim)
         nodes = nodes_spanned(groups, layout.local_world_size)
         spread[dim] = (nodes, max(groups.shape[1] // nodes, 1))
@@ -108,7 +106,7 @@ def expert_placement(
     inverse = inverse.reshape(-1)
     return {
         dim: (np.array([f[dim][0] for f in found])[inverse], np.array([f[dim][1] for f in found])[inverse])
-        for dim in EXPERT_SPREAD_DIMS
+        for dim in EXPERT_GROUP_DIMS
     }
 
 
