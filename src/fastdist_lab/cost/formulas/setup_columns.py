@@ -231,6 +231,11 @@ def _read_only(array: np.ndarray) -> np.ndarray:
     return array
 
 
+def _shared(name: str, doc: str) -> property:
+    """A ``Setups`` property reading the shared ``Training``'s field ``name``."""
+    return property(lambda setups: getattr(setups.training, name), doc=f"{doc} (``Training.{name}``, shared)")
+
+
 @dataclass(frozen=True)
 class Setups:
     """Set-ups of one model sharing a schedule table; arrays have one entry per set-up.
@@ -315,50 +320,19 @@ class Setups:
         """The engine's record (``Engine``: its traits)."""
         return self.training.engine_spec
 
-    @property
-    def schedule(self) -> str:
-        """The pipeline schedule's name."""
-        return self.training.schedule
-
-    @property
-    def engine(self) -> str:
-        """The engine's name."""
-        return self.training.engine
-
-    @property
-    def virtual_pipeline_stages(self) -> int:
-        """Model chunks per pipeline rank."""
-        return self.training.virtual_pipeline_stages
+    schedule = _shared("schedule", "The pipeline schedule's name.")
+    engine = _shared("engine", "The engine's name.")
+    virtual_pipeline_stages = _shared("virtual_pipeline_stages", "Model chunks per pipeline rank.")
+    bytes_per_weight = _shared("bytes_per_weight", "Bytes per weight.")
+    bytes_per_gradient = _shared("bytes_per_gradient", "Bytes per gradient.")
+    bytes_per_optimizer_state = _shared("bytes_per_optimizer_state", "Bytes of optimizer state per parameter.")
+    expert_load_imbalance = _shared("expert_load_imbalance", "The busiest expert rank's tokens over the mean.")
+    torch_compile = _shared("torch_compile", "Whether the model runs under ``torch.compile``.")
 
     @property
     def microbatches(self) -> int:
         """Micro-batches per step and pipeline (``Training.microbatches``)."""
         return self.training.microbatches(self.pipeline_parallel)
-
-    @property
-    def bytes_per_weight(self) -> int:
-        """Bytes per weight (``Training.bytes_per_weight``)."""
-        return self.training.bytes_per_weight
-
-    @property
-    def bytes_per_gradient(self) -> int:
-        """Bytes per gradient (``Training.bytes_per_gradient``)."""
-        return self.training.bytes_per_gradient
-
-    @property
-    def bytes_per_optimizer_state(self) -> int:
-        """Bytes of optimizer state per parameter (``Training.bytes_per_optimizer_state``)."""
-        return self.training.bytes_per_optimizer_state
-
-    @property
-    def expert_load_imbalance(self) -> float:
-        """The busiest expert rank's tokens over the mean (``Training.expert_load_imbalance``)."""
-        return self.training.expert_load_imbalance
-
-    @property
-    def torch_compile(self) -> bool:
-        """Whether the model runs under ``torch.compile`` (``Training.torch_compile``)."""
-        return self.training.torch_compile
 
     @property
     def size(self) -> int:
