@@ -71,6 +71,10 @@ SLOW_TESTS = {
         "test_cost_command_in_a_fresh_process",
     ),
     "tests/conventions/test_config_loaders.py": ("test_cli_bad_input_is_one_line_exit_2",),  # a process each
+    "tests/conventions/test_config_fuzz.py": (  # 300 mutated configs (the quick loop reads 60, the CLI 3)
+        "test_full_fuzz_of_the_published_configs",
+        "test_full_fuzz_through_the_command_line",
+    ),
     "tests/conventions/test_torchtitan_versions.py": ("test_every_mesh_name_matches_torch_numbering",),
     "tests/conventions/test_expert_streams.py": (  # a threaded world's real draws
         "test_real_draws_follow_each_rule_for_ranks_of_one_and_of_different_expert_ranks",

@@ -10,7 +10,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fastdist_lab.errors import CostError, LayoutError
-from fastdist_lab.formatting import MEMBERS_SHOWN, first_line, members_text, plural, ranks_text
+from fastdist_lab.formatting import (
+    MEMBERS_SHOWN,
+    QUOTE_LIMIT,
+    clipped,
+    first_line,
+    members_text,
+    plural,
+    quoted,
+    ranks_text,
+)
 from fastdist_lab.validation import check_choice, check_flag, check_int, check_number, env_int
 
 
@@ -85,3 +94,18 @@ def test_env_int(monkeypatch):
     monkeypatch.setenv("FASTDIST_LAB_TEST_INT", "twelve")
     with pytest.raises(LayoutError, match="FASTDIST_LAB_TEST_INT='twelve' is not an integer"):
         env_int("FASTDIST_LAB_TEST_INT")
+
+
+def test_a_quoted_value_is_one_short_line_whatever_its_size():
+    """An error message quotes a value in one line of at most ``QUOTE_LIMIT`` characters, cut before it is written out
+    (a YAML anchor bomb, a megabyte line, an integer Python refuses to write); a short plain name stays as it is."""
+    huge = [[["lol"] * 10] * 10] * 10
+    for value in (huge, "x" * 10**6, 10**5000, "a\nb\u2028c", b"\x00" * 10**6):
+        text = quoted(value)
+        assert len(text) <= QUOTE_LIMIT and text.isprintable(), text
+    with pytest.raises(LayoutError, match=r"^seed=\[\[\['lol', .*\.\.\. must be an integer$"):
+        check_int("seed", huge)
+    with pytest.raises(LayoutError, match=r"^seed=<an integer of about 5,001 digits> must be <= 10$"):
+        check_int("seed", 10**5000, maximum=10)
+    assert clipped("tensor_paralel") == "tensor_paralel" and clipped("a\nb") == "'a\\nb'"
+    assert clipped("k" * 1000).startswith("'kkk") and len(clipped("k" * 1000)) == QUOTE_LIMIT

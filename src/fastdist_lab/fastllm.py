@@ -13,19 +13,23 @@ Keys of older configs (``distributed_timeout``, ``training_dtype``, before 2025)
 (which refuses unknown fields), an unknown key is a ``LayoutError`` naming it and its line; so is a derived
 field (``data_parallel``, ``tensor_rank``, ...), which Fast-LLM computes and does not accept in a config.
 
-Pure Python; PyYAML is imported only when text has to be parsed.
+YAML is read within the loaders' bounds (``validation``), each refused in one line naming it before the work it would
+cost (``load_yaml``): the text's size and encoding (``MAX_CONFIG_BYTES``), its nesting (``MAX_NESTING``), its values,
+aliases expanded (``MAX_VALUES``: an anchor bomb stands for billions), its integers' digits (``MAX_DIGITS``). Pure
+Python; PyYAML is imported only when text has to be parsed.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .config import SEED_SHIFT_FIELDS
 from .errors import LayoutError, WorldSizeNeeded
-from .validation import check_int
+from .formatting import clipped, first_line, quoted
+from .validation import MAX_NESTING, MAX_VALUES, check_digits, check_int, check_text, read_text
 
 FASTLLM_COMMIT = "91b28fab"
 """The Fast-LLM commit whose ``DistributedConfig`` this project reproduces."""
@@ -130,7 +134,7 @@ def read_fastllm(
     ignored: list[str] = []
     vintages = sorted({VINTAGE_KEYS[k] for k in mapping if k in VINTAGE_KEYS})
     for key, value in mapping.items():
-        at = f"{where}{key}{_line(key_lines.get(key))}"
+        at = f"{where}{clipped(str(key))}{_line(key_lines.get(key))}"
         if not isinstance(key, str) or key not in FASTLLM_FIELDS:
             raise LayoutError(f"{at}: not a field of Fast-LLM's DistributedConfig{_suggest(key)}")
         kind, target, why = FASTLLM_FIELDS[key]
@@ -139,7 +143,7 @@ def read_fastllm(
         if value is None:
             if key in _OPTIONAL_NULL:
                 continue
-            raise LayoutError(f"{at}: null is not a value for {key}")
+            raise LayoutError(f"{at}: null is not a value for {clipped(key)}")
         if kind == "ignored":
             if key == "rank":
                 check_int(f"{at}: rank", value, minimum=0)
@@ -180,16 +184,12 @@ def _load(source: Any) -> tuple[Any, str, dict[str, dict[str, int]] | None]:
         return source, "the mapping", None
     if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source and ":" not in source):
         path = os.fspath(source)
-        try:
-            with open(path, encoding="utf-8") as handle:
-                text = handle.read()
-        except OSError as error:
-            raise LayoutError(f"cannot read Fast-LLM config {path!r}: {error.strerror or error}") from None
-        name = os.path.basename(path)
+        name = clipped(os.path.basename(path))
+        text = read_text(path, f"Fast-LLM config {quoted(path)}")
     elif isinstance(source, str):
-        text, name = source, "the YAML text"
+        text, name = check_text(source, "the YAML text"), "the YAML text"
     else:
-        raise LayoutError(f"source={source!r} must be a path, YAML text or a mapping")
+        raise LayoutError(f"source={quoted(source)} must be a path, YAML text or a mapping")
     return _parse_yaml(text, name)
 
 
@@ -197,14 +197,14 @@ def _parse_yaml(text: str, name: str) -> tuple[Any, str, dict[str, dict[str, int
     import yaml
 
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        data, node = load_yaml(text, name)
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         line = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-        raise LayoutError(f"{name}{line}: not valid YAML: {error.problem or error}") from None
+        problem = clipped(" ".join(str(error.problem or first_line(error)).split()), 120)
+        raise LayoutError(f"{name}{line}: not valid YAML: {problem}") from None
     except yaml.YAMLError as error:
-        raise LayoutError(f"{name}: not valid YAML: {error}") from None
+        raise LayoutError(f"{name}: not valid YAML: {clipped(first_line(error), 120)}") from None
     lines: dict[str, dict[str, int]] = {}
     if isinstance(node, yaml.MappingNode):
         _key_lines(node, "", lines, name)
@@ -220,6 +220,82 @@ def _parse_yaml(text: str, name: str) -> tuple[Any, str, dict[str, dict[str, int
     return data, name, lines
 
 
+def load_yaml(text: str, name: str = "the YAML text", error: type[Exception] = LayoutError) -> tuple[Any, Any]:
+    """``text`` parsed as YAML (PyYAML's safe loader, on libyaml when PyYAML has it): its data and its node tree
+    (where each key is written).
+
+    Its bounds are checked first, on the parser's events (``MAX_VALUES``, aliases expanded, and ``MAX_NESTING``);
+    then an integer of more than ``MAX_DIGITS`` digits is refused before it is converted, and a value YAML cannot
+    construct (a date such as 2001-13-45) is refused too, each by ``error`` in one line with its line. Malformed YAML
+    raises PyYAML's ``YAMLError``.
+    """
+    import yaml
+
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    _yaml_bounds(yaml.parse(text, Loader=base), name, error)
+
+    class BoundedLoader(base):  # type: ignore[misc, valid-type]
+        """The safe loader whose construction errors are ``error`` naming the line."""
+
+        def construct_object(self, node: Any, deep: bool = False) -> Any:
+            try:
+                return super().construct_object(node, deep)
+            except (yaml.YAMLError, error):
+                raise
+            except (ValueError, TypeError, KeyError, OverflowError) as failure:
+                value = quoted(node.value) if isinstance(node, yaml.ScalarNode) else f"a {node.id}"
+                line = node.start_mark.line + 1
+                raise error(f"{clipped(name)} (line {line}): YAML cannot read {value}: {first_line(failure)}") from None
+
+    def construct_int(loader: BoundedLoader, node: Any) -> int:
+        check_digits(f"{clipped(name)} (line {node.start_mark.line + 1})", node.value, error=error)
+        return yaml.SafeLoader.construct_yaml_int(loader, node)
+
+    BoundedLoader.add_constructor("tag:yaml.org,2002:int", construct_int)
+    loader = BoundedLoader(text)
+    try:
+        node = loader.get_single_node()
+        return (loader.construct_document(node) if node is not None else None), node
+    finally:
+        loader.dispose()
+
+
+def _yaml_bounds(events: Iterable[Any], name: str, error: type[Exception]) -> int:
+    """The number of values a YAML document's parser ``events`` stand for, each alias counted as the values of the
+    anchor it repeats; ``error`` naming the limit and the line as soon as that passes ``MAX_VALUES`` (an anchor bomb
+    stands for billions), the nesting passes ``MAX_NESTING`` or an alias is inside its own anchor."""
+    import yaml
+
+    opened: list[list[Any]] = []  # [anchor, values so far] of each open sequence or mapping
+    sizes: dict[str, int] = {}
+    total = 0
+    for event in events:
+        if isinstance(event, yaml.CollectionEndEvent):
+            anchor, size = opened.pop()
+        elif isinstance(event, (yaml.ScalarEvent, yaml.AliasEvent, yaml.CollectionStartEvent)):
+            at = f"{clipped(name)} (line {event.start_mark.line + 1})"
+            anchor, size = event.anchor, 1
+            if isinstance(event, yaml.AliasEvent):
+                if any(anchor == open_anchor for open_anchor, _ in opened):
+                    raise error(f"{at}: the alias *{clipped(anchor, 40)} is inside its own anchor")
+                anchor, size = None, sizes.get(anchor, 1)  # an alias never defined: the composer says so
+            total += size
+            if total > MAX_VALUES:
+                raise error(f"{at}: {total:,} values so far, aliases expanded (more than MAX_VALUES={MAX_VALUES:,})")
+            if isinstance(event, yaml.CollectionStartEvent):
+                if len(opened) >= MAX_NESTING:
+                    raise error(f"{at}: nested more than MAX_NESTING={MAX_NESTING} levels deep")
+                opened.append([anchor, 1])
+                continue
+        else:
+            continue
+        if anchor:
+            sizes[anchor] = size
+        if opened:
+            opened[-1][1] += size
+    return total
+
+
 def _child(node: Any, key: str) -> Any:
     for key_node, value_node in node.value:
         if getattr(key_node, "value", None) == key:
@@ -233,7 +309,7 @@ def _key_lines(node: Any, path: str, out: dict[str, dict[str, int]], name: str) 
     for key_node, _ in node.value:
         key, line = getattr(key_node, "value", None), key_node.start_mark.line + 1
         if isinstance(key, str) and key in seen:
-            where = f"{path}.{key}" if path else key
+            where = clipped(f"{path}.{key}" if path else key)
             raise LayoutError(f"{name}: {where} is given twice (lines {seen[key]} and {line}); keep one")
         if isinstance(key, str):
             seen[key] = line
@@ -257,7 +333,7 @@ def _find_section(data: Any, name: str, lines: dict[str, dict[str, int]] | None)
     elif data and all(isinstance(k, str) and k in FASTLLM_FIELDS for k in data):
         return "", data, None
     else:
-        keys = ", ".join(map(str, list(data)[:8])) or "none"
+        keys = clipped(", ".join(map(str, list(data)[:8]))) or "none"
         raise LayoutError(
             f"{name}: no 'model: distributed:' section and no 'distributed:' mapping (top-level keys: {keys})"
         )

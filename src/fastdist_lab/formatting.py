@@ -3,7 +3,8 @@ panels and the reports.
 
 A group's members print as ``[0, 2, 4, 6]`` (``[0, 1, ..., 7, ..., 63] (64 ranks)`` when long); a set of ranks as
 ``ranks 0-4, 6, 7``; a count as ``1 group`` / ``3 groups``; bytes in binary units (``6.28 GiB``), seconds in s / ms /
-µs / ns, counts such as parameters as ``4.31 B``, bandwidths in GB/s, ratios as ``1.04x``; ``column_unit`` reads a
+µs / ns, counts such as parameters as ``4.31 B``, bandwidths in GB/s, ratios as ``1.04x``; a value an error message
+quotes as one line of at most ``QUOTE_LIMIT`` characters (``quoted``, ``clipped``); ``column_unit`` reads a
 table column's unit from its name (``*_bytes*``, ``seconds*``, ``*_GBps``, ``parameters``, ``*_over_*``), so every
 table (``unit_frame.UnitFrame``) formats alike; ``wrap_lines`` keeps a line within the CLI's ``TEXT_WIDTH``. Pure
 Python.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import reprlib
 import textwrap
 from collections.abc import Iterable, Sequence
 
@@ -48,6 +50,40 @@ def ranks_text(ranks: Iterable[int]) -> str:
 def first_line(error: BaseException) -> str:
     """The first line of ``error``'s message (torch's C++ errors go on with a stack of frames), or its type name."""
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+QUOTE_LIMIT = 80
+"""Characters of a value that an error message quotes, at most: one line, whatever the value's size."""
+
+
+class _Quoter(reprlib.Repr):
+    """``reprlib``'s shortened ``repr``, which cuts strings and containers before writing them out, and never writes
+    out a huge integer (Python refuses to write more than 4,300 digits, and writing fewer still costs)."""
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 4 * self.maxlong:  # more digits than shown: only the count
+            return f"<an integer of about {int(x.bit_length() * math.log10(2)) + 1:,} digits>"
+        return super().repr_int(x, level)
+
+
+_QUOTER = _Quoter()
+_QUOTER.maxstring = _QUOTER.maxother = _QUOTER.maxlong = QUOTE_LIMIT
+_QUOTER.maxlist = _QUOTER.maxtuple = _QUOTER.maxdict = _QUOTER.maxset = _QUOTER.maxfrozenset = 8
+_QUOTER.maxlevel = 3
+
+
+def quoted(value: object, limit: int = QUOTE_LIMIT) -> str:
+    """``value`` as an error message quotes it: its ``repr`` on one line of at most ``limit`` characters, cut with
+    ``...`` (``'ab...yz'``, ``[1, 2, ...]``). Strings, containers and integers are cut before they are written out, so
+    quoting a value of any size (a YAML anchor bomb, a megabyte line) costs little."""
+    text = " ".join(_QUOTER.repr(value).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def clipped(text: str, limit: int = QUOTE_LIMIT) -> str:
+    """A name from the input (a key, a flag, a word) as a message names it: as it is when it is one printable line of
+    at most ``limit`` characters, else ``quoted``."""
+    return text if len(text) <= limit and text.isprintable() else quoted(text, limit)
 
 
 UNITS: tuple[str, ...] = ("bytes", "seconds", "count", "rate", "ratio")

@@ -19,9 +19,10 @@ import numpy as np
 from ..config import DistributedConfig
 from ..errors import LayoutError
 from ..experts import EXPERT_DIM_NAMES, held_experts
-from ..formatting import members_text, plural
+from ..formatting import members_text, plural, quoted
 from ..layout import Layout
 from ..seeds import generator_seeds
+from ..validation import check_digits
 from .flags import add_layout_arguments, config_from_args, given_shape_flags, layout_from_args
 
 HELP = "print which rank holds which coordinates and which ranks form each group"
@@ -187,13 +188,13 @@ def _load(args: argparse.Namespace) -> Any:
     except (ConventionError, LayoutError) as error:
         raise LayoutError(" ".join(str(error).split())) from None
     except OSError as error:
-        raise LayoutError(f"cannot read {args.from_config!r}: {error.strerror or error}") from None
+        raise LayoutError(f"cannot read {quoted(args.from_config)}: {error.strerror or error}") from None
 
 
 def _environment_size(name: str) -> int:
-    value = os.environ[name].strip()
+    value = check_digits(f"{name} in the environment", os.environ[name].strip())
     if not value.isdigit() or int(value) < 1:
-        raise LayoutError(f"{name}={value!r} in the environment is not a number of ranks")
+        raise LayoutError(f"{name}={quoted(value)} in the environment is not a number of ranks")
     return int(value)
 
 

@@ -6,9 +6,11 @@ job config, ``[parallelism]``), or shell commands (a launch line or script) one 
 torchtitan.train``, ``run_train.sh``, ``--parallelism.*`` flags) or Megatron-LM (an entry script such as
 ``pretrain_gpt.py``, or Megatron's parallel arguments). Comments, strings and other commands of a script say
 nothing. Python source (torchtitan's config registry, a training script) and empty input are refused in one line.
-The answer holds this project's ``Layout`` when one gives the same groups (and says which), else says plainly that
-none does and keeps the framework's own convention, whose ``named_groups()`` lists every group the framework
-builds.
+So is anything past the loaders' bounds, before the work it would cost: a text over ``MAX_CONFIG_BYTES`` or not UTF-8,
+nesting past ``MAX_NESTING``, YAML or TOML values past ``MAX_VALUES`` (aliases expanded), integers past ``MAX_DIGITS``
+(``validation``), scripts past ``MAX_SCRIPT_LINES`` or expansions past ``MAX_EXPANSION`` (``launch``). The answer
+holds this project's ``Layout`` when one gives the same groups (and says which), else says plainly that none does and
+keeps the framework's own convention, whose ``named_groups()`` lists every group the framework builds.
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ import numpy as np
 
 from ..config import DIM_NAMES
 from ..errors import ConventionError
-from ..fastllm import FASTLLM_FIELDS, read_fastllm
+from ..fastllm import FASTLLM_FIELDS, load_yaml, read_fastllm
+from ..formatting import clipped, quoted
 from ..layout import Layout
+from ..validation import check_text, read_text
 from .base import Convention
 from .launch import launch_parts, shell_commands
 from .megatron_args import is_megatron_command
@@ -36,12 +40,9 @@ from .torchtitan_config import DEGREES, is_torchtitan_command, torchtitan_from_c
 FRAMEWORKS: tuple[str, ...] = ("fastllm", "megatron", "torchtitan")
 """The frameworks ``load_config`` reads (``framework=`` takes one of these to skip the detection)."""
 
-FORMATS = (
-    "a Fast-LLM YAML (model: distributed:), a torchtitan TOML job config ([parallelism]) or launch line "
-    "(-m torchtitan.train, run_train.sh, --parallelism.*), or a Megatron-LM launch line or script "
-    "(pretrain_gpt.py, --tensor-model-parallel-size)"
-)
-"""What ``load_config`` reads, in words (for its refusals)."""
+FORMATS = "a Fast-LLM YAML, a torchtitan TOML or launch line, or a Megatron-LM launch line or script"
+"""What ``load_config`` reads, in words (for its refusals, which stay one short line: the module's docstring and the
+README say how each is recognised)."""
 
 
 @dataclass(frozen=True)
@@ -86,13 +87,13 @@ def detect_framework(text: str, name: str = "the text") -> str:
     Fast-LLM's; else the shell commands of the text decide: one that runs torchtitan (``-m torchtitan.*``,
     ``run_train.sh``, ``--parallelism.*`` flags) or Megatron-LM (``pretrain_*.py``, its parallel arguments).
     """
-    if not text.strip():
+    if not check_text(text, name, error=ConventionError).strip():
         raise ConventionError(f"{name} is empty: nothing to read; give {FORMATS}")
     if _is_python(text):
         raise ConventionError(_python_refused(name))
     if _TOML_TABLE.search(text):
         return "torchtitan"
-    parses, data = _yaml_load(text)
+    parses, data = _yaml_load(text, name)
     mapping = data if isinstance(data, Mapping) else None
     if mapping is not None and set(map(str, mapping)) & _FASTLLM_KEYS:
         return "fastllm"
@@ -117,20 +118,23 @@ def detect_framework(text: str, name: str = "the text") -> str:
             f"(line {found['megatron']}); give one of them"
         )
     if mapping is not None:
-        keys = ", ".join(map(str, list(mapping)[:8]))
+        keys = clipped(", ".join(map(str, list(mapping)[:8])), 60)
         raise ConventionError(f"{name} is a YAML mapping (keys {keys}) of no framework read here; give {FORMATS}")
     programs = [_program(command) for command in commands if _program(command)]
-    ran = f" (its commands run {', '.join(dict.fromkeys(programs))})" if programs else ""
+    ran = f" (its commands run {clipped(', '.join(dict.fromkeys(programs)), 40)})" if programs else ""
     raise ConventionError(f"cannot tell which framework {name} is{ran}: give {FORMATS}")
 
 
-_TOML_TABLE = re.compile(r"^\s*\[\[?[\w.-]+\]\]?\s*(#.*)?$", re.M)
+_TOML_TABLE = re.compile(r"^[^\S\n]*\[\[?[\w.-]+\]\]?[^\S\n]*(#.*)?$", re.M)  # blanks, not line ends: no backtracking
 _FASTLLM_KEYS = {"model", "distributed", *FASTLLM_FIELDS}
 _PYTHON_STATEMENTS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
 def _python_refused(name: str) -> str:
-    return f"{name} is Python source (a config registry, a training script), which is not read: give {FORMATS}"
+    return f"{name} is Python source, which is not read: give {FORMATS}"
+
+
+_PYTHON_STATEMENT = re.compile(r"^(import|from|def|class|async)\s", re.M)
 
 
 def _is_python(text: str) -> bool:
@@ -138,22 +142,27 @@ def _is_python(text: str) -> bool:
     first = text.lstrip().splitlines()[0] if text.strip() else ""
     if first.startswith("#!") and "python" in first:
         return True
+    if not _PYTHON_STATEMENT.search(text):  # no top-level import or definition: nothing to parse
+        return False
     try:
         tree = ast.parse(text)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, MemoryError, RecursionError):  # the last two: CPython's "too complex to parse"
         return False
     return any(isinstance(node, _PYTHON_STATEMENTS) for node in tree.body)
 
 
-_YAML_KEY = re.compile(r"^(\s*(#.*)?\n)*\s*(model|distributed|" + "|".join(FASTLLM_FIELDS) + r")\s*:(\s|$)")
+_YAML_KEY = re.compile(  # comment and blank lines, then a Fast-LLM key (each line matched once: no backtracking)
+    r"^(?:[^\S\n]*(?:#[^\n]*)?\n)*[^\S\n]*(model|distributed|" + "|".join(FASTLLM_FIELDS) + r")[^\S\n]*:(\s|$)"
+)
 
 
-def _yaml_load(text: str) -> tuple[bool, Any]:
-    """Whether ``text`` parses as YAML, and what it parses to (``None`` when it does not)."""
+def _yaml_load(text: str, name: str) -> tuple[bool, Any]:
+    """Whether ``text`` parses as YAML, and what it parses to (``None`` when it does not); YAML past the loaders'
+    bounds is refused (``ConventionError``)."""
     import yaml
 
     try:
-        return True, yaml.safe_load(text)
+        return True, load_yaml(text, name, ConventionError)[0]
     except yaml.YAMLError:
         return False, None
 
@@ -191,17 +200,18 @@ def load_config(
     if isinstance(source, Mapping):
         data = source
     elif isinstance(source, (str, os.PathLike)) and _is_file(source):
-        name = os.path.basename(os.fspath(source))
-        with open(source, encoding="utf-8") as handle:
-            text = handle.read()
+        name = clipped(os.path.basename(os.fspath(source)))
+        text = read_text(source, name, error=ConventionError)
     elif isinstance(source, str) and re.fullmatch(r"\S+\.(ya?ml|toml|sh|py)", source.strip()):
-        raise ConventionError(f"cannot read {source!r}: no such file")
+        raise ConventionError(f"cannot read {quoted(source)}: no such file")
     elif isinstance(source, str):
-        name, text = "the text", source
+        name, text = "the text", check_text(source, "the text", error=ConventionError)
+    elif isinstance(source, os.PathLike):
+        raise ConventionError(f"cannot read {quoted(os.fspath(source))}: not a file")
     else:
-        raise ConventionError(f"source={source!r} must be a path, a config's text or a mapping")
+        raise ConventionError(f"source={quoted(source)} must be a path, a config's text or a mapping")
     if framework is not None and framework not in FRAMEWORKS:
-        raise ConventionError(f"framework={framework!r}; use one of {', '.join(FRAMEWORKS)}")
+        raise ConventionError(f"framework={quoted(framework)}; use one of {', '.join(FRAMEWORKS)}")
     if text is not None and not text.strip():
         raise ConventionError(f"{name} is empty: nothing to read; give {FORMATS}")
     if text is not None and name.endswith(".py"):
@@ -223,7 +233,7 @@ def load_config(
         layout, why = state.layout_equivalent()
         head = f"Megatron-LM command line ({name}): {state.describe_configuration()}"
         return _answer("megatron", name, layout, state, head, state.source_notes, why)
-    if text is not None and (name.endswith(".toml") or re.search(r"^\s*\[[\w.]+\]\s*$", text, re.M)):
+    if text is not None and (name.endswith(".toml") or re.search(r"^[^\S\n]*\[[\w.]+\][^\S\n]*$", text, re.M)):
         mesh = torchtitan_from_settings(text, world_size, local_world_size, version, name=name)
     elif text is not None:
         mesh = torchtitan_from_command(text, world_size, local_world_size, version)

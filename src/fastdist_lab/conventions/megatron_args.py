@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ConventionError
+from ..formatting import clipped, quoted
+from ..validation import check_digits
 from .launch import Command, launch_parts
 
 INT_ARGS: dict[str, str] = {
@@ -83,6 +85,7 @@ def parse_megatron_args(words: Sequence[str], lines: int | Sequence[int] = 1) ->
     words = list(words)
     word_lines = [lines] * len(words) if isinstance(lines, int) else list(lines)
     index = 0
+    looked_up: set[str] = set()  # flags already compared with the known ones (a script may repeat one many times)
     while index < len(words):
         word, line = words[index], word_lines[index]
         index += 1
@@ -91,7 +94,7 @@ def parse_megatron_args(words: Sequence[str], lines: int | Sequence[int] = 1) ->
         flag, eq, inline = word.partition("=")
         if flag in FLAG_ARGS:
             if eq:
-                raise ConventionError(f"line {line}: {flag} takes no value (got {word!r})")
+                raise ConventionError(f"line {line}: {flag} takes no value (got {quoted(word)})")
             values[FLAG_ARGS[flag]] = True
             where[FLAG_ARGS[flag]] = line
         elif flag in INT_ARGS:
@@ -101,10 +104,11 @@ def parse_megatron_args(words: Sequence[str], lines: int | Sequence[int] = 1) ->
                 text, index = words[index], index + 1
             else:
                 raise ConventionError(f"line {line}: argument {flag}: expected one argument")
+            check_digits(f"line {line}: argument {flag}", text, error=ConventionError)
             try:
                 values[INT_ARGS[flag]] = int(text)
             except ValueError:
-                raise ConventionError(f"line {line}: argument {flag}: invalid int value: {text!r}") from None
+                raise ConventionError(f"line {line}: argument {flag}: invalid int value: {quoted(text)}") from None
             where[INT_ARGS[flag]] = line
         elif flag in LIST_ARGS:
             items = [inline] if eq else []
@@ -112,17 +116,21 @@ def parse_megatron_args(words: Sequence[str], lines: int | Sequence[int] = 1) ->
                 items.append(words[index])
                 index += 1
             try:
-                values[LIST_ARGS[flag]] = [int(item) for item in items]
+                digits = [check_digits(f"line {line}: argument {flag}", item, error=ConventionError) for item in items]
+                values[LIST_ARGS[flag]] = [int(item) for item in digits]
+            except ConventionError:
+                raise
             except ValueError:
-                raise ConventionError(f"line {line}: argument {flag}: invalid int value in {items}") from None
+                raise ConventionError(f"line {line}: argument {flag}: invalid int value in {quoted(items)}") from None
             if not items:
                 raise ConventionError(f"line {line}: argument {flag}: expected at least one argument")
             where[LIST_ARGS[flag]] = line
-        elif flag not in OTHER_PARALLEL_ARGS:
+        elif flag not in OTHER_PARALLEL_ARGS and flag not in looked_up:
+            looked_up.add(flag)
             close = difflib.get_close_matches(flag.replace("_", "-"), list(KNOWN_ARGS), n=1, cutoff=0.85)
             if close:
                 raise ConventionError(
-                    f"line {line}: {flag} is not a Megatron-LM argument (Megatron's parser refuses it); "
+                    f"line {line}: {clipped(flag)} is not a Megatron-LM argument (Megatron's parser refuses it); "
                     f"did you mean {close[0]}?"
                 )
     return values, where

@@ -6,7 +6,8 @@ torchtitan's ``ParallelismConfig`` (``[parallelism]`` of the TOML job configs us
 ``tensor_parallel_degree``, ``pipeline_parallel_degree``, ``expert_parallel_degree`` and (until April 2026)
 ``expert_tensor_parallel_degree``; the world is the launcher's (``NGPU`` in ``run_train.sh``, torchrun's
 ``--nproc_per_node`` and ``--nnodes``). Every other field torchtitan has had in that section is accepted and
-changes no mesh (``OTHER_FIELDS``); an unknown one is a ``ConventionError`` naming it.
+changes no mesh (``OTHER_FIELDS``); an unknown one is a ``ConventionError`` naming it. A TOML text is read within
+the loaders' bounds (``validation.MAX_VALUES``, ``MAX_NESTING``, ``MAX_DIGITS``) before tomllib parses it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import ConventionError, ConventionWorldSizeNeeded
-from ..validation import check_int
+from ..formatting import clipped
+from ..validation import MAX_DIGITS, MAX_NESTING, MAX_VALUES, check_digits, check_int, read_text
 from .launch import Command, launch_parts, shell_commands, split_launch
 from .torchtitan_dims import LOADER_VERSION, TorchtitanMesh, torchtitan
 
@@ -69,16 +71,16 @@ def torchtitan_degrees(settings: Mapping[str, Any], lines: Mapping[str, int] | N
     """``ParallelDims`` keyword arguments from torchtitan field names (``ConventionError`` naming a bad key)."""
     degrees: dict[str, int] = {}
     for key, value in settings.items():
-        where = f"parallelism.{key}" + (f" (line {lines[key]})" if lines and key in lines else "")
+        where = f"parallelism.{clipped(str(key))}" + (f" (line {lines[key]})" if lines and key in lines else "")
         if key in OTHER_FIELDS:
             continue
         if key not in DEGREES:
             close = difflib.get_close_matches(str(key), [*DEGREES, *OTHER_FIELDS], n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise ConventionError(f"{where}: not a field of torchtitan's parallelism config{hint}")
-        if isinstance(value, str) and re.fullmatch(r"-?[0-9]+", value.strip()):
-            value = int(value)
         at = f"line {lines[key]}: " if lines and key in lines else ""
+        if isinstance(value, str) and re.fullmatch(r"-?[0-9]+", value.strip()):
+            value = int(check_digits(f"{at}parallelism.{key}", value, error=ConventionError))
         degrees[DEGREES[key]] = check_int(f"{at}parallelism.{key}", value, error=ConventionError)
     degrees.setdefault("dp_shard", -1)
     return degrees
@@ -90,13 +92,14 @@ def read_toml(text: str, name: str) -> tuple[dict[str, Any], dict[str, int]]:
         import tomllib
     else:  # pragma: no cover - Python 3.10
         import tomli as tomllib
+    _toml_bounds(text, name)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
-        raise ConventionError(f"{name}: not valid TOML: {error}") from None
+        raise ConventionError(f"{name}: not valid TOML: {clipped(str(error), 120)}") from None
     section = data.get("parallelism")
     if section is None:
-        sections = ", ".join(f"[{k}]" for k, v in data.items() if isinstance(v, dict)) or "none"
+        sections = clipped(", ".join(f"[{k}]" for k, v in data.items() if isinstance(v, dict)), 60) or "none"
         raise ConventionError(f"{name}: no [parallelism] section (sections: {sections})")
     if not isinstance(section, dict):
         raise ConventionError(f"{name}: parallelism must be a table")
@@ -111,6 +114,44 @@ def read_toml(text: str, name: str) -> tuple[dict[str, Any], dict[str, int]]:
         if inside and key:
             lines.setdefault(key.group(1), number)
     return section, lines
+
+
+_TOML_TOKEN = re.compile(r"""\"\"\"|'''|["'#\[\]{},=.]|(?<![\w.])[0-9][0-9_]*""")
+_TOML_SKIP = {  # from a string's (or a comment's) opening to its end
+    '"""': re.compile(r'(?:[^"\\]|\\.|"(?!""))*"""', re.S),
+    "'''": re.compile(r"(?:[^']|'(?!''))*'''"),
+    '"': re.compile(r'(?:[^"\\\n]|\\.)*"?'),
+    "'": re.compile(r"[^'\n]*'?"),
+    "#": re.compile(r"[^\n]*"),
+}
+
+
+def _toml_bounds(text: str, name: str) -> int:
+    """The values of a TOML text (its keys, tables and array items: each ``=``, ``[``, ``{`` and ``,`` outside strings
+    and comments, and each part of a dotted key past its second), read before tomllib reads them: ``ConventionError``
+    naming the limit and the line as soon as they pass ``MAX_VALUES``, the nesting of arrays, inline tables or a dotted
+    key's parts passes ``MAX_NESTING`` (tomllib recurses once per level, and reads a dotted key in a time that grows
+    with the square of its parts) or an integer has more than ``MAX_DIGITS`` digits (tomllib converts any)."""
+    depth = values = position = dots = 0
+    while (match := _TOML_TOKEN.search(text, position)) is not None:
+        token, position = match.group(), match.end()
+        if token in _TOML_SKIP:
+            end = _TOML_SKIP[token].match(text, position)
+            position = end.end() if end is not None else len(text)
+            continue
+        if token[0].isdigit():
+            if len(token) > MAX_DIGITS:  # (the line is counted only for a refusal)
+                check_digits(f"{name} (line {text.count(chr(10), 0, match.start()) + 1})", token, error=ConventionError)
+            continue
+        dots = dots + 1 if token == "." else 0  # the dots of one key (a number's point: one dot)
+        depth = max(0, depth + (token in "[{") - (token in "]}"))
+        values += token in "[{,=" or dots > 1
+        if max(depth, dots) > MAX_NESTING or values > MAX_VALUES:
+            at = f"{name} (line {text.count(chr(10), 0, match.start()) + 1})"
+            if max(depth, dots) > MAX_NESTING:
+                raise ConventionError(f"{at}: nested more than MAX_NESTING={MAX_NESTING} levels deep")
+            raise ConventionError(f"{at}: more than MAX_VALUES={MAX_VALUES:,} keys, tables and array items")
+    return values
 
 
 def parallelism_flags(
@@ -190,11 +231,12 @@ def torchtitan_from_command(
     base: dict[str, Any] = {}
     path = job.get("job.config_file")
     if path and os.path.isfile(path):
-        with open(path, encoding="utf-8") as handle:
-            base, _ = read_toml(handle.read(), os.path.basename(path))
-        notes.append(f"read {path}")
+        name = clipped(os.path.basename(path))
+        base, _ = read_toml(read_text(path, name, error=ConventionError), name)
+        notes.append(f"read {clipped(path)}")
     elif path or job.get("config"):
-        notes.append(f"{path or job['config']} not read: degrees it sets are not known here (torchtitan's defaults)")
+        missing = clipped(path or job["config"])
+        notes.append(f"{missing} not read: degrees it sets are not known here (torchtitan's defaults)")
     version = version or LOADER_VERSION
     world = world_size if world_size is not None else launch.world_size
     if world is None:
