@@ -25,6 +25,7 @@ CORE = {
     "unit_frame",
     "lazy",
     "setup",
+    "experts",
 }
 
 

@@ -13,7 +13,7 @@ import numpy as np
 from ..errors import CostError
 from ..formatting import TEXT_WIDTH, format_bytes, format_seconds, wrap_lines
 from ..painters import paint
-from ..setup import DEFAULT_EFFICIENCY, DEFAULT_ENGINE, Efficiency, Hardware, Training, Transformer, setup_kind
+from ..setup import DEFAULT_ENGINE, Efficiency, Hardware, Training, Transformer, setup_kind
 from .evidence.trust import band_for
 from .formulas.communication import COMMUNICATION_COLUMNS, CollectiveRow, row_columns, step_rows
 from .formulas.memory import MEMORY_COLUMNS, stage_memory
@@ -139,7 +139,7 @@ class CostReport:
             (True, True)
         """
         hw = Hardware.coerce(hardware)
-        columns, timeline = step_columns(self.setups, hw, DEFAULT_EFFICIENCY if efficiency is None else efficiency)
+        columns, timeline = step_columns(self.setups, hw, Efficiency.coerce(efficiency))
         first = {name: float(values[0]) for name, values in columns.items()}
         return StepTime(
             **{name: first[name] for name in ("seconds", "tokens_per_second", "tflops_per_gpu", "mfu")},

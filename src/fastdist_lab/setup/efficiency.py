@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import CostError
+from ..formatting import quoted
 from ..validation import check_number
 
 
@@ -68,6 +69,15 @@ class Efficiency:
     def replace(self, **changes: Any) -> Efficiency:
         """A copy with ``changes``."""
         return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def coerce(cls, efficiency: Efficiency | None) -> Efficiency:
+        """``efficiency`` itself, or ``DEFAULT_EFFICIENCY`` for ``None``; ``CostError`` naming anything else."""
+        if efficiency is None:
+            return DEFAULT_EFFICIENCY
+        if not isinstance(efficiency, Efficiency):
+            raise CostError(f"efficiency={quoted(efficiency)} must be an Efficiency (or None: the default)")
+        return efficiency
 
 
 DEFAULT_EFFICIENCY = Efficiency()

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import CostError
+from ..formatting import quoted
 from ..validation import check_int, check_number
 
 GiB = 2**30
@@ -72,6 +73,10 @@ DEFAULT_HARDWARE = "dgx-h100"
 MEMORY_RESERVE_GiB = 2.0
 """HBM no tensor of the model can use: CUDA context, NCCL buffers, cuBLAS workspaces (about 1-2 GiB)."""
 
+MAX_FIGURE = 1e6
+"""The largest bandwidth (GB/s), peak (TFLOP/s) or memory (GiB) a ``Hardware`` takes: a thousand times today's GPUs,
+and far enough from a float's range that no time or byte count derived from it overflows."""
+
 MEMORY_FRAGMENTATION = 0.05
 """The share of HBM PyTorch's caching allocator loses to fragmentation in long runs (a few percent; PyTorch's
 ``expandable_segments`` documentation), kept free by ``Hardware.usable_bytes``."""
@@ -107,12 +112,14 @@ class Hardware:
     sustained: float | None = None
 
     def __post_init__(self) -> None:
-        for field in ("intra_node_GBps", "inter_node_GBps"):  # required
-            object.__setattr__(self, field, check_number(field, getattr(self, field), error=CostError))
-        for field in ("peak_tflops", "memory_GiB", "memory_GBps"):  # optional
-            if getattr(self, field) is not None:
-                object.__setattr__(self, field, check_number(field, getattr(self, field), error=CostError))
-        gpus = check_int("gpus_per_node", self.gpus_per_node, minimum=1, error=CostError)
+        for field in ("intra_node_GBps", "inter_node_GBps", "peak_tflops", "memory_GiB", "memory_GBps"):
+            value = getattr(self, field)
+            if value is None and field not in ("intra_node_GBps", "inter_node_GBps"):  # optional
+                continue
+            if check_number(field, value, error=CostError) > MAX_FIGURE:
+                raise CostError(f"{field}={value!r} must be at most {MAX_FIGURE:g}")
+            object.__setattr__(self, field, float(value))
+        gpus = check_int("gpus_per_node", self.gpus_per_node, minimum=1, maximum=2**24, error=CostError)
         object.__setattr__(self, "gpus_per_node", gpus)
         attention = self.attention_efficiency
         if not isinstance(attention, (tuple, list)) or len(attention) != 2:
@@ -122,8 +129,10 @@ class Hardware:
             if check_number(field, value, error=CostError) > 1:
                 raise CostError(f"{field}={value!r} must be a fraction in (0, 1]")
         object.__setattr__(self, "attention_efficiency", (float(attention[0]), float(attention[1])))
-        if self.family not in SUSTAINED and self.family != "blackwell":
+        if not isinstance(self.family, str) or self.family not in SUSTAINED and self.family != "blackwell":
             raise CostError(f"family={self.family!r} must be one of 'ampere', 'hopper', 'blackwell'")
+        if not isinstance(self.name, str) or not self.name.isprintable() or len(self.name) > 200:
+            raise CostError(f"name={quoted(self.name)} must be a line of text (at most 200 characters)")
         if self.sustained is not None and check_number("sustained", self.sustained, error=CostError) > 1:
             raise CostError(f"sustained={self.sustained!r} must be a fraction in (0, 1]")
 

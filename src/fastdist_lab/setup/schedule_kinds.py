@@ -26,6 +26,16 @@ from ..errors import CostError
 from ..lazy import warn_deprecated
 from ..validation import check_int
 
+MAX_TABLE_ACTIONS = 2**18
+"""The most compute actions (forwards and backwards of every micro-batch on every stage) a step's pipeline table may
+hold: 262,144, above the largest published run priced (Narayanan et al. 2021's 529.6B on 560 GPUs, 1,120
+micro-batches over 35 stages of 3 chunks: 235,200), a few seconds of a step's time on one core. A longer table is
+refused before anything is built."""
+
+MAX_MICROBATCHES = 2**14
+"""The most micro-batches of a step (16,384): a step runs them one after the other, so their count bounds the
+length of its table's critical path."""
+
 
 @dataclass(frozen=True, eq=False)
 class ScheduleKind:
@@ -65,6 +75,11 @@ class ScheduleKind:
     def stages(self, pipeline_parallel: int, virtual_pipeline_stages: int) -> int:
         """Stages over all pipeline ranks: ``pipeline_parallel`` times the virtual stages when ``multi_stage``."""
         return pipeline_parallel * (virtual_pipeline_stages if self.multi_stage else 1)
+
+    def actions(self, pipeline_parallel: int, num_microbatches: int, virtual_pipeline_stages: int) -> int:
+        """The compute actions of the table: a forward and a backward (or its two halves) per micro-batch and stage."""
+        return (3 if self.split_backward else 2) * num_microbatches * self.stages(pipeline_parallel,
+                                                                                  virtual_pipeline_stages)
 
 
 SCHEDULE_KINDS: dict[str, ScheduleKind] = {
@@ -125,7 +140,7 @@ def check_schedule(
     """
     spec = schedule_kind(kind, error=error)
     pp = check_int("pipeline_parallel", pipeline_parallel, minimum=1, error=error)
-    m = check_int("num_microbatches", num_microbatches, minimum=1, error=error)
+    m = check_int("num_microbatches", num_microbatches, minimum=1, maximum=MAX_MICROBATCHES, error=error)
     v = check_int("virtual_pipeline_stages", virtual_pipeline_stages, minimum=1, error=error)
     name = spec.name
     if not spec.multi_stage and v != 1:
@@ -136,6 +151,12 @@ def check_schedule(
         raise error(
             f"schedule={name!r} needs num_microbatches={m} to be a multiple of its {max(1, m // pp)} rounds "
             f"(max(1, num_microbatches // pipeline_parallel), torch.distributed.pipelining's rule)"
+        )
+    actions = spec.actions(pp, m, v)
+    if actions > MAX_TABLE_ACTIONS:
+        raise error(
+            f"num_microbatches={m} over {spec.stages(pp, v)} stages of schedule={name!r} is {actions:,} actions, more "
+            f"than the {MAX_TABLE_ACTIONS:,} a step's table may hold (fewer micro-batches or stages)"
         )
     if run and name == "1f1b" and m < pp:
         raise error(f"schedule='1f1b' needs num_microbatches >= pipeline_parallel={pp} to run, got {m}")

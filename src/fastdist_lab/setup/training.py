@@ -13,8 +13,20 @@ from typing import Any
 
 from ..errors import CostError
 from .engines import DEFAULT_ENGINE, ENGINES, Engine, engine_record
-from .schedule_kinds import SCHEDULES, SEARCHED_SCHEDULES, ScheduleKind, check_schedule, schedule_kind
+from .schedule_kinds import (
+    MAX_MICROBATCHES,
+    SCHEDULES,
+    SEARCHED_SCHEDULES,
+    ScheduleKind,
+    check_schedule,
+    schedule_kind,
+)
 from .settings import Setting, check_settings, setting, settings_of
+from .transformer import MAX_LAYERS
+
+MAX_MICRO_BATCH = 2**14
+"""The most sequences a micro-batch holds (16,384): far above any run, and small enough that no byte count of a
+set-up overflows 64 bits."""
 
 RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
 """Activation recompute choices (Korthikanti et al. 2022, Section 5)."""
@@ -84,10 +96,12 @@ class Training:
 
     micro_batch_size: int = setting(
         1, flag="--micro-batch-size", help="sequences per micro-batch", kind="int", minimum=1,
-        search="varied", tried=(1, 2, 4, 8), control="int", label="micro-batch", css="micro-batch",
+        maximum=MAX_MICRO_BATCH, search="varied", tried=(1, 2, 4, 8), control="int", label="micro-batch",
+        css="micro-batch",
     )
     num_microbatches: int | None = setting(
         None, flag="--micro-batches", aliases=("--num-microbatches",), kind="optional int", minimum=1,
+        maximum=MAX_MICROBATCHES,
         help="micro-batches per step and data rank", none_means="the pipeline size", search=None, control="int",
         label="micro-batches (0: stages)", css="microbatches",
     )
@@ -112,13 +126,15 @@ class Training:
         panels=("cost", "train"), cli_choices=True,
     )
     bytes_per_weight: int = setting(
-        2, flag="--bytes-per-weight", help="bytes per weight (bf16: 2)", kind="int", minimum=1, search=None,
+        2, flag="--bytes-per-weight", help="bytes per weight (bf16: 2)", kind="int", minimum=1, maximum=64,
+        search=None,
     )
     bytes_per_gradient: int = setting(
-        4, flag="--bytes-per-gradient", help="bytes per gradient (fp32: 4)", kind="int", minimum=1, search=None,
+        4, flag="--bytes-per-gradient", help="bytes per gradient (fp32: 4)", kind="int", minimum=1, maximum=64,
+        search=None,
     )
     bytes_per_optimizer_state: int = setting(
-        12, flag="--bytes-per-optimizer-state", kind="int", minimum=1, search=None,
+        12, flag="--bytes-per-optimizer-state", kind="int", minimum=1, maximum=64, search=None,
         help="bytes of optimizer state per parameter (fp32 master weights and Adam's two moments: 12)",
     )
     schedule: str = setting(
@@ -126,14 +142,14 @@ class Training:
         tried=SEARCHED_SCHEDULES, control="dropdown", label="schedule", css="schedule", panels=("cost", "train"),
     )
     virtual_pipeline_stages: int = setting(
-        1, flag="--virtual-pipeline-stages", aliases=("--virtual-stages",), kind="int", minimum=1,
+        1, flag="--virtual-pipeline-stages", aliases=("--virtual-stages",), kind="int", minimum=1, maximum=1024,
         help="model chunks per pipeline rank (>= 2 for interleaved-1f1b)", search="varied",
         tried=(1, 2, 3, 4, 6, 8), control="int", label="virtual stages", css="virtual-stages",
         panels=("cost", "train"),
     )
     layers_per_stage: tuple[int, ...] | None = setting(
         None, flag="--layers-per-stage", help="layers of each model chunk in stage order", kind="counts",
-        minimum=0, meaning="layer counts", none_means="an even split", search=None,
+        minimum=0, maximum=MAX_LAYERS, meaning="layer counts", none_means="an even split", search=None,
     )
     flash_attention: bool = setting(
         True, flag="--flash-attention", help="a fused attention kernel that never stores the scores", kind="flag",

@@ -23,6 +23,18 @@ from .model_presets import PRESETS
 NORMALIZATIONS: tuple[str, ...] = ("LayerNorm", "RMSNorm")
 """Supported norms: LayerNorm has a weight and a bias per channel, RMSNorm only a weight."""
 
+MAX_LAYERS = 2**14
+"""The most layers a model may have (16,384)."""
+
+MAX_SIZES: dict[str, int] = {
+    "hidden_size": 2**18, "num_layers": MAX_LAYERS, "num_attention_heads": 2**14, "vocab_size": 2**24,
+    "seq_length": 2**22, "ffn_hidden_size": 2**20, "num_query_groups": 2**14, "kv_channels": 2**14,
+    "num_experts": 2**14, "shared_experts": 2**10, "moe_layer_frequency": MAX_LAYERS, "moe_ffn_hidden_size": 2**20,
+    "experts_per_token": 2**14,
+}  # fmt: skip
+"""The largest value of each size of a ``Transformer``: far above any published model (a 4M-token sequence, a
+262,144-wide hidden state), and small enough that no byte count of a set-up overflows 64 bits."""
+
 VOCAB_PADDING = 128
 """The vocabulary is padded to a multiple of ``VOCAB_PADDING * tensor_parallel`` (Megatron-LM's default
 ``make_vocab_size_divisible_by``; ``megatron/training/vocab_utils.py`` ``calculate_padded_vocab_size``)."""
@@ -73,7 +85,7 @@ class Transformer:
 
     def __post_init__(self) -> None:
         for name in ("hidden_size", "num_layers", "num_attention_heads", "vocab_size", "seq_length"):
-            check_int(name, getattr(self, name), minimum=1, error=CostError)
+            object.__setattr__(self, name, self._size(name, getattr(self, name)))
         heads = self.num_attention_heads
         resolved = {
             "ffn_hidden_size": 4 * self.hidden_size if self.ffn_hidden_size is None else self.ffn_hidden_size,
@@ -85,21 +97,25 @@ class Transformer:
             )
         resolved["kv_channels"] = self.hidden_size // heads if self.kv_channels is None else self.kv_channels
         for name, value in resolved.items():
-            object.__setattr__(self, name, check_int(name, value, minimum=1, error=CostError))
+            object.__setattr__(self, name, self._size(name, value))
         if heads % self.num_query_groups:
             raise CostError(f"num_query_groups={self.num_query_groups} must divide num_attention_heads={heads}")
         check_flag("swiglu", self.swiglu, error=CostError)
         check_flag("tied_embeddings", self.tied_embeddings, error=CostError)
         check_choice("normalization", self.normalization, NORMALIZATIONS, error=CostError)
-        check_int("num_experts", self.num_experts, minimum=0, error=CostError)
-        check_int("shared_experts", self.shared_experts, minimum=0, error=CostError)
-        check_int("moe_layer_frequency", self.moe_layer_frequency, minimum=1, error=CostError)
+        for name in ("num_experts", "shared_experts"):
+            object.__setattr__(self, name, self._size(name, getattr(self, name), minimum=0))
+        object.__setattr__(self, "moe_layer_frequency", self._size("moe_layer_frequency", self.moe_layer_frequency))
         width = self.ffn_hidden_size if self.moe_ffn_hidden_size is None else self.moe_ffn_hidden_size
-        width = check_int("moe_ffn_hidden_size", width, minimum=1, error=CostError)
-        object.__setattr__(self, "moe_ffn_hidden_size", width)
-        top_k = check_int("experts_per_token", self.experts_per_token, minimum=1, error=CostError)
+        object.__setattr__(self, "moe_ffn_hidden_size", self._size("moe_ffn_hidden_size", width))
+        top_k = self._size("experts_per_token", self.experts_per_token)
+        object.__setattr__(self, "experts_per_token", top_k)
         if self.num_experts and top_k > self.num_experts:
             raise CostError(f"experts_per_token={top_k} is more than num_experts={self.num_experts}")
+
+    @staticmethod
+    def _size(name: str, value: Any, minimum: int = 1) -> int:
+        return check_int(name, value, minimum=minimum, maximum=MAX_SIZES[name], error=CostError)
 
     # ------------------------------------------------------------------ presets
     @classmethod

@@ -25,6 +25,7 @@ from ipyevents import Event
 
 from ..cost import RANKED_LEGEND, RANKED_ROWS, ranked_legend, ranked_lines, search_summary
 from ..cost import search as search_layouts
+from ..cost.search.candidates import MAX_GLOBAL_BATCH
 from ..errors import CostError
 from ..layout import Layout
 from ..runtime.progress import bar_delay
@@ -123,7 +124,7 @@ class AdvisorPanel(Panel):
         self.engine.value = engine
         self.inter_node_GBps = network_box("fdl-advisor-network")
         self.global_batch_size = number_box(global_batch_size, "global batch", "170px", "fdl-advisor-batch", min=1,
-                                            max=1 << 24)  # fmt: skip
+                                            max=MAX_GLOBAL_BATCH)  # fmt: skip
         self.top = number_box(top, "rows", "120px", "fdl-advisor-top", min=1, max=1000)
         self.search_button = widgets.Button(description="Search", icon="search", layout=widgets.Layout(width="auto"))
         self.search_button.add_class("fdl-advisor-search")

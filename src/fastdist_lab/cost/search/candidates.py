@@ -5,42 +5,57 @@ candidate set-up as columns (``candidates``), grouped into schedule tables (``ta
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
 from ...errors import CostError
+from ...formatting import quoted
 from ...numbering import divisors
 from ...setup import RECOMPUTE, SCHEDULES, TRAINING_SETTINGS, Setting, Training, Transformer, check_schedule
-from ...setup.schedule_kinds import MULTI_STAGE_SCHEDULES
+from ...setup.schedule_kinds import MAX_MICROBATCHES, MAX_TABLE_ACTIONS, MULTI_STAGE_SCHEDULES, SCHEDULE_KINDS
 from ...setup.settings import defaults_of
-from ...validation import check_int
+from ...validation import check_flag, check_int
 from ..formulas.setup_columns import packed_keys
+
+MAX_GPUS = 2**20
+"""The most GPUs a search lays out (1,048,576; a row is a whole-world ``Layout``, which holds up to 2**24 ranks)."""
+
+MAX_GLOBAL_BATCH = 2**20
+"""The most sequences of a step a search prices (1,048,576)."""
+
+MAX_VALUES = 256
+"""The most values a search limit may list."""
+
+MAX_SETUPS = 4_000_000
+"""The most set-ups a search considers (a few hundred thousand for the largest published models on thousands of
+GPUs): beyond, it refuses before building them, naming this limit, rather than run for minutes."""
 
 LAYOUT_SETTINGS: dict[str, Setting] = {
     "tensor_parallel": Setting(
-        flag="--tensor-parallel", aliases=("--tp",), kind="int", minimum=1, search="varied",
+        flag="--tensor-parallel", aliases=("--tp",), kind="int", minimum=1, maximum=MAX_GPUS, search="varied",
         help="tensor-parallel sizes (default: the divisors of a node)",
     ),
     "pipeline_parallel": Setting(
-        flag="--pipeline-parallel", aliases=("--pp",), kind="int", minimum=1, search="varied",
+        flag="--pipeline-parallel", aliases=("--pp",), kind="int", minimum=1, maximum=MAX_GPUS, search="varied",
         help="pipeline-parallel sizes (default: every one)",
     ),
     "sequence_data_parallel": Setting(
-        flag="--sequence-data-parallel", aliases=("--sdp",), kind="int", minimum=1, search="varied",
-        tried=(1, 2, 4, 8), help="sequence-data-parallel sizes",
+        flag="--sequence-data-parallel", aliases=("--sdp",), kind="int", minimum=1, maximum=MAX_GPUS,
+        search="varied", tried=(1, 2, 4, 8), help="sequence-data-parallel sizes",
     ),
     "pipeline_first": Setting(
         flag="--pipeline-first", kind="flag", search="varied", tried=(False, True),
         help="pipeline ranks vary before data ranks (the flag alone), or data first (off)",
     ),
     "expert_parallel": Setting(
-        flag="--expert-parallel", aliases=("--ep",), kind="int", minimum=1, search="varied",
+        flag="--expert-parallel", aliases=("--ep",), kind="int", minimum=1, maximum=MAX_GPUS, search="varied",
         help="expert-parallel sizes (default: the divisors of the experts; 1 for a dense model)",
     ),
     "expert_tensor_parallel": Setting(
-        flag="--expert-tensor-parallel", aliases=("--etp",), kind="int", minimum=1, search="varied",
+        flag="--expert-tensor-parallel", aliases=("--etp",), kind="int", minimum=1, maximum=MAX_GPUS, search="varied",
         help="expert-tensor-parallel sizes (default: 1, and the tensor size for wide experts)",
     ),
 }  # fmt: skip
@@ -81,6 +96,28 @@ SETUP_COLUMNS: tuple[str, ...] = (
 size, the micro-batches and the global batch they give; ``STEP_COLUMNS`` and ``peak_memory_bytes`` follow."""
 
 
+def checked_limits(limits: dict[str, Any]) -> dict[str, Any]:
+    """``LIMITS`` with ``limits`` over them, each value checked by its declaration (``SEARCH_SETTINGS``) before any
+    work: a varied limit as one value or up to ``MAX_VALUES`` of them (each of its kind and range, repeats dropped),
+    a fixed one as one value (``shared_training`` checks those), ``top`` and ``allow_smaller_batch``. ``CostError``
+    names the first bad one."""
+    unknown = sorted(set(limits) - set(LIMITS), key=str)
+    if unknown:
+        raise CostError(f"unknown search limit(s) {', '.join(map(quoted, unknown))}; use {', '.join(LIMITS)}")
+    chosen = {**LIMITS, **limits}
+    for name, spec in SEARCH_SETTINGS.items():
+        if spec.search != "varied" or chosen[name] is None:
+            continue
+        values = _choices(name, chosen[name], ())
+        if len(values) > MAX_VALUES or not values:
+            raise CostError(f"{name}={quoted(chosen[name])} must list 1 to {MAX_VALUES} values")
+        chosen[name] = list(dict.fromkeys(spec.check(name, value) for value in values))
+    if chosen["top"] is not None:
+        chosen["top"] = check_int("top", chosen["top"], minimum=1, maximum=MAX_SETUPS, error=CostError)
+    chosen["allow_smaller_batch"] = check_flag("allow_smaller_batch", chosen["allow_smaller_batch"], error=CostError)
+    return chosen
+
+
 def shared_training(chosen: dict[str, Any]) -> Training:
     """The ``Training`` every row shares (its ``FIXED`` fields from the chosen limits, each checked by its
     ``Setting``: ``CostError`` naming a bad one); a schedule table's set-ups take its schedule, virtual stages and
@@ -112,11 +149,16 @@ def candidates(model: Transformer, gpus: int, local: int, batch: int, chosen: di
     recompute = [RECOMPUTE.index(r) for r in _choices("recompute", chosen["recompute"], RECOMPUTE)
                  if r in RECOMPUTE and not (shared.flash_attention and r == "selective")]  # fmt: skip
     schedules = _choices("schedule", chosen["schedule"], SCHEDULES)
-    virtual = [
-        check_int("virtual_pipeline_stages", v, minimum=1, error=CostError)
-        for v in _choices("v", chosen["virtual_pipeline_stages"], ())
-    ]
+    virtual = _choices("v", chosen["virtual_pipeline_stages"], ())
     bases: list[tuple] = []
+    budget = Budget(f"{gpus:,} GPUs")
+
+    @functools.cache
+    def experts(tp: int, dp: int) -> list[tuple[int, int]]:
+        pairs = _expert_choices(model, tp, dp, chosen)
+        budget.spend(len(pairs))
+        return pairs
+
     for tp in tensor:
         if gpus % tp or local % tp or heads % tp or groups % tp or ffn % tp:
             continue
@@ -129,16 +171,20 @@ def candidates(model: Transformer, gpus: int, local: int, batch: int, chosen: di
                     continue
                 bdp = dp // sdp
                 for mbs in _choices("micro_batch_size", chosen["micro_batch_size"], ()):
+                    budget.spend(1)
                     m = batch // (bdp * mbs)
                     if m < 1 or not (batch % (bdp * mbs) == 0 or chosen["allow_smaller_batch"]):
                         continue
-                    for kind, v in _plans(pp, m, layers, schedules, virtual):
-                        for ep, etp in _expert_choices(model, tp, dp, chosen):
+                    for kind, v in _plans(pp, m, layers, schedules, virtual, budget):
+                        for ep, etp in experts(tp, dp):
+                            budget.spend(1)
                             bases.append((tp, pp, v, sdp, dp, mbs, m, m * bdp * mbs, SCHEDULES.index(kind), ep, etp))
     if not bases:
+        longer = (f"; {budget.too_long:,} would need more than {MAX_MICROBATCHES:,} micro-batches or a pipeline table "
+                  f"of more than {MAX_TABLE_ACTIONS:,} actions") if budget.too_long else ""  # fmt: skip
         raise CostError(
             f"no layout of {layers} layers, {heads} heads on {gpus} GPUs divides "
-            f"global_batch_size={batch} under these limits (allow_smaller_batch=True accepts a smaller batch)"
+            f"global_batch_size={batch} under these limits (allow_smaller_batch=True accepts a smaller batch){longer}"
         )
     base = np.array(bases, dtype=np.int64)
     options = [
@@ -147,6 +193,7 @@ def candidates(model: Transformer, gpus: int, local: int, batch: int, chosen: di
         np.array(_choices("z", chosen["zero_stage"], ()), dtype=np.int64),
         np.array(_choices("o", chosen["pipeline_first"], ()), dtype=bool),
     ]
+    budget.spend(len(base) * int(np.prod([len(o) for o in options])) - len(base))
     grid = np.indices((len(base),) + tuple(len(o) for o in options)).reshape(len(options) + 1, -1)
     b = base[grid[0]]
     r, sp, z, first = (o[i] for o, i in zip(options, grid[1:]))
@@ -178,31 +225,54 @@ def _expert_choices(model: Transformer, tp: int, dp: int, chosen: dict[str, Any]
     # expert tensor parallel only pays for coarse experts; fine-grained ones run whole on a rank)
     default = (1, tp) if model.moe_ffn_hidden_size >= model.hidden_size else (1,)
     for etp in sorted(set(_choices("expert_tensor_parallel", chosen["expert_tensor_parallel"], default))):
-        etp = check_int("expert_tensor_parallel", etp, minimum=1, error=CostError)
         if model.moe_ffn_hidden_size % etp or stage % etp:
             continue
         for ep in _choices("expert_parallel", chosen["expert_parallel"], divisors(model.num_experts)):
-            ep = check_int("expert_parallel", ep, minimum=1, error=CostError)
             if model.num_experts % ep == 0 and stage % (ep * etp) == 0:
                 pairs.append((ep, etp))
     return pairs
 
 
-def _plans(pp: int, m: int, layers: int, schedules: list[str], virtual: list[int]) -> list[tuple[str, int]]:
-    """The (schedule, virtual stages) pairs to try for ``pp`` stages and ``m`` micro-batches."""
-    if pp == 1:
-        return [("1f1b", 1)]
+def _plans(pp: int, m: int, layers: int, schedules: list[str], virtual: list[int],
+           budget: Budget) -> list[tuple[str, int]]:  # fmt: skip
+    """The (schedule, virtual stages) pairs to try for ``pp`` stages and ``m`` micro-batches: what torch's class
+    runs (every row can be trained as it stands, ``check_training``), within ``MAX_TABLE_ACTIONS`` (the others are
+    counted in ``budget.too_long``)."""
     plans = []
-    for kind in schedules:
+    for kind in ["1f1b"] if pp == 1 else schedules:
         for v in [1] if kind not in MULTI_STAGE_SCHEDULES else virtual:
             if pp * v > layers:
                 continue
-            try:  # only what torch's class runs: every row can be trained as it stands (check_training)
+            budget.spend(1)
+            if m > MAX_MICROBATCHES or SCHEDULE_KINDS[kind].actions(pp, m, v) > MAX_TABLE_ACTIONS:
+                budget.too_long += 1
+                continue
+            try:
                 check_schedule(kind, pp, m, v, run=True)
             except CostError:
                 continue
             plans.append((kind, v))
     return plans
+
+
+class Budget:
+    """The set-ups (and the steps of building them) a search may still take: ``spend`` refuses beyond
+    ``MAX_SETUPS``, in one line naming the limit, before anything more is built."""
+
+    def __init__(self, where: str) -> None:
+        self.left = MAX_SETUPS
+        self.where = where
+        self.too_long = 0
+        """Plans left out because their pipeline table would be longer than ``MAX_TABLE_ACTIONS``."""
+
+    def spend(self, count: int) -> None:
+        """Take ``count`` more; ``CostError`` past ``MAX_SETUPS``."""
+        self.left -= count
+        if self.left < 0:
+            raise CostError(
+                f"the search would consider more than {MAX_SETUPS:,} set-ups on {self.where}: narrow it (e.g. "
+                "tensor_parallel=..., pipeline_parallel=..., micro_batch_size=..., zero_stage=...)"
+            )
 
 
 def tables(rows: dict[str, np.ndarray]) -> dict[tuple[str, int, int, int], np.ndarray]:

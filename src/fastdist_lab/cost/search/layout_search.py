@@ -16,14 +16,24 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...errors import CostError
-from ...setup import DEFAULT_EFFICIENCY, RECOMPUTE, Efficiency, Hardware, Training, Transformer
+from ...setup import RECOMPUTE, Efficiency, Hardware, Training, Transformer
 from ...validation import check_int
 from ..evidence.trust import frame_bands
 from ..formulas.memory import stage_memory
 from ..formulas.setup_columns import Setups
 from ..formulas.step import STEP_COLUMNS, lower_bound, step_columns
 from .bounds import TableFloors, subset_setups, table_setups
-from .candidates import FIXED, LIMITS, SETUP_COLUMNS, candidates, row_training, shared_training, tables
+from .candidates import (
+    FIXED,
+    MAX_GLOBAL_BATCH,
+    MAX_GPUS,
+    SETUP_COLUMNS,
+    candidates,
+    checked_limits,
+    row_training,
+    shared_training,
+    tables,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -141,23 +151,20 @@ def search(
     if not isinstance(model, Transformer):
         raise CostError(f"model={model!r} must be a Transformer or a preset name")
     if seq_length is not None:
-        model = model.replace(seq_length=check_int("seq_length", seq_length, minimum=1, error=CostError))
-    gpus = check_int("gpus", gpus, minimum=1, error=CostError)
-    local = check_int("gpus_per_node", gpus_per_node, minimum=1, error=CostError)
-    batch = check_int("global_batch_size", global_batch_size, minimum=1, error=CostError)
+        model = model.replace(seq_length=seq_length)  # checked by Transformer (its range)
+    gpus = check_int("gpus", gpus, minimum=1, maximum=MAX_GPUS, error=CostError)
+    local = check_int("gpus_per_node", gpus_per_node, minimum=1, maximum=MAX_GPUS, error=CostError)
+    batch = check_int("global_batch_size", global_batch_size, minimum=1, maximum=MAX_GLOBAL_BATCH, error=CostError)
     if gpus % local and gpus > local:
         raise CostError(f"gpus={gpus} must be a multiple of gpus_per_node={local} (whole nodes)")
     local = min(local, gpus)
-    unknown = sorted(set(limits) - set(LIMITS))
-    if unknown:
-        raise CostError(f"unknown search limit(s) {', '.join(unknown)}; use {', '.join(LIMITS)}")
+    chosen = checked_limits(limits)
     hw = Hardware.coerce(hardware)
     hw.require("peak_tflops", "memory_GBps", "memory_GiB")
-    eff = DEFAULT_EFFICIENCY if efficiency is None else efficiency
-    chosen = {**LIMITS, **limits}
+    eff = Efficiency.coerce(efficiency)
     shared = shared_training(chosen)
     rows = candidates(model, gpus, local, batch, chosen, shared)
-    top = None if chosen["top"] is None else check_int("top", chosen["top"], minimum=1, error=CostError)
+    top = chosen["top"]
     import pandas as pd
 
     # Tables in the order of their floor (``search_bounds``); with ``top``, stop at the first whose floor is above the
