@@ -83,6 +83,13 @@ def test_bad_sizes_are_named():
         TinyGPT(layers=0)
     with pytest.raises(LayoutError, match="heads=5 must divide hidden_size=64"):
         TinyGPT(heads=5)
+    with pytest.raises(LayoutError, match="TinyGPT layers=10000000000 must be <= 65536"):
+        TinyGPT(layers=10**10)
+    with pytest.raises(LayoutError, match=r"TinyGPT of 1,611,137,024 parameters is past 268,435,456"):
+        TinyGPT(hidden_size=4096, ffn_size=16384, layers=8)
+    for model in (TinyGPT(), TinyGPT(num_experts=4), TinyGPT(hidden_size=128, heads=8, layers=2)):
+        every = StageModule(model, range(model.layers), True, True, Parallel()).parameters()
+        assert 0.97 < model.parameter_count() / sum(p.numel() for p in every) <= 1  # all but biases and norms
 
 
 @given(st.integers(1, 12), st.data())

@@ -51,6 +51,9 @@ def test_compare_names_and_bad_inputs():
         compare(a)
     with pytest.raises(CostError, match=r"names=\['A'\] must name each of the 2 layouts"):
         compare(a, b, names=["A"])
+    for names, shown in ((7, "7"), ("AB", "'AB'"), (["A", 2], r"\['A', 2\]"), ([["A"], "B"], r"\[\['A'\], 'B'\]")):
+        with pytest.raises(CostError, match=rf"names={shown} must"):
+            compare(a, b, names=names)
     with pytest.raises(CostError, match="model='gpt5'"):
         compare(a, b, model="gpt5")
     reports = [estimate(a, "llama2-7b"), estimate(b, "llama2-7b")]

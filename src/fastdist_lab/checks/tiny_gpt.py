@@ -46,6 +46,11 @@ from .parallel_ops import (
     vocab_parallel_cross_entropy,
 )
 
+MAX_TINY_SIZE = 2**16
+"""The most of any one size of ``TinyGPT`` (layers, hidden size, vocabulary, ...)."""
+MAX_TINY_PARAMETERS = 2**28
+"""The most parameters of a ``TinyGPT`` (1 GiB in float32): it is built whole on CPU, once a rank and once more."""
+
 
 @dataclass(frozen=True, repr=False)
 class TinyGPT:
@@ -66,8 +71,13 @@ class TinyGPT:
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "heads", "layers", "ffn_size", "sequence_length", "top_k"):
-            check_int(f"TinyGPT {name}", getattr(self, name), minimum=1)
-        check_int("TinyGPT num_experts", self.num_experts, minimum=0)
+            check_int(f"TinyGPT {name}", getattr(self, name), minimum=1, maximum=MAX_TINY_SIZE)
+        check_int("TinyGPT num_experts", self.num_experts, minimum=0, maximum=MAX_TINY_SIZE)
+        if self.parameter_count() > MAX_TINY_PARAMETERS:
+            raise LayoutError(
+                f"TinyGPT of {self.parameter_count():,} parameters is past {MAX_TINY_PARAMETERS:,}: a model that"
+                " every rank and the one-process reference build whole in CPU memory must stay small"
+            )
         if self.hidden_size % self.heads:
             raise LayoutError(f"TinyGPT heads={self.heads} must divide hidden_size={self.hidden_size}")
         if self.num_experts and self.top_k > self.num_experts:
@@ -87,6 +97,13 @@ class TinyGPT:
             raise LayoutError(f"expert_parallel={expert_parallel} must divide num_experts={self.num_experts}")
         if self.ffn_size % expert_tensor:
             raise LayoutError(f"expert_tensor_parallel={expert_tensor} must divide ffn_size={self.ffn_size}")
+
+    def parameter_count(self) -> int:
+        """The weights of the model's matrices (embedding, output layer, attention, MLPs or experts and routers):
+        every parameter but the biases and norms, what ``MAX_TINY_PARAMETERS`` bounds."""
+        hidden, ffn = self.hidden_size, self.ffn_size
+        mlp = max(1, self.num_experts) * 2 * hidden * ffn + (hidden * self.num_experts if self.num_experts else 0)
+        return 2 * self.vocab_size * hidden + self.layers * (4 * hidden * hidden + mlp)
 
     @property
     def head_size(self) -> int:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import CostError
+from ..formatting import quoted
 from ..setup import Hardware, Training, Transformer
 from .cost_report import CostReport, estimate
 
@@ -74,6 +75,18 @@ def summary_row(report: CostReport, hardware: Hardware | str | None = None) -> d
     }
 
 
+def checked_names(names: Any, count: int) -> list[str] | None:
+    """``names`` as a list of ``count`` strings (``None`` stays ``None``); ``CostError`` naming ``names`` otherwise."""
+    if names is None:
+        return None
+    if isinstance(names, (str, bytes)) or not isinstance(names, Iterable):
+        raise CostError(f"names={quoted(names)} must be a list that names each of the {count} layouts")
+    listed = list(names)
+    if len(listed) != count or not all(isinstance(name, str) for name in listed):
+        raise CostError(f"names={quoted(listed)} must name each of the {count} layouts with a string")
+    return listed
+
+
 def compare_reports(
     reports: Sequence[CostReport], hardware: Hardware | str | None = None, names: Sequence[str] | None = None
 ) -> pd.DataFrame:
@@ -81,11 +94,7 @@ def compare_reports(
     import pandas as pd
 
     hw = Hardware.coerce(hardware)
-    if names is None:
-        names = [layout_name(report.layout) for report in reports]
-    names = list(names)
-    if len(names) != len(reports):
-        raise CostError(f"names={names!r} must name each of the {len(reports)} layouts")
+    names = checked_names(names, len(reports)) or [layout_name(report.layout) for report in reports]
     seen: dict[str, int] = {}
     for i, name in enumerate(names):  # equal names (the same sizes twice) get a suffix: the index stays unique
         seen[name] = seen.get(name, 0) + 1
@@ -119,4 +128,5 @@ def compare(
     """
     if len(layouts) < 2:
         raise CostError(f"compare() needs two or more layouts, got {len(layouts)}")
+    checked_names(names, len(layouts))  # before any estimate
     return compare_reports([estimate(layout, model, training) for layout in layouts], hardware, names)
