@@ -83,7 +83,7 @@ SLOW_TESTS = {
     "tests/test_cli.py": ("test_console_script_is_installed",),
     "tests/cost/test_fingerprints.py": (  # whole searches; the panels (ipywidgets) and every published run
         "test_searches_keep_their_fingerprints",
-        "test_panels_and_the_validation_keep_their_fingerprints",
+        "test_panels_keep_their_fingerprints",
     ),
     "tests/test_new_user.py": (
         "test_a_wrong_world_size_is_the_only_thing_said",

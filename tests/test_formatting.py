@@ -20,7 +20,7 @@ from fastdist_lab.formatting import (
     quoted,
     ranks_text,
 )
-from fastdist_lab.validation import check_choice, check_flag, check_int, check_number, env_int
+from fastdist_lab.validation import MAX_LOG_BYTES, check_choice, check_flag, check_int, check_number, env_int, read_tail
 
 
 def test_a_group_prints_the_same_way_everywhere():
@@ -109,3 +109,15 @@ def test_a_quoted_value_is_one_short_line_whatever_its_size():
         check_int("seed", 10**5000, maximum=10)
     assert clipped("tensor_paralel") == "tensor_paralel" and clipped("a\nb") == "'a\\nb'"
     assert clipped("k" * 1000).startswith("'kkk") and len(clipped("k" * 1000)) == QUOTE_LIMIT
+
+
+def test_a_log_is_read_from_its_end_and_never_more_than_the_limit(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_bytes(b"x" * (10 * MAX_LOG_BYTES) + "the last line \u00e9\n".encode() + b"\xff")
+    tail = read_tail(log)
+    assert tail.startswith(f"[... {9 * MAX_LOG_BYTES + 18:,} bytes before]\n") and tail.endswith("\u00e9\n\ufffd")
+    assert len(tail.split("\n", 1)[1].encode("utf-8", "replace")) <= MAX_LOG_BYTES + 2  # U+FFFD: 3 bytes for 1
+    assert read_tail(log, 6) == "[... 655,372 bytes before]\ne \u00e9\n\ufffd"
+    log.write_text("stack of rank 0\nstack of rank 1\n")
+    assert read_tail(log, start=16) == "stack of rank 1\n"  # from an offset: what came after it
+    assert read_tail(tmp_path / "missing.log") == ""

@@ -52,13 +52,13 @@ TINY = {"hidden_size": 256, "num_layers": 8, "num_attention_heads": 8, "vocab_si
 H100 = Hardware.preset("h100-sxm-80gb")
 
 
-@examples(800)
+@examples(1000)
 @given(fields=fuzz.layout_fields())
 def test_layout(fields):
     TALLY.call("Layout", fields, lambda: Layout(**fields))
 
 
-@examples(800)
+@examples(1000)
 @given(fields=fuzz.training_fields())
 def test_training(fields):
     TALLY.call("Training", fields, lambda: Training(**fields))
@@ -106,7 +106,7 @@ LIMIT_VALUES = {
 }  # fmt: skip
 
 
-@examples(500)
+@examples(250)
 @given(gpus=fuzz.field_values(st.sampled_from([8, 16, 32])), batch=fuzz.field_values(st.sampled_from([16, 32, 64])),
        seq=st.one_of(st.none(), fuzz.field_values(st.sampled_from([128, 256]))), limits=st.fixed_dictionaries(
            {"top": fuzz.field_values(st.integers(1, 5))},

@@ -36,6 +36,25 @@ MAX_DIGITS = 40
 """The most digits of an integer the loaders read (a YAML or TOML integer, a flag's value, a ``$(( ))`` operand or
 result): a layout's size or a seed (below 2**64, 20 digits) never needs more."""
 
+MAX_LOG_BYTES = 1 << 16
+"""The most of a log (a worker server's output, a rank's stacks) an error quotes or a reader holds: its last 64 KiB."""
+
+
+def read_tail(path: str | os.PathLike, limit: int = MAX_LOG_BYTES, *, start: int = 0) -> str:
+    """The last ``limit`` bytes of the log at ``path`` from byte ``start`` on, as text (undecodable bytes replaced),
+    after a line saying how many bytes came before when there were more; ``""`` when it cannot be read. Reads no more
+    than ``limit`` bytes however long the log grew."""
+    try:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            skipped = max(0, size - start - limit)
+            handle.seek(start + skipped)
+            data = handle.read(limit)
+    except OSError:
+        return ""
+    text = data.decode("utf-8", errors="replace")
+    return f"[... {skipped:,} bytes before]\n{text}" if skipped else text
+
 
 def is_bool(value: Any) -> bool:
     """Whether ``value`` is a Python or numpy bool (which an integer field refuses)."""

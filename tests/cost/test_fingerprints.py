@@ -1,7 +1,9 @@
 """The cost model's outputs held to their committed fingerprints (issue 44: moving code changes no prediction, search
 row, band, report text, command output or panel value). ``scripts/fingerprints.py`` computes them; its cases and
 hashes are ``tests/cost/fingerprints.json`` (``python scripts/fingerprints.py --write`` after a deliberate change of
-outputs, in the same commit)."""
+outputs, in the same commit). The suite compares a share of the cases (every fourth estimate, every second search:
+``STRIDE``) and leaves the validation's to ``test_trust`` (the committed trust table is what ``validate`` gives now);
+``python scripts/fingerprints.py`` compares every case of every group, about a minute."""
 
 from __future__ import annotations
 
@@ -24,24 +26,28 @@ def _script():
 fingerprints = _script()
 
 
-def _held(groups) -> int:
-    changed, outputs = fingerprints.check(groups)
+STRIDE = {"quick": 4, "search": 2, "panel": 1}
+"""The suite compares every N-th case of a group (the script, every case)."""
+
+
+def _held(groups, stride: int) -> int:
+    changed, outputs = fingerprints.check(groups, stride=stride)
     assert changed == [], f"{len(changed)} case(s) changed their output:\n" + "\n".join(changed[:20])
     print(f"{outputs} outputs compared with their fingerprints ({', '.join(groups)})")
     return outputs
 
 
 def test_estimates_bands_commands_and_comparisons_keep_their_fingerprints():
-    assert _held(fingerprints.QUICK_GROUPS) >= 2000
+    assert _held(fingerprints.QUICK_GROUPS, STRIDE["quick"]) >= 500
 
 
 def test_searches_keep_their_fingerprints():  # slow (tests/conftest.py): whole searches
-    assert _held(["search"]) >= 1000
+    assert _held(["search"], STRIDE["search"]) >= 500
 
 
-def test_panels_and_the_validation_keep_their_fingerprints():  # slow: ipywidgets, every published run
+def test_panels_keep_their_fingerprints():  # slow: ipywidgets
     pytest.importorskip("ipywidgets")
-    assert _held(["panel", "validate"]) >= 80
+    assert _held(["panel"], STRIDE["panel"]) >= 8
 
 
 def test_a_changed_output_is_reported(tmp_path, monkeypatch):

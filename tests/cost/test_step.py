@@ -112,7 +112,7 @@ def test_llama3_405b_with_lighter_first_and_last_stages():
     assert even.memory["parameters"].iloc[0] > report.memory["parameters"].iloc[0]
     with pytest.raises(CostError, match="must give 16 stages"):
         estimate(layout, model, training.replace(layers_per_stage=(8,) * 16))
-    with pytest.raises(CostError, match="layers_per_stage=.* integers >= 0"):
+    with pytest.raises(CostError, match=r"layers_per_stage=\(1, -1\) must hold integers from 0"):
         Training(layers_per_stage=(1, -1))
 
 

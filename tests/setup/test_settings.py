@@ -4,6 +4,7 @@ search are generated from those declarations: every field shows where its declar
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import pickle
 
@@ -108,6 +109,18 @@ def test_a_bool_is_not_an_integer_nor_nan_a_number():
         Training(expert_load_imbalance=float("nan"))
     with pytest.raises(CostError, match="flash_attention='False' must be True or False"):
         Training(flash_attention="False")
+
+
+def test_counts_are_bounded_in_length_and_size_and_an_endless_iterable_ends():
+    assert Training(layers_per_stage=[3, 4]).layers_per_stage == (3, 4)
+    with pytest.raises(CostError, match=r"layers_per_stage=\(0, 1, 2, 3, 4, 5, 6, 7, \.\.\.\) must hold at most 16384"):
+        Training(layers_per_stage=itertools.count())
+    with pytest.raises(CostError, match=r"layers_per_stage=\(1, 1048576\) must hold integers from 0 to 16384"):
+        Training(layers_per_stage=(1, 2**20))
+    with pytest.raises(CostError, match=r"layers_per_stage='ab' must be a sequence of layer counts"):
+        Training(layers_per_stage="ab")
+    with pytest.raises(CostError, match=r"layers_per_stage=\(True,\) must hold integers"):
+        Training(layers_per_stage=[True])
 
 
 # ---------------------------------------------------------------------------------------------------- the records

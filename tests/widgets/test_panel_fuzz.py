@@ -79,7 +79,7 @@ def judge(layout_panel: LayoutPanel, cost: CostPanel) -> list[str]:
     return broken
 
 
-FUZZ = settings(max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+FUZZ = settings(max_examples=12, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 
 
 START = dict(world_size=16, local_world_size=8, tensor_parallel=2, pipeline_parallel=1, sequence_data_parallel=1,

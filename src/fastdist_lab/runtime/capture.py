@@ -103,6 +103,6 @@ def quiet_harmless_c10d(*also: bytes) -> Iterator[None]:
             os.close(saved)
             spool.seek(0)
             harmless = HARMLESS_C10D + also
-            kept = [line for line in spool.read().splitlines(keepends=True) if not any(t in line for t in harmless)]
-            if kept:
-                os.write(2, b"".join(kept))
+            for line in spool:  # a line at a time: what torch wrote may be long
+                if not any(t in line for t in harmless):
+                    os.write(2, line)

@@ -37,11 +37,14 @@ from typing import Any, NamedTuple
 import cloudpickle
 
 from ..errors import ClusterTimeout, ProtocolError
+from ..validation import read_tail
 from .capture import OutputCapture
 from .procs import hold_interrupts, interrupts_held, kill_quietly, pid_alive, process_running
 from .results import GROUPS_INTERRUPTED, STATUS_ERROR, STATUS_INTERRUPTED, STATUS_OK, RankError, RankResult
 from .server_messages import Exit
 
+FATAL_QUOTED = 20000
+"""The most bytes of what faulthandler wrote for a dead worker its error quotes (the end of it)."""
 HANDLES_PER_MESSAGE = 250
 """File descriptors passed in one ``sendmsg`` (the kernel takes at most 253)."""
 STACK_WAIT = 1.5
@@ -420,9 +423,7 @@ class Workers:
             for rank, (path, offset) in list(targets.items()):
                 size = os.path.getsize(path)
                 if size > offset and sizes.get(rank) == size:  # grew and then stopped growing
-                    with open(path, encoding="utf-8", errors="replace") as file:
-                        file.seek(offset)
-                        stacks[rank] = file.read()
+                    stacks[rank] = read_tail(path, start=offset)
                     del targets[rank]
                 sizes[rank] = size
         for rank in targets:
@@ -445,11 +446,7 @@ class Workers:
         return errors
 
     def _fatal_text(self, rank: int) -> str:
-        try:
-            with open(os.path.join(self.stack_dir, f"stack-{rank}.txt"), encoding="utf-8", errors="replace") as file:
-                return file.read()[-20000:]
-        except OSError:
-            return ""
+        return read_tail(os.path.join(self.stack_dir, f"stack-{rank}.txt"), FATAL_QUOTED)
 
     def stop(self) -> None:
         """SIGKILL every worker (and whatever they started), wait until they are gone and remove the generation's

@@ -32,6 +32,7 @@ from typing import Any
 
 from ..errors import ClusterError, ClusterTimeout
 from ..formatting import ranks_text
+from ..validation import read_tail
 from .channel import Channel, Workers
 from .procs import describe_code, files_needed, hold_interrupts, kill_quietly, preload, process_running, wait_gone
 from .results import RankError
@@ -55,6 +56,8 @@ Report = Callable[[int, str], None]
 """``report(done, message)``: start-up progress (``done`` out of world size + 2)."""
 STOP_WAIT = 5.0
 """Seconds a server gets to end its workers and exit when the cluster closes, before its session is killed."""
+SERVER_LOG_QUOTED = 4000
+"""The most bytes of the worker server's log its error quotes (the end of it)."""
 GUARD_WAIT = 5.0
 """Seconds to wait, once the server died, for its guard to end what was below it and exit with the server's status
 (a fraction of a second on an idle machine; more on a loaded one)."""
@@ -143,11 +146,7 @@ class WorkerServer:
         if self.launched and (self.server_pid is None or process_running(self.server_pid)):
             return
         death = self.death()
-        try:
-            with open(self._log_path(), encoding="utf-8", errors="replace") as file:
-                tail = file.read()[-4000:].strip()
-        except OSError:
-            tail = ""
+        tail = read_tail(self._log_path(), SERVER_LOG_QUOTED).strip()
         what = "the worker server exited" if death is None else f"{death} died"
         raise ClusterError(what + (f":\n{tail}" if tail else "; see its output above"))
 

@@ -12,12 +12,14 @@ cannot be forgotten. (torchtitan's ``JobConfig`` does the same for its settings:
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import numbers
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import CostError
+from ..formatting import quoted
 from ..validation import check_choice, check_flag, check_int, is_bool
 
 KINDS: tuple[str, ...] = ("int", "optional int", "flag", "choice", "number", "counts")
@@ -29,6 +31,8 @@ SEARCH_ROLES: tuple[str | None, ...] = ("varied", "fixed", None)
 given, row by row); ``"fixed"``, one value for every row (its default unless given); ``None``, not a search limit (the
 search decides it, e.g. the micro-batches, or never varies it)."""
 
+MAX_COUNTS = 2**14
+"""The most entries (and the largest entry) of a ``counts`` setting without a ``maximum`` of its own."""
 CONTROLS: tuple[str | None, ...] = ("int", "float", "checkbox", "dropdown", None)
 """The control a panel shows for a setting (``None``: none; the value comes from a loaded set-up)."""
 
@@ -103,18 +107,21 @@ class Setting:
             if self.maximum is not None and isinstance(value, numbers.Real) and value > high:
                 range_ = f" <= {high:g}"
             meaning = f" ({self.meaning})" if self.meaning else ""
-            raise error(f"{name}={value!r} must be a number{range_}{meaning}")
+            raise error(f"{name}={quoted(value)} must be a number{range_}{meaning}")
         return float(value)
 
     def _counts(self, name: str, value: Any, error: type[Exception]) -> tuple[int, ...] | None:
         if value is None:
             return None
         if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
-            raise error(f"{name}={value!r} must be a sequence of {self.meaning or 'counts'}")
-        counts = tuple(value)
+            raise error(f"{name}={quoted(value)} must be a sequence of {self.meaning or 'counts'}")
+        most = MAX_COUNTS if self.maximum is None else int(self.maximum)
+        counts = tuple(itertools.islice(value, most + 1))  # an endless iterable ends here
+        if len(counts) > most:
+            raise error(f"{name}={quoted(counts)} must hold at most {most} {self.meaning or 'counts'}")
         for count in counts:
-            if is_bool(count) or not isinstance(count, numbers.Integral) or count < (self.minimum or 0):
-                raise error(f"{name}={value!r} must hold integers >= {self.minimum or 0:g}")
+            if is_bool(count) or not isinstance(count, numbers.Integral) or not (self.minimum or 0) <= count <= most:
+                raise error(f"{name}={quoted(counts)} must hold integers from {self.minimum or 0:g} to {most}")
         return tuple(int(count) for count in counts)
 
     def cli_flag(self, default: Any) -> str:
